@@ -1,0 +1,29 @@
+# Two commands set everything up on a fresh machine:
+#   make demo   – install, then run the main job on the offline default
+#   make test   – install, then run the test suite
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test browser
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	# On a machine without a GPU take the pinned CPU wheel first: a bare `torch` pulls GBs of CUDA packages.
+	if ! command -v nvidia-smi >/dev/null 2>&1; then $(PY) -m pip install -q torch==2.13.0; fi
+	$(PY) -m pip install -q -e ".[all]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# The browser tests drive Debian's Chromium (playwright never downloads one).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get install -y -q chromium >/dev/null; } || \
+		echo "chromium not installed: browser tests will be skipped (install Debian's chromium package)"
+
+demo: install
+	$(PY) -m sqlenv eval --dataset builtin --split eval --policy oracle --episodes 50 --seed 0
+	$(PY) -m sqlenv eval --dataset builtin --split eval --policy random --episodes 50 --seed 0
+
+test: install browser
+	$(PY) -m pytest -q

@@ -1,0 +1,25 @@
+"""Shared pytest fixtures. Real files only: datasets are built into temp folders, Spider is read in place."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def spider_dir() -> Path:
+    """`$SQLENV_SPIDER_DIR`, defaulting to `../shared/spider` beside the repository."""
+    return Path(os.environ.get("SQLENV_SPIDER_DIR", REPO_ROOT.parent / "shared" / "spider"))
+
+
+@pytest.fixture(scope="session")
+def spider_source() -> Path:
+    path = spider_dir()
+    if not (path / "tables.json").exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"Spider data not found at {path} (set SQLENV_SPIDER_DIR)")
+        pytest.skip(f"Spider data not found at {path} (set SQLENV_SPIDER_DIR)")
+    return path

@@ -1,0 +1,259 @@
+"""The run directory: the one on-disk format that the CLI, the notebook and the dashboard share.
+
+Layout of ``runs/<run_id>/``::
+
+    config.json        the TrainConfig as JSON
+    status.json        status (queued/running/completed/failed/stopped), error, timestamps, step, total_steps
+    metrics.jsonl      one line per TRL log (plus "step" and "time")
+    evals.jsonl        {"step", "split", "success_rate", "avg_reward", "avg_steps", "n_episodes", "time"}
+    transcripts.jsonl  {"step", "time", "transcript": <sqlenv transcript>}
+    comparison.jsonl   {"kind": "pair", ...} lines, then one {"kind": "summary", ...}
+    final/             model + tokenizer (written to a temp dir, then renamed)
+
+JSON files are replaced atomically; JSONL lines are appended whole and flushed, and readers skip a torn
+last line, so a reader never crashes on a run that is being written. No torch import here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+STATUSES = ("queued", "running", "completed", "failed", "stopped")
+FINISHED_STATUSES = ("completed", "failed", "stopped")
+RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+JSONL_FILES = ("metrics", "evals", "transcripts", "comparison")
+
+
+def default_runs_root() -> Path:
+    """`$SQLENV_RUNS_DIR`, or `runs/` in the current directory."""
+    return Path(os.environ.get("SQLENV_RUNS_DIR", "runs"))
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime()) + f".{int(time.time() * 1000) % 1000:03d}"
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    """Write JSON to a temp file in the same folder, then rename it over `path` (never half-written)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=2, default=_json_default)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: Path) -> Any:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def append_jsonl(path: Path, obj: Any) -> None:
+    """Append one whole line and flush it, so concurrent readers see complete lines or a torn last one."""
+    line = json.dumps(obj, default=_json_default, allow_nan=False) + "\n"
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line)
+        f.flush()
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every complete JSON line of `path`; a torn or corrupt line is skipped, a missing file reads as []."""
+    records: list[dict[str, Any]] = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.endswith("\n"):
+                    break  # torn last line: the writer is mid-append
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+    except FileNotFoundError:
+        pass
+    return records
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    if hasattr(obj, "item"):  # numpy / torch scalars
+        return obj.item()
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, float):
+        return None
+    return str(obj)
+
+
+def _finite(obj: Any) -> Any:
+    """NaN/inf are not JSON: replace them with None, recursively."""
+    if isinstance(obj, float) and (obj != obj or obj in (float("inf"), float("-inf"))):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def new_run_id(prefix: str = "run") -> str:
+    return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(2).hex()}"
+
+
+class InvalidRunName(ValueError):
+    pass
+
+
+@dataclass
+class RunDir:
+    """Reads and writes one run directory. Writers: the training callback (main process only)."""
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @classmethod
+    def create(cls, root: Path | None = None, run_id: str | None = None) -> "RunDir":
+        root = Path(root) if root is not None else default_runs_root()
+        run_id = run_id or new_run_id()
+        if not RUN_ID_PATTERN.match(run_id):
+            raise InvalidRunName(f"invalid run id {run_id!r}: use letters, digits, '.', '_' and '-'")
+        run = cls(root / run_id)
+        run.path.mkdir(parents=True, exist_ok=True)
+        return run
+
+    # --- files -------------------------------------------------------------------------------------
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    @property
+    def final_dir(self) -> Path:
+        return self.path / "final"
+
+    def write_config(self, config: dict[str, Any]) -> None:
+        atomic_write_json(self.file("config.json"), _finite(config))
+
+    def read_config(self) -> dict[str, Any]:
+        return read_json(self.file("config.json"))
+
+    def write_status(self, status: str | None = None, **fields: Any) -> dict[str, Any]:
+        """Merge `fields` into status.json (atomically) and stamp updated_at."""
+        if status is not None and status not in STATUSES:
+            raise ValueError(f"unknown status {status!r}; expected one of {STATUSES}")
+        current = self.read_status(default={})
+        if status is not None:
+            current["status"] = status
+        current.update(fields)
+        current.setdefault("run_id", self.run_id)
+        current["updated_at"] = now_iso()
+        atomic_write_json(self.file("status.json"), _finite(current))
+        return current
+
+    def read_status(self, default: dict[str, Any] | None = None) -> dict[str, Any]:
+        try:
+            data = read_json(self.file("status.json"))
+            if not isinstance(data, dict):
+                raise ValueError("status.json is not an object")
+            return data
+        except FileNotFoundError:
+            if default is not None:
+                return dict(default)
+            return {"run_id": self.run_id, "status": "missing", "error": "status.json not found"}
+        except (ValueError, OSError) as exc:
+            if default is not None:
+                return dict(default)
+            return {"run_id": self.run_id, "status": "corrupt", "error": f"status.json unreadable: {exc}"}
+
+    def append(self, kind: str, record: dict[str, Any]) -> None:
+        """Append a record to `<kind>.jsonl` (kind in metrics/evals/transcripts/comparison)."""
+        if kind not in JSONL_FILES:
+            raise ValueError(f"unknown JSONL file {kind!r}")
+        append_jsonl(self.file(f"{kind}.jsonl"), _finite(record))
+
+    def read(self, kind: str) -> list[dict[str, Any]]:
+        if kind not in JSONL_FILES:
+            raise ValueError(f"unknown JSONL file {kind!r}")
+        return read_jsonl(self.file(f"{kind}.jsonl"))
+
+    def final_tmp_dir(self) -> Path:
+        """A fresh temp folder beside final/; pass it to `commit_final` once everything is saved in it."""
+        return Path(tempfile.mkdtemp(dir=self.path, prefix=".final-"))
+
+    def commit_final(self, tmp_dir: Path) -> Path:
+        """Swap a completely written temp folder in as final/ (the old final/ is removed)."""
+        import shutil
+
+        if self.final_dir.exists():
+            old = self.path / f".final-old-{os.urandom(3).hex()}"
+            os.replace(self.final_dir, old)
+            shutil.rmtree(old, ignore_errors=True)
+        os.replace(tmp_dir, self.final_dir)
+        return self.final_dir
+
+
+def resolve_run(name: str, root: Path | None = None) -> RunDir:
+    """The run called `name` under `root`. Names that could leave `root` ('..', '/', absolute) are refused."""
+    root = Path(root) if root is not None else default_runs_root()
+    if not isinstance(name, str) or not RUN_ID_PATTERN.match(name) or name in (".", ".."):
+        raise InvalidRunName(f"invalid run name {name!r}")
+    path = (root / name).resolve()
+    if path.parent != root.resolve():
+        raise InvalidRunName(f"run name {name!r} is outside {root}")
+    if not path.is_dir():
+        raise FileNotFoundError(f"no run named {name!r} under {root}")
+    return RunDir(path)
+
+
+def list_runs(root: Path | None = None) -> list[dict[str, Any]]:
+    """A summary of every run under `root`, newest first; broken runs are listed with status missing/corrupt."""
+    root = Path(root) if root is not None else default_runs_root()
+    if not root.is_dir():
+        return []
+    rows = []
+    for path in root.iterdir():
+        if not path.is_dir() or path.name.startswith(".") or path.name == "models":
+            continue
+        if not RUN_ID_PATTERN.match(path.name):
+            continue
+        run = RunDir(path)
+        status = run.read_status()
+        try:
+            config = run.read_config()
+        except (OSError, ValueError):
+            config = {}
+        evals = run.read("evals")
+        final_eval = next((e for e in reversed(evals) if e.get("split") == "eval"), None)
+        rows.append(
+            {
+                "run_id": run.run_id,
+                "status": status.get("status", "unknown"),
+                "error": status.get("error"),
+                "model": config.get("model", "?"),
+                "dataset": config.get("dataset", "?"),
+                "step": status.get("step"),
+                "total_steps": status.get("total_steps"),
+                "eval_success": final_eval.get("success_rate") if final_eval else None,
+                "started_at": status.get("started_at") or status.get("created_at"),
+                "mtime": path.stat().st_mtime,
+            }
+        )
+    rows.sort(key=lambda r: r["mtime"], reverse=True)
+    return rows
