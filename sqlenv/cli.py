@@ -1,0 +1,398 @@
+"""`python -m sqlenv …` (also the `sqlenv` console script): datasets, an interactive episode, evaluation.
+
+    python -m sqlenv data build-builtin
+    python -m sqlenv data prepare spider --source ../shared/spider --preset spider10 --out data/spider10
+    python -m sqlenv data download spider --out ../shared/spider
+    python -m sqlenv data list
+    python -m sqlenv play --dataset builtin --split eval
+    python -m sqlenv eval --dataset builtin --split eval --policy oracle --episodes 50 --seed 0 [--json]
+
+Wherever a dataset is named, `builtin`, a name prepared under `data/` ($SQLENV_DATA_DIR) or the path of a
+prepared dataset directory works. Bad input of any kind (arguments, datasets, splits, paths) is reported as
+one line on stderr with exit code 2 — never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence, TextIO
+
+PROG = "sqlenv"
+EXIT_USAGE = 2
+
+
+class CLIError(Exception):
+    """A user error: printed as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but errors are one line (no usage block) so scripts and humans see just what is wrong."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _default_spider_source() -> str:
+    return os.environ.get("SQLENV_SPIDER_DIR", str(Path("..") / "shared" / "spider"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="SQLEnv: a sandboxed SQL-exploration environment.")
+    commands = parser.add_subparsers(dest="command", metavar="{data,play,eval}", required=True)
+
+    # data ------------------------------------------------------------------------------------------
+    data = commands.add_parser("data", help="build, prepare, download and list datasets")
+    data_cmds = data.add_subparsers(dest="data_command", metavar="{build-builtin,prepare,download,list}", required=True)
+
+    build = data_cmds.add_parser("build-builtin", help="generate the built-in offline dataset")
+    build.add_argument("--out", default=None, help="output directory (default: <data root>/builtin)")
+    build.add_argument("--seed", type=_int, default=0, help="generation seed (default 0)")
+
+    prepare = data_cmds.add_parser("prepare", help="prepare a dataset from a source corpus")
+    prepare.add_argument("source_kind", choices=["spider"], help="the corpus (only spider)")
+    prepare.add_argument("--source", default=None,
+                         help="Spider 1.0 directory (default: $SQLENV_SPIDER_DIR or ../shared/spider)")
+    group = prepare.add_mutually_exclusive_group()
+    group.add_argument("--preset", choices=["spider10"], default=None, help="a named set of databases")
+    group.add_argument("--db-ids", default=None, help="comma-separated Spider db ids, or 'all'")
+    prepare.add_argument("--out", default=None, help="output directory (default: <data root>/<preset or 'spider'>)")
+    prepare.add_argument("--seed", type=_int, default=0, help="split seed (default 0)")
+
+    download = data_cmds.add_parser("download", help="download a source corpus")
+    download.add_argument("source_kind", choices=["spider"], help="the corpus (only spider)")
+    download.add_argument("--url", default=None, help="archive URL (default: the official Spider 1.0 archive)")
+    download.add_argument("--out", required=True, help="directory to extract into")
+
+    data_cmds.add_parser("list", help="list prepared datasets")
+
+    # play ------------------------------------------------------------------------------------------
+    play = commands.add_parser("play", help="play one episode in the terminal")
+    play.add_argument("--dataset", default="builtin", help="dataset name or path (default: builtin)")
+    play.add_argument("--split", default=None, help="split (default: eval if the dataset has it, else its first)")
+    play.add_argument("--question-id", default=None, help="play this question (default: drawn from --seed)")
+    play.add_argument("--seed", type=_int, default=None, help="seed that draws the question")
+    play.add_argument("--budget", type=_positive_int, default=15, help="step budget (default 15)")
+
+    # eval ------------------------------------------------------------------------------------------
+    ev = commands.add_parser("eval", help="evaluate a baseline policy")
+    ev.add_argument("--dataset", default="builtin", help="dataset name or path (default: builtin)")
+    ev.add_argument("--split", default="eval", help="split (default: eval)")
+    ev.add_argument("--policy", choices=["oracle", "random"], default="oracle", help="policy (default: oracle)")
+    ev.add_argument("--episodes", type=_positive_int, default=50, help="number of episodes (default 50)")
+    ev.add_argument("--seed", type=_int, default=0, help="episode i plays reset(seed=seed+i) (default 0)")
+    ev.add_argument("--budget", type=_positive_int, default=15, help="step budget (default 15)")
+    ev.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    ev.add_argument("--transcripts", default=None, help="also write every episode transcript to this JSONL file")
+    return parser
+
+
+# ---------------------------------------------------------------------------------------------------
+# helpers
+
+
+def _resolve(name_or_path: str):
+    from sqlenv.datasets import resolve_dataset
+
+    try:
+        return resolve_dataset(name_or_path)
+    except ValueError as exc:  # DatasetNotFoundError is a ValueError
+        raise CLIError(_one_line(exc)) from None
+
+
+def _make_env(dataset: str, split: str | None, budget: int):
+    from sqlenv.environment import SQLEnvironment
+
+    info = _resolve(dataset)
+    splits = list(getattr(info, "splits", []) or [])
+    if split is None:
+        split = "eval" if "eval" in splits else (splits[0] if splits else "eval")
+    try:
+        questions_path = info.questions_path(split)
+    except ValueError as exc:
+        raise CLIError(_one_line(exc)) from None
+    if not Path(questions_path).exists():
+        raise CLIError(f"dataset {info.name!r} has no split {split!r} (missing {questions_path})")
+    return SQLEnvironment(questions_path=questions_path, db_dir=info.db_dir, step_budget=budget), info, split
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return " ".join(text.split())
+
+
+# ---------------------------------------------------------------------------------------------------
+# data
+
+
+def _cmd_build_builtin(args: argparse.Namespace, out: TextIO) -> int:
+    from sqlenv.builtin import build_builtin
+    from sqlenv.datasets import data_root
+
+    target = Path(args.out) if args.out else data_root() / "builtin"
+    info = build_builtin(target, seed=args.seed)
+    print(f"built-in dataset written to {info.root}", file=out)
+    _print_dataset_line(info, out)
+    return 0
+
+
+def _cmd_prepare(args: argparse.Namespace, out: TextIO) -> int:
+    from sqlenv.datasets import data_root
+    from sqlenv.spider import prepare_spider
+
+    source = Path(args.source or _default_spider_source())
+    if not source.is_dir():
+        raise CLIError(f"Spider source directory not found: {source}")
+    if not (source / "tables.json").exists():
+        raise CLIError(f"{source} does not look like Spider 1.0 (no tables.json)")
+    db_ids: Any = None
+    if args.db_ids:
+        db_ids = "all" if args.db_ids.strip().lower() == "all" else [d.strip() for d in args.db_ids.split(",") if d.strip()]
+        if not db_ids:
+            raise CLIError("--db-ids is empty")
+    if db_ids is None and args.preset is None:
+        raise CLIError("say which databases: --preset spider10 or --db-ids a,b,... (or 'all')")
+    target = Path(args.out) if args.out else data_root() / (args.preset or "spider")
+    try:
+        info = prepare_spider(source, target, db_ids=db_ids, preset=args.preset, seed=args.seed)
+    except (ValueError, FileNotFoundError, KeyError) as exc:
+        raise CLIError(_one_line(exc)) from None
+    print(f"prepared {info.name!r} in {info.root}", file=out)
+    _print_dataset_line(info, out)
+    return 0
+
+
+def _cmd_download(args: argparse.Namespace, out: TextIO) -> int:
+    from sqlenv.spider import download_spider
+
+    kwargs = {"url": args.url} if args.url else {}
+    try:
+        path = download_spider(out=Path(args.out), **kwargs)
+    except ValueError as exc:
+        raise CLIError(_one_line(exc)) from None
+    print(f"Spider extracted to {path}", file=out)
+    return 0
+
+
+def _dataset_meta(root: Path) -> dict:
+    try:
+        return json.loads((Path(root) / "dataset.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _print_dataset_line(info: Any, out: TextIO) -> None:
+    meta = _dataset_meta(info.root)
+    counts = meta.get("counts") or {}
+    splits = list(getattr(info, "splits", None) or meta.get("splits") or [])
+    split_text = ", ".join(f"{s} {counts[s]}" if s in counts else s for s in splits)
+    source = meta.get("source", "")
+    print(f"  {info.name:<16} {source:<10} {split_text:<44} {info.root}", file=out)
+
+
+def _cmd_list(args: argparse.Namespace, out: TextIO) -> int:
+    from sqlenv.datasets import data_root, list_datasets
+
+    infos = list_datasets()
+    print(f"datasets under {data_root()}:", file=out)
+    names = set()
+    for info in infos:
+        names.add(info.name)
+        _print_dataset_line(info, out)
+    if "builtin" not in names:
+        print("  builtin          (built on first use, or: python -m sqlenv data build-builtin)", file=out)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------
+# play
+
+PLAY_HELP = """\
+Type one action per line:
+  DESCRIBE <table>     columns, keys and row count
+  SAMPLE <table>       the first rows
+  QUERY <sql>          one read-only SELECT
+  ANSWER <value>       ends the episode (lists: a, b, c; tables: one 'a | b' row per line as a JSON list)
+  help                 this text;  quit   give up and see the gold answer"""
+
+
+def _format_layers(layers: Any) -> str:
+    data = layers.to_dict() if hasattr(layers, "to_dict") else dict(layers)
+    return ", ".join(f"{k} {data.get(k, 0.0):+.3f}" for k in ("operational", "progress", "terminal"))
+
+
+def _cmd_play(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
+    from sqlenv.types import SQLAction
+
+    env, info, split = _make_env(args.dataset, args.split, args.budget)
+    if args.question_id is not None:
+        known = {q.question_id for q in env.questions}
+        if args.question_id not in known:
+            raise CLIError(f"no question {args.question_id!r} in {info.name}/{split} ({len(known)} questions)")
+        obs = env.reset(question_id=args.question_id)
+    else:
+        obs = env.reset(seed=args.seed)
+    q = env.question
+    interactive = inp.isatty()
+    print(f"dataset {info.name} / {split} · question {q.question_id} · database {q.database_name} · "
+          f"difficulty {q.difficulty} · answer type {q.answer_type}", file=out)
+    print(f"\nQuestion: {obs.question}\n\n{obs.schema_info}\n", file=out)
+    print(f"Budget: {obs.budget_remaining} steps.  Type 'help' for the actions.", file=out)
+
+    while not obs.done:
+        if interactive:
+            out.write("> ")
+            out.flush()
+        line = inp.readline()
+        if not line:  # end of input
+            print("\n(end of input)", file=out)
+            break
+        line = line.strip()
+        if not line:
+            continue
+        word, _, rest = line.partition(" ")
+        if word.lower() in {"quit", "exit", "q"}:
+            break
+        if word.lower() in {"help", "?"}:
+            print(PLAY_HELP, file=out)
+            continue
+        if word.lower() == "schema":
+            print(obs.schema_info, file=out)
+            continue
+        if not interactive:
+            print(f"> {line}", file=out)
+        obs = env.step(SQLAction(word, rest.strip()))
+        if obs.error:
+            print(f"error: {obs.error}", file=out)
+        if obs.result:
+            print(obs.result, file=out)
+        print(f"[reward {obs.reward:+.3f} ({_format_layers(obs.reward_layers)}) · "
+              f"step {obs.step_count} · budget left {obs.budget_remaining}]", file=out)
+
+    transcript = env.transcript()
+    print("\n=== episode over ===", file=out)
+    print(f"outcome: {transcript.get('outcome')}  ·  total reward {float(transcript.get('total_reward', 0.0)):.3f}", file=out)
+    breakdown = transcript.get("reward_breakdown") or {}
+    if breakdown:
+        print("breakdown: " + ", ".join(f"{k} {float(v):.3f}" for k, v in breakdown.items()), file=out)
+    from sqlenv.verifier import format_answer
+
+    print(f"gold SQL: {q.gold_sql}", file=out)
+    print(f"gold answer: {format_answer(q.gold_answer, q.answer_type)}", file=out)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------
+# eval
+
+
+def _cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
+    from sqlenv.evaluation import evaluate
+    from sqlenv.policies import OraclePolicy, RandomPolicy
+
+    env, info, split = _make_env(args.dataset, args.split, args.budget)
+    policy = OraclePolicy() if args.policy == "oracle" else RandomPolicy(seed=args.seed)
+    progress = None
+    if not args.json and sys.stderr.isatty():
+        def progress(done: int, total: int, _t: dict) -> None:
+            sys.stderr.write(f"\r{done}/{total} episodes")
+            sys.stderr.flush()
+            if done == total:
+                sys.stderr.write("\n")
+    result = evaluate(env, policy, n_episodes=args.episodes, seed=args.seed, progress_callback=progress)
+    if args.transcripts:
+        path = Path(args.transcripts)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", encoding="utf-8") as fh:
+            for ep in result.episodes:
+                fh.write(json.dumps(ep, default=str) + "\n")
+    summary = result.to_dict(include_episodes=False)
+    summary.update({"dataset": info.name, "split": split, "step_budget": args.budget})
+    if args.json:
+        print(json.dumps(summary), file=out)
+        return 0
+    print(f"dataset {info.name} · split {split} · policy {result.policy} · {result.n_episodes} episodes · "
+          f"seed {args.seed} · budget {args.budget}", file=out)
+    rows = [
+        ("success rate", f"{result.success_rate:.1%}"),
+        ("avg reward", f"{result.avg_reward:.3f}"),
+        ("avg steps", f"{result.avg_steps:.2f}"),
+        ("outcomes", ", ".join(f"{k} {v}" for k, v in sorted(result.outcomes().items()))),
+    ]
+    for label, value in rows:
+        print(f"  {label:<13} {value}", file=out)
+    by_diff: dict[str, list[bool]] = {}
+    for ep in result.episodes:
+        by_diff.setdefault(str(ep.get("difficulty")), []).append(bool(ep.get("correct")))
+    order = ["easy", "medium", "hard", "extra"]
+    parts = [f"{d} {sum(v)}/{len(v)}" for d, v in sorted(by_diff.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else 9, kv[0]))]
+    print(f"  {'by difficulty':<13} {', '.join(parts)}", file=out)
+    if result.n_errors:
+        first = next(ep for ep in result.episodes if ep.get("outcome") == "error")
+        print(f"  {'errors':<13} {result.n_errors} (first: {first.get('error')})", file=out)
+    if args.transcripts:
+        print(f"  transcripts   {args.transcripts}", file=out)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+    """Run the CLI; returns the exit code (0 ok, 1 failure, 2 bad input)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    out = stdout or sys.stdout
+    inp = stdin or sys.stdin
+    try:
+        if args.command == "data":
+            handler = {
+                "build-builtin": _cmd_build_builtin,
+                "prepare": _cmd_prepare,
+                "download": _cmd_download,
+                "list": _cmd_list,
+            }[args.data_command]
+            return handler(args, out)
+        if args.command == "play":
+            return _cmd_play(args, out, inp)
+        if args.command == "eval":
+            return _cmd_eval(args, out)
+    except CLIError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # noqa: BLE001 - one line, never a traceback; SQLENV_DEBUG=1 shows it
+        if os.environ.get("SQLENV_DEBUG"):
+            raise
+        print(f"{PROG}: error: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    parser.error(f"unknown command {args.command!r}")
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
