@@ -1,0 +1,366 @@
+"""`SQLEnvironment`: the episode loop (gymnasium-like `reset` / `step` / `state`).
+
+An episode is one question about one SQLite database. The agent sees the question and the table names and
+acts with DESCRIBE, SAMPLE, QUERY and ANSWER under a step budget. `step()` never raises: every bad action
+becomes an error observation. SQL safety lives in `sqlenv.sandbox`, reward constants in `sqlenv.rewards`,
+answer checking in `sqlenv.verifier`, and the episode record in `sqlenv.transcript`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Iterable
+
+from sqlenv.rewards import GoldProfile, RewardConfig, progress_score
+from sqlenv.sandbox import (Sandbox, SandboxError, SandboxSettings, _clean_for_display, cut_text,
+                            has_top_level_order_by, normalize_sql)
+from sqlenv.transcript import make_step
+from sqlenv.types import (ACTION_TYPES, EpisodeState, Question, RewardBreakdown, RewardLayers, SQLAction,
+                          SQLObservation)
+from sqlenv.verifier import verify_answer
+
+_ARGUMENT_HELP = {
+    "DESCRIBE": "DESCRIBE needs a table name, e.g. DESCRIBE {table}.",
+    "SAMPLE": "SAMPLE needs a table name, e.g. SAMPLE {table}.",
+    "QUERY": "QUERY needs one SELECT statement, e.g. QUERY SELECT count(*) FROM {table}.",
+    "ANSWER": "ANSWER needs the answer value, e.g. ANSWER 42.",
+}
+_GOLD_CACHE_SIZE = 512  # gold profiles kept per environment (a profile is a value set of ≤ max_scoring_rows rows)
+
+
+def load_question_file(path: str | Path) -> list[Question]:
+    """Questions from a `questions_<split>.json` file (a JSON list of Question dicts)."""
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: expected a JSON list of questions")
+    return [Question.from_dict(d) for d in data]
+
+
+class SQLEnvironment:
+    """The SQL-exploration environment.
+
+    Args:
+        questions_path: a `questions_<split>.json` file (or an iterable of `Question`s / dicts).
+        db_dir: folder holding `<db_id>/<db_id>.sqlite` files.
+        step_budget: steps per episode (default 15); running out ends the episode with terminal reward 0.
+        reward_config: reward constants (default `RewardConfig()`).
+        sandbox: sandbox limits (`SandboxSettings`, default `SandboxSettings()`).
+        seed: seeds the question sampler used by `reset()` without a seed.
+    """
+
+    def __init__(self, questions_path: str | Path | Iterable, db_dir: str | Path, step_budget: int = 15,
+                 reward_config: RewardConfig | None = None, sandbox: SandboxSettings | None = None,
+                 seed: int | None = None):
+        if isinstance(questions_path, (str, Path)):
+            self.questions_path: Path | None = Path(questions_path)
+            self.questions: list[Question] = load_question_file(questions_path)
+        else:
+            self.questions_path = None
+            self.questions = [q if isinstance(q, Question) else Question.from_dict(q) for q in questions_path]
+        if not self.questions:
+            raise ValueError(f"no questions in {questions_path}")
+        if int(step_budget) < 1:
+            raise ValueError(f"step_budget must be at least 1, got {step_budget}")
+        self.db_dir = Path(db_dir)
+        self.step_budget = int(step_budget)
+        self.reward_config = reward_config or RewardConfig()
+        self.sandbox_settings = sandbox if isinstance(sandbox, SandboxSettings) else SandboxSettings()
+        self.sandbox = sandbox if isinstance(sandbox, Sandbox) else Sandbox(self.db_dir, self.sandbox_settings)
+        if isinstance(sandbox, Sandbox):
+            self.sandbox_settings = sandbox.settings
+        self._by_id = {q.question_id: i for i, q in enumerate(self.questions)}
+        self._rng = random.Random(seed)
+        self._gold_cache: OrderedDict[str, GoldProfile | None] = OrderedDict()
+
+        self.question: Question | None = None
+        self.state = EpisodeState()
+        self.reward_breakdown = RewardBreakdown()
+        self.last_observation: SQLObservation | None = None
+        self._clear_episode()
+
+    # ------------------------------------------------------------------------------------------ factory
+    @classmethod
+    def from_dataset(cls, name_or_path: str | Path = "builtin", split: str = "train", data_root=None,
+                     **kwargs) -> "SQLEnvironment":
+        """An environment over a prepared dataset: "builtin", a name prepared under `data/`, or a path."""
+        from sqlenv.datasets import resolve_dataset  # lazy: datasets may build the builtin data on first use
+
+        info = resolve_dataset(name_or_path, data_root=data_root)
+        env = cls(info.questions_path(split), info.db_dir, **kwargs)
+        env.dataset = info
+        return env
+
+    # ------------------------------------------------------------------------------------------ episode
+    def _clear_episode(self) -> None:
+        self._seen_actions: set = set()
+        self._seen_results: set = set()
+        self._described: list[str] = []
+        self._sampled: set[str] = set()
+        self._columns: dict[str, str] = {}
+        self._history: list[str] = []
+        self._steps: list[dict] = []
+        self._best_progress = 0.0
+        self._answer: str | None = None
+        self._correct = False
+        self._outcome = "unfinished"
+        self._tables: list[str] = []
+        self._gold: GoldProfile | None = None
+        self._gold_ordered = False
+        self._seed: int | None = None
+
+    def reset(self, seed: int | None = None, question_id: str | None = None) -> SQLObservation:
+        """Start an episode: on `question_id`, or a question drawn with `seed` (same seed → same question)."""
+        if question_id is not None:
+            if question_id not in self._by_id:
+                some = ", ".join(list(self._by_id)[:5])
+                raise ValueError(f"unknown question_id {question_id!r} (e.g. {some}; {len(self._by_id)} in all)")
+            index = self._by_id[question_id]
+            if seed is not None:
+                self._rng = random.Random(seed)
+        else:
+            if seed is not None:
+                self._rng = random.Random(seed)
+            index = self._rng.randrange(len(self.questions))
+        question = self.questions[index]
+        try:
+            tables = self.sandbox.table_names(question.database_name)
+        except SandboxError as err:
+            raise ValueError(f"question {question.question_id}: {err}") from None
+
+        self._clear_episode()
+        self._seed = seed
+        self.question = question
+        self._tables = tables
+        self._gold = self._gold_profile(question)
+        self._gold_ordered = has_top_level_order_by(question.gold_sql)
+        self.state = EpisodeState(episode_id=uuid.uuid4().hex[:12], step_count=0,
+                                  question_id=question.question_id, done=False)
+        self.reward_breakdown = RewardBreakdown()
+        self.last_observation = self._observation(result="", error="", reward=RewardLayers())
+        return self.last_observation
+
+    def _gold_profile(self, question: Question) -> GoldProfile | None:
+        """Summary of the gold result for progress scoring: the gold SQL run once through the sandbox."""
+        key = question.question_id
+        if key in self._gold_cache:
+            self._gold_cache.move_to_end(key)
+            return self._gold_cache[key]
+        try:
+            result = self.sandbox.execute(question.database_name, question.gold_sql)
+            profile = GoldProfile.from_rows(result.rows, result.n_rows, self.reward_config.max_numbers)
+        except SandboxError:
+            profile = None  # no progress signal for this question, the episode still works
+        self._gold_cache[key] = profile
+        while len(self._gold_cache) > _GOLD_CACHE_SIZE:
+            self._gold_cache.popitem(last=False)
+        return profile
+
+    # --------------------------------------------------------------------------------------------- step
+    def step(self, action: SQLAction | Any) -> SQLObservation:
+        """Apply one action and return the observation. Never raises."""
+        try:
+            return self._step(action)
+        except Exception as err:  # a bug must not kill a training run: report it as an error observation
+            return self._fail(f"Internal error while running the action: {type(err).__name__}: "
+                              f"{_clean_for_display(str(err), 200)}")
+
+    def _fail(self, message: str) -> SQLObservation:
+        """An error observation that changes nothing (no episode, or the episode is over)."""
+        base = self.last_observation
+        if base is None:
+            return SQLObservation(question="", schema_info="", error=message, budget_remaining=0, done=True)
+        obs = SQLObservation(question=base.question, schema_info=base.schema_info, result="", error=message,
+                             step_count=base.step_count, budget_remaining=base.budget_remaining,
+                             action_history=list(base.action_history), done=base.done, reward=0.0,
+                             reward_layers=RewardLayers())
+        return obs
+
+    def _step(self, action: Any) -> SQLObservation:
+        if self.question is None:
+            return self._fail("No episode is running: call reset() first.")
+        if self.state.done:
+            return self._fail("The episode is over: call reset() to start a new one.")
+
+        action_type, argument = _unpack(action)
+        kind = action_type.strip().upper()
+        arg = argument.strip()
+        cfg = self.reward_config
+        self.state.step_count += 1
+
+        result, error, new_info, progress, terminal = "", "", False, 0.0, 0.0
+        repeat_key = (kind, self._normalize_argument(kind, arg))
+        repeat = repeat_key in self._seen_actions
+        self._seen_actions.add(repeat_key)
+        summary = ""
+
+        if kind not in ACTION_TYPES:
+            error = (f"Unknown action type {_clean_for_display(action_type, 40)!r}. "
+                     f"Use one of: {', '.join(ACTION_TYPES)}.")
+        elif not arg:
+            error = _ARGUMENT_HELP[kind].format(table=self._tables[0] if self._tables else "t")
+        elif kind in ("DESCRIBE", "SAMPLE"):
+            try:
+                info = self.sandbox.find_table(self.question.database_name, arg)
+                if kind == "DESCRIBE":
+                    result = self.sandbox.describe(self.question.database_name, info.name)
+                    new_info = info.name not in self._described
+                    if new_info:
+                        self._described.append(info.name)
+                        self._columns[info.name] = ", ".join(
+                            " ".join([c, t or "ANY"] + (["PK"] if pk else [])
+                                     + ([f"-> {info.foreign_keys[c]}"] if c in info.foreign_keys else []))
+                            for c, t, pk in info.columns)
+                    summary = f"{len(info.columns)} columns"
+                else:
+                    result = self.sandbox.sample(self.question.database_name, info.name)
+                    new_info = info.name not in self._sampled
+                    self._sampled.add(info.name)
+                    summary = "sampled"
+            except SandboxError as err:
+                error = str(err)
+        elif kind == "QUERY":
+            try:
+                res = self.sandbox.execute(self.question.database_name, arg)
+                result = self.sandbox.render(res)
+                key = (tuple(res.columns), res.n_rows, hash(tuple(res.rows)))
+                new_info = key not in self._seen_results
+                self._seen_results.add(key)
+                if self._gold is not None:
+                    score = progress_score(res.rows, res.n_rows, self._gold, cfg)
+                    before = self._best_progress
+                    self._best_progress = max(before, score)
+                    progress = cfg.shaping(before, self._best_progress)
+                summary = f"{res.n_rows} row{'s' if res.n_rows != 1 else ''}"
+            except SandboxError as err:
+                error = str(err)
+        else:  # ANSWER
+            q = self.question
+            self._answer = argument
+            self._correct = verify_answer(argument, q.gold_answer, q.answer_type, ordered=self._gold_ordered)
+            terminal = cfg.correct_answer if self._correct else 0.0
+            self._outcome = "correct" if self._correct else "wrong_answer"
+            self.state.done = True
+            result = "Answer submitted: correct." if self._correct else "Answer submitted: incorrect."
+            summary = "correct" if self._correct else "incorrect"
+
+        ok = not error
+        operational, progress = cfg.clip_dense(cfg.operational(ok=ok, new_info=new_info, repeat=repeat), progress)
+        if not self.state.done and self.state.step_count >= self.step_budget:
+            self.state.done = True
+            self._outcome = "budget_exhausted"
+            result = (result + "\n" if result else "") + "Step budget exhausted: the episode is over."
+        layers = RewardLayers(operational=operational, progress=progress, terminal=terminal)
+        self.reward_breakdown.operational += operational
+        self.reward_breakdown.progress += progress
+        self.reward_breakdown.correctness += 1.0 if self._correct and kind == "ANSWER" else 0.0
+
+        limit = self.sandbox_settings.max_observation_chars
+        error = cut_text(error, limit)
+        result = cut_text(result, limit)
+        shown_arg = _clean_for_display(arg, 60) if kind in ACTION_TYPES else _clean_for_display(argument, 30)
+        shown_kind = kind if kind in ACTION_TYPES else _clean_for_display(action_type, 20) or "''"
+        self._history.append(f"{self.state.step_count}. {shown_kind} {shown_arg} -> "
+                             f"{'error' if error else summary or 'ok'}")
+        obs = self._observation(result=result, error=error, reward=layers)
+        self._steps.append(make_step(self.state.step_count, shown_kind if kind not in ACTION_TYPES else kind,
+                                     _clean_for_display(argument, 10_000) if len(argument) > 10_000
+                                     else argument.encode("utf-8", "replace").decode("utf-8"),
+                                     result, error, layers.total, layers.to_dict(), obs.budget_remaining,
+                                     self.state.done))
+        self.last_observation = obs
+        return obs
+
+    def _normalize_argument(self, kind: str, arg: str) -> str:
+        if kind == "QUERY":
+            return normalize_sql(arg)
+        if kind in ("DESCRIBE", "SAMPLE"):
+            return arg.strip().strip(";").strip().strip('"`[]\'').strip().lower()
+        return " ".join(arg.split()).lower()[:10_000]
+
+    # ------------------------------------------------------------------------------------- observations
+    @property
+    def schema_info(self) -> str:
+        """Table names, plus the columns of every DESCRIBEd table (compact, one line per table)."""
+        lines = ["Tables: " + ", ".join(self._tables)]
+        for name in self._described:
+            lines.append(f"{name}({self._columns[name]})")
+        return "\n".join(lines)
+
+    def _observation(self, result: str, error: str, reward: RewardLayers) -> SQLObservation:
+        assert self.question is not None
+        return SQLObservation(
+            question=self.question.question_text,
+            schema_info=self.schema_info,
+            result=result,
+            error=error,
+            step_count=self.state.step_count,
+            budget_remaining=max(0, self.step_budget - self.state.step_count),
+            action_history=list(self._history),
+            done=self.state.done,
+            reward=reward.total,
+            reward_layers=reward,
+        )
+
+    @property
+    def tables(self) -> list[str]:
+        """Table names of the current episode's database."""
+        return list(self._tables)
+
+    @property
+    def best_progress(self) -> float:
+        """Best progress score reached by a QUERY in this episode (0..1)."""
+        return self._best_progress
+
+    # --------------------------------------------------------------------------------------- transcript
+    def transcript(self, policy: str | None = None) -> dict[str, Any]:
+        """The current episode in the shared transcript format (see `sqlenv.transcript`)."""
+        q = self.question
+        rb = self.reward_breakdown
+        return {
+            "question_id": q.question_id if q else None,
+            "question": q.question_text if q else None,
+            "database": q.database_name if q else None,
+            "difficulty": q.difficulty if q else None,
+            "answer_type": q.answer_type if q else None,
+            "gold_sql": q.gold_sql if q else None,
+            "gold_answer": q.gold_answer if q else None,
+            "policy": policy,
+            "seed": self._seed,
+            "steps": [dict(s, layers=dict(s["layers"])) for s in self._steps],
+            "answer": self._answer,
+            "correct": bool(self._correct),
+            "outcome": self._outcome,
+            "total_reward": rb.total,
+            "reward_breakdown": rb.to_dict(),
+            "n_steps": len(self._steps),
+        }
+
+    def close(self) -> None:
+        """Close the database connections."""
+        self.sandbox.close()
+
+    def __enter__(self) -> "SQLEnvironment":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _unpack(action: Any) -> tuple[str, str]:
+    """(action_type, argument) as strings from an SQLAction, a dict or a 2-tuple; anything else → ("", "")."""
+    if isinstance(action, SQLAction) or (hasattr(action, "action_type") and hasattr(action, "argument")):
+        action_type, argument = action.action_type, action.argument
+    elif isinstance(action, dict):
+        action_type, argument = action.get("action_type", ""), action.get("argument", "")
+    elif isinstance(action, (tuple, list)) and len(action) == 2:
+        action_type, argument = action
+    else:
+        return "", ""
+    action_type = "" if action_type is None else str(action_type)
+    argument = "" if argument is None else str(argument)
+    return action_type, argument

@@ -1,0 +1,497 @@
+"""The read-only SQL sandbox: every line of SQL safety in SQLEnv lives in this module.
+
+Model-written SQL runs here, so the executor is defensive in depth (Datasette-style named limits):
+
+1. Text checks before SQLite sees anything: length cap, no NUL bytes, exactly one statement (sqlglot's
+   tokenizer and `sqlite3.complete_statement`), and it must be a SELECT or WITH ... SELECT.
+2. The database is opened through a `file:...?mode=ro` URI with `PRAGMA query_only=1`.
+3. An authorizer callback allows only reads, functions and recursive CTEs (no ATTACH, PRAGMA, writes).
+4. A progress handler aborts any statement that runs past `timeout_s`.
+5. Rows are fetched in batches and at most `max_scoring_rows` are held; values and texts are cut.
+
+Database names come from question files, so they are validated and resolved to stay inside `db_dir`.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sqlite3
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+from sqlglot.tokens import TokenType
+
+
+@dataclass
+class SandboxSettings:
+    """Limits of the SQL sandbox. Every number that bounds time, memory or text is named here.
+
+    Args:
+        timeout_s: Wall-clock seconds one statement may run before it is interrupted (default 5.0).
+            Checked by SQLite's progress handler, so runaway recursive CTEs and huge cross joins stop.
+        progress_interval: SQLite virtual-machine instructions between two time checks (default 1000).
+            Smaller reacts faster to the deadline; larger costs less per query.
+        max_display_rows: Result rows shown in a QUERY observation (default 20); the rest are counted as
+            "(N more rows)".
+        sample_rows: Rows shown by SAMPLE (default 5).
+        max_scoring_rows: Most result rows held in memory for progress scoring and display (default 10_000).
+            Rows past this are counted (while the time limit allows) but not kept.
+        count_rows_past_cap: Keep counting rows beyond `max_scoring_rows` so "(N more rows)" is exact
+            (default True). Counting holds no rows; the time limit still applies.
+        fetch_batch_rows: Rows fetched per `fetchmany` call (default 256).
+        max_observation_chars: Longest observation text (default 2000); longer text is cut with a marker.
+        max_cell_chars: Longest single value shown in a result cell (default 80).
+        max_sql_chars: Longest SQL text accepted (default 20_000); longer arguments get an error.
+        max_value_bytes: SQLite's SQLITE_LIMIT_LENGTH for the connection (default 1_000_000): no string or
+            blob built by a query (e.g. `zeroblob`, `group_concat`) may exceed it.
+        max_open_databases: Connections kept open per sandbox (default 8, least recently used closed).
+    """
+
+    timeout_s: float = 5.0
+    progress_interval: int = 1000
+    max_display_rows: int = 20
+    sample_rows: int = 5
+    max_scoring_rows: int = 10_000
+    count_rows_past_cap: bool = True
+    fetch_batch_rows: int = 256
+    max_observation_chars: int = 2000
+    max_cell_chars: int = 80
+    max_sql_chars: int = 20_000
+    max_value_bytes: int = 1_000_000
+    max_open_databases: int = 8
+
+
+TRUNCATION_MARKER = " …[truncated]"
+
+_DB_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
+
+# Keywords that never belong in a read-only query (checked on tokens, so names inside strings are fine).
+_FORBIDDEN_TOKENS = {
+    TokenType.INSERT: "INSERT",
+    TokenType.UPDATE: "UPDATE",
+    TokenType.DELETE: "DELETE",
+    TokenType.CREATE: "CREATE",
+    TokenType.DROP: "DROP",
+    TokenType.ALTER: "ALTER",
+    TokenType.PRAGMA: "PRAGMA",
+    TokenType.ATTACH: "ATTACH",
+    TokenType.DETACH: "DETACH",
+}
+_FORBIDDEN_WORDS = {"ATTACH", "DETACH", "VACUUM", "REINDEX", "ANALYZE", "BEGIN", "COMMIT", "ROLLBACK",
+                    "SAVEPOINT", "RELEASE", "REPLACE", "INSERT", "UPDATE", "DELETE", "PRAGMA"}
+
+# Authorizer: what a user query may do. PRAGMA appears only through read-only table-valued functions.
+_ALLOWED_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
+                    getattr(sqlite3, "SQLITE_RECURSIVE", 33)}
+_READ_PRAGMAS = {"table_info", "table_xinfo", "foreign_key_list", "index_list", "index_info", "index_xinfo"}
+_DENIED_FUNCTIONS = {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer"}
+
+
+class SandboxError(Exception):
+    """A query the sandbox refuses or that failed; its message is shown to the agent."""
+
+
+@dataclass
+class QueryResult:
+    """A statement's result: column names, the kept rows (≤ max_scoring_rows) and the total row count."""
+
+    columns: list[str]
+    rows: list[tuple]
+    n_rows: int
+    truncated: bool = False  # rows were dropped past max_scoring_rows (n_rows may be a lower bound)
+    elapsed_s: float = 0.0
+
+
+@dataclass
+class TableInfo:
+    """Schema of one table: `columns` as (name, type, is_pk) and `foreign_keys` as col -> 'table.col'."""
+
+    name: str
+    columns: list[tuple[str, str, bool]]
+    foreign_keys: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SQLCheck:
+    """The cached verdict of the text checks on one SQL string."""
+
+    error: str | None
+    normalized: str
+    ordered: bool = False
+
+
+# ----------------------------------------------------------------------------------------- SQL text checks
+
+def _clean_for_display(text: str, limit: int = 200) -> str:
+    """A printable, valid-UTF-8 one-line excerpt of any argument (NULs and lone surrogates replaced)."""
+    text = text.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\\0")
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _fallback_normal_form(sql: str) -> str:
+    return " ".join(sql.strip().rstrip(";").split()).lower()
+
+
+@functools.lru_cache(maxsize=8192)
+def check_sql(sql: str, max_sql_chars: int = 20_000) -> SQLCheck:
+    """Check that `sql` is exactly one read-only SELECT / WITH ... SELECT statement (cached per string).
+
+    Returns an `SQLCheck` with `error` set to a message for the agent when it is refused, the sqlglot
+    normal form of the statement (used to spot repeated queries) and whether it has a top-level ORDER BY.
+    """
+    if not sql or not sql.strip():
+        return SQLCheck("Empty SQL: give one SELECT statement.", "")
+    if len(sql) > max_sql_chars:
+        return SQLCheck(f"SQL too long ({len(sql)} characters, limit {max_sql_chars}).", "")
+    if "\x00" in sql:
+        return SQLCheck("SQL contains a NUL byte.", "")
+    try:
+        sql.encode("utf-8")
+    except UnicodeEncodeError:
+        return SQLCheck("SQL is not valid UTF-8 text.", "")
+    try:
+        tokens = sqlglot.tokenize(sql, read="sqlite")
+    except Exception as err:  # sqlglot raises TokenError on unterminated strings etc.
+        return SQLCheck(f"SQL syntax error: {_clean_for_display(str(err), 160)}", _fallback_normal_form(sql))
+    statements: list[list] = [[]]
+    for token in tokens:
+        if token.token_type == TokenType.SEMICOLON:
+            statements.append([])
+        else:
+            statements[-1].append(token)
+    statements = [s for s in statements if s]
+    if not statements:
+        return SQLCheck("Empty SQL: give one SELECT statement.", "")
+    if len(statements) > 1:
+        return SQLCheck("Only one SQL statement is allowed per QUERY.", _fallback_normal_form(sql))
+    first = statements[0][0]
+    if first.token_type not in (TokenType.SELECT, TokenType.WITH):
+        word = first.text.upper()[:20]
+        return SQLCheck(f"Only read-only SELECT (or WITH ... SELECT) queries are allowed, not {word}.",
+                        _fallback_normal_form(sql))
+    for token in statements[0]:
+        bad = _FORBIDDEN_TOKENS.get(token.token_type)
+        if bad is None and token.token_type == TokenType.VAR and token.text.upper() in _FORBIDDEN_WORDS:
+            bad = token.text.upper()
+        if bad is not None and token.token_type != TokenType.STRING:
+            return SQLCheck(f"Only read-only SELECT queries are allowed ({bad} is not).", _fallback_normal_form(sql))
+    # SQLite's own view of completeness: catches unterminated strings / comments the tokenizer tolerated.
+    if not sqlite3.complete_statement(sql.rstrip().rstrip(";") + "\n;"):
+        return SQLCheck("Incomplete SQL statement (unterminated string, comment or parenthesis?).",
+                        _fallback_normal_form(sql))
+    normalized, ordered = _fallback_normal_form(sql), False
+    try:
+        tree = sqlglot.parse_one(sql, read="sqlite")
+    except (SqlglotError, RecursionError, ValueError):
+        tree = None  # sqlglot can't parse some valid SQLite; SQLite itself will judge it
+    if tree is not None:
+        if not isinstance(tree, (exp.Select, exp.SetOperation, exp.Subquery)):
+            return SQLCheck(f"Only read-only SELECT queries are allowed, not {tree.key.upper()}.", normalized)
+        try:
+            normalized = tree.sql(dialect="sqlite", normalize=True, comments=False)
+        except Exception:
+            pass
+        ordered = bool(tree.args.get("order"))
+    return SQLCheck(None, normalized, ordered)
+
+
+def normalize_sql(sql: str) -> str:
+    """The sqlglot normal form of `sql` (case and whitespace normalised); used to detect repeated queries."""
+    return check_sql(sql).normalized or _fallback_normal_form(sql)
+
+
+def has_top_level_order_by(sql: str) -> bool:
+    """Whether a query's result order is meaningful (a top-level ORDER BY)."""
+    return check_sql(sql).ordered if sql else False
+
+
+# ------------------------------------------------------------------------------------------- path checks
+
+def resolve_database_path(db_dir: str | Path, name: str) -> Path:
+    """The SQLite file of database `name` inside `db_dir` (`<db_dir>/<name>/<name>.sqlite`, or a flat
+    `<db_dir>/<name>.sqlite`). Names with path separators, '..' or odd characters are refused, and the
+    resolved path must stay inside `db_dir` (symlinks included)."""
+    if not isinstance(name, str) or not _DB_NAME_RE.match(name) or ".." in name:
+        raise SandboxError(f"Invalid database name {_clean_for_display(str(name), 60)!r}.")
+    root = Path(db_dir).resolve()
+    for candidate in (root / name / f"{name}.sqlite", root / f"{name}.sqlite"):
+        resolved = candidate.resolve()
+        if not resolved.is_relative_to(root):
+            raise SandboxError(f"Database {name!r} resolves outside the database folder.")
+        if resolved.is_file():
+            return resolved
+    raise SandboxError(f"Database {name!r} not found in {root}.")
+
+
+# ------------------------------------------------------------------------------------------- formatting
+
+def format_value(value: Any, max_chars: int = 80) -> str:
+    """One result cell as text: NULL for None, floats without noise, long values cut."""
+    if value is None:
+        text = "NULL"
+    elif isinstance(value, float):
+        text = repr(round(value, 6)) if abs(value) < 1e15 else repr(value)
+        if text.endswith(".0"):
+            text = text[:-2]
+    elif isinstance(value, bytes):
+        text = f"<blob {len(value)} bytes>"
+    else:
+        text = str(value)
+    if "\n" in text or "\r" in text or "\x00" in text:
+        text = text.replace("\r", " ").replace("\n", " ").replace("\x00", "\\0")
+    if len(text) > max_chars:
+        text = text[: max_chars - 1] + "…"
+    return text
+
+
+def format_rows(columns: list[str], rows: list[tuple], n_total: int, max_rows: int, max_cell_chars: int = 80,
+                approximate: bool = False) -> str:
+    """A compact text table: header `a | b`, one line per row, then "(N more rows)" when cut."""
+    lines = [" | ".join(columns)]
+    for row in rows[:max_rows]:
+        lines.append(" | ".join(format_value(v, max_cell_chars) for v in row))
+    shown = min(len(rows), max_rows)
+    if n_total > shown:
+        more = n_total - shown
+        lines.append(f"({more}{'+' if approximate else ''} more rows)")
+    if n_total == 0:
+        lines.append("(0 rows)")
+    return "\n".join(lines)
+
+
+def cut_text(text: str, max_chars: int) -> str:
+    """`text` cut to `max_chars` characters, ending with a visible marker when it was cut."""
+    if len(text) <= max_chars:
+        return text
+    return text[: max(0, max_chars - len(TRUNCATION_MARKER))] + TRUNCATION_MARKER
+
+
+# --------------------------------------------------------------------------------------------- executor
+
+def _authorizer(action: int, arg1: Any, arg2: Any, db_name: Any, source: Any) -> int:
+    if action in _ALLOWED_ACTIONS:
+        if action == sqlite3.SQLITE_FUNCTION and isinstance(arg2, str) and arg2.lower() in _DENIED_FUNCTIONS:
+            return sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_PRAGMA and isinstance(arg1, str) and arg1.lower() in _READ_PRAGMAS \
+            and arg2 is not None:
+        return sqlite3.SQLITE_OK  # only table-valued, argument-taking read pragmas (pragma_table_info(...))
+    return sqlite3.SQLITE_DENY
+
+
+class _Database:
+    """One read-only connection plus its schema, owned by one `Sandbox`."""
+
+    def __init__(self, path: Path, settings: SandboxSettings):
+        self.path = path
+        self.settings = settings
+        uri = path.as_uri() + "?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+        try:
+            conn.execute("PRAGMA query_only = 1")
+            conn.text_factory = lambda b: b.decode("utf-8", "replace")
+            self.tables: dict[str, TableInfo] = self._read_schema(conn)
+            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, settings.max_value_bytes)
+            conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+            conn.set_authorizer(_authorizer)
+        except Exception:
+            conn.close()
+            raise
+        self.conn = conn
+        self.deadline = float("inf")
+        conn.set_progress_handler(self._on_progress, max(1, settings.progress_interval))
+        self.row_counts: dict[str, int] = {}
+
+    def _on_progress(self) -> int:
+        return 1 if time.monotonic() > self.deadline else 0  # non-zero interrupts the statement
+
+    @staticmethod
+    def _read_schema(conn: sqlite3.Connection) -> dict[str, TableInfo]:
+        # Schema introspection runs before the authorizer is installed (it needs PRAGMAs).
+        names = [r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type IN ('table','view') AND name NOT LIKE 'sqlite_%' "
+            "ORDER BY rowid")]
+        tables = {}
+        for name in names:
+            quoted = '"' + name.replace('"', '""') + '"'
+            cols = [(r[1], (r[2] or "").upper(), bool(r[5])) for r in conn.execute(f"PRAGMA table_info({quoted})")]
+            fks = {}
+            for r in conn.execute(f"PRAGMA foreign_key_list({quoted})"):
+                fks[r[3]] = f"{r[2]}.{r[4]}" if r[4] else str(r[2])
+            tables[name] = TableInfo(name, cols, fks)
+        return tables
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except Exception:
+            pass
+
+
+class Sandbox:
+    """Read-only executor over the databases in `db_dir`. One instance per environment; thread-safe.
+
+    Methods never let an SQLite or sqlglot exception escape except as `SandboxError` with a readable message.
+    """
+
+    def __init__(self, db_dir: str | Path, settings: SandboxSettings | None = None):
+        self.db_dir = Path(db_dir)
+        self.settings = settings or SandboxSettings()
+        self._dbs: OrderedDict[str, _Database] = OrderedDict()
+        self._lock = threading.RLock()
+
+    # -- connections
+    def database(self, name: str) -> _Database:
+        with self._lock:
+            db = self._dbs.get(name)
+            if db is not None:
+                self._dbs.move_to_end(name)
+                return db
+            path = resolve_database_path(self.db_dir, name)
+            try:
+                db = _Database(path, self.settings)
+            except sqlite3.Error as err:
+                raise SandboxError(f"Cannot open database {name!r}: {err}") from None
+            self._dbs[name] = db
+            while len(self._dbs) > max(1, self.settings.max_open_databases):
+                _, old = self._dbs.popitem(last=False)
+                old.close()
+            return db
+
+    def close(self) -> None:
+        with self._lock:
+            for db in self._dbs.values():
+                db.close()
+            self._dbs.clear()
+
+    def __del__(self):  # connections are cheap but file handles are not unlimited
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # -- schema
+    def table_names(self, db_name: str) -> list[str]:
+        return list(self.database(db_name).tables)
+
+    def find_table(self, db_name: str, table: str) -> TableInfo:
+        """The table called `table` (case-insensitive, surrounding quotes/brackets ignored)."""
+        db = self.database(db_name)
+        key = table.strip().strip(";").strip().strip('"`[]\'').strip().lower()
+        for name, info in db.tables.items():
+            if name.lower() == key:
+                return info
+        listing = ", ".join(db.tables) or "(none)"
+        raise SandboxError(f"Unknown table {_clean_for_display(table, 60)!r}. Tables: {listing}")
+
+    def row_count(self, db_name: str, table: str) -> int:
+        db = self.database(db_name)
+        if table not in db.row_counts:
+            quoted = '"' + table.replace('"', '""') + '"'
+            result = self._run(db, f"SELECT count(*) FROM {quoted}", max_rows=1)
+            db.row_counts[table] = int(result.rows[0][0]) if result.rows else 0
+        return db.row_counts[table]
+
+    def describe(self, db_name: str, table: str) -> str:
+        """DESCRIBE text: one line per column `name TYPE [PK] [-> other.col]`, then `rows: N`."""
+        info = self.find_table(db_name, table)
+        lines = [f"table {info.name}"]
+        for name, ctype, pk in info.columns:
+            parts = [name, ctype or "ANY"]
+            if pk:
+                parts.append("PK")
+            if name in info.foreign_keys:
+                parts.append(f"-> {info.foreign_keys[name]}")
+            lines.append(" ".join(parts))
+        lines.append(f"rows: {self.row_count(db_name, info.name)}")
+        return cut_text("\n".join(lines), self.settings.max_observation_chars)
+
+    def sample(self, db_name: str, table: str) -> str:
+        """SAMPLE text: the first `sample_rows` rows of a table as a text table."""
+        info = self.find_table(db_name, table)
+        quoted = '"' + info.name.replace('"', '""') + '"'
+        result = self._run(self.database(db_name), f"SELECT * FROM {quoted} LIMIT {int(self.settings.sample_rows)}",
+                           max_rows=self.settings.sample_rows)
+        text = format_rows(result.columns, result.rows, result.n_rows, self.settings.sample_rows,
+                           self.settings.max_cell_chars)
+        return cut_text(text, self.settings.max_observation_chars)
+
+    # -- queries
+    def execute(self, db_name: str, sql: str, max_rows: int | None = None) -> QueryResult:
+        """Run one checked, read-only statement; raises `SandboxError` with a message for the agent."""
+        if not isinstance(sql, str):
+            raise SandboxError("SQL must be text.")
+        check = check_sql(sql, self.settings.max_sql_chars)
+        if check.error:
+            raise SandboxError(check.error)
+        cap = self.settings.max_scoring_rows if max_rows is None else max_rows
+        return self._run(self.database(db_name), sql, max_rows=cap)
+
+    def render(self, result: QueryResult) -> str:
+        """QUERY observation text for a result (≤ max_display_rows rows, cut to max_observation_chars)."""
+        text = format_rows(result.columns, result.rows, result.n_rows, self.settings.max_display_rows,
+                           self.settings.max_cell_chars, approximate=result.truncated)
+        return cut_text(text, self.settings.max_observation_chars)
+
+    def _run(self, db: _Database, sql: str, max_rows: int) -> QueryResult:
+        settings = self.settings
+        with self._lock:
+            start = time.monotonic()
+            db.deadline = start + settings.timeout_s
+            cursor = None
+            try:
+                cursor = db.conn.execute(sql)
+                columns = [d[0] for d in (cursor.description or ())]
+                rows: list[tuple] = []
+                n_rows = 0
+                truncated = False
+                batch = max(1, settings.fetch_batch_rows)
+                while True:
+                    chunk = cursor.fetchmany(batch)
+                    if not chunk:
+                        break
+                    n_rows += len(chunk)
+                    room = max_rows - len(rows)
+                    if room > 0:
+                        rows.extend(chunk[:room])
+                    if n_rows > max_rows:
+                        truncated = True
+                        if not settings.count_rows_past_cap:
+                            break
+                return QueryResult(columns, rows, n_rows, truncated and not settings.count_rows_past_cap,
+                                   time.monotonic() - start)
+            except sqlite3.OperationalError as err:
+                if "interrupted" in str(err).lower():
+                    raise SandboxError(f"Query timed out after {settings.timeout_s:g} s and was stopped.") from None
+                raise SandboxError(self._sqlite_message(err)) from None
+            except sqlite3.Warning as err:  # "You can only execute one statement at a time."
+                raise SandboxError(f"SQL error: {err}") from None
+            except sqlite3.Error as err:
+                raise SandboxError(self._sqlite_message(err)) from None
+            except (ValueError, OverflowError, UnicodeError, MemoryError) as err:
+                raise SandboxError(f"SQL error: {_clean_for_display(str(err), 160)}") from None
+            finally:
+                db.deadline = float("inf")
+                if cursor is not None:
+                    try:
+                        cursor.close()
+                    except Exception:
+                        pass
+
+    @staticmethod
+    def _sqlite_message(err: Exception) -> str:
+        msg = _clean_for_display(str(err), 300)
+        if "not authorized" in msg or "prohibited" in msg.lower():
+            return f"Not allowed in the sandbox: {msg}"
+        if "attempt to write" in msg or "readonly" in msg:
+            return f"The database is read-only: {msg}"
+        return f"SQL error: {msg}"

@@ -1,0 +1,79 @@
+"""The ONE episode transcript format, shared by evaluation, training and the dashboard.
+
+```
+{"question_id","question","database","difficulty","answer_type","gold_sql","gold_answer",
+ "policy": str|null, "seed": int|null,
+ "steps": [{"step","action_type","argument","observation","error","reward",
+            "layers": {"operational","progress","terminal","total"},"budget_remaining","done"}],
+ "answer": str|null, "correct": bool,
+ "outcome": "correct"|"wrong_answer"|"budget_exhausted"|"unfinished"|"error",
+ "total_reward": float, "reward_breakdown": {"operational","progress","correctness","total"}, "n_steps": int}
+```
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+OUTCOMES = ("correct", "wrong_answer", "budget_exhausted", "unfinished", "error")
+TRANSCRIPT_KEYS = ("question_id", "question", "database", "difficulty", "answer_type", "gold_sql", "gold_answer",
+                   "policy", "seed", "steps", "answer", "correct", "outcome", "total_reward", "reward_breakdown",
+                   "n_steps")
+STEP_KEYS = ("step", "action_type", "argument", "observation", "error", "reward", "layers", "budget_remaining",
+             "done")
+
+
+def make_step(step: int, action_type: str, argument: str, observation: str, error: str, reward: float,
+              layers: dict[str, float], budget_remaining: int, done: bool) -> dict[str, Any]:
+    """One step record of a transcript."""
+    return {"step": step, "action_type": action_type, "argument": argument, "observation": observation,
+            "error": error, "reward": reward, "layers": dict(layers), "budget_remaining": budget_remaining,
+            "done": done}
+
+
+def validate_transcript(transcript: dict[str, Any]) -> None:
+    """Raise ValueError when `transcript` does not have the shared format's keys and outcome values."""
+    missing = [k for k in TRANSCRIPT_KEYS if k not in transcript]
+    if missing:
+        raise ValueError(f"transcript is missing keys: {', '.join(missing)}")
+    if transcript["outcome"] not in OUTCOMES:
+        raise ValueError(f"unknown outcome {transcript['outcome']!r}; expected one of {', '.join(OUTCOMES)}")
+    for i, step in enumerate(transcript["steps"]):
+        missing = [k for k in STEP_KEYS if k not in step]
+        if missing:
+            raise ValueError(f"step {i} is missing keys: {', '.join(missing)}")
+
+
+def _indent(text: str, prefix: str = "    ") -> str:
+    return "\n".join(prefix + line for line in str(text).splitlines()) if text else prefix + "(empty)"
+
+
+def render_transcript_text(transcript: dict[str, Any]) -> str:
+    """A transcript as readable plain text (for terminals, logs and the dashboard's text view)."""
+    t = transcript
+    lines = [
+        f"Question [{t.get('question_id')}] ({t.get('database')}, {t.get('difficulty')}, {t.get('answer_type')}):",
+        f"  {t.get('question')}",
+    ]
+    if t.get("policy") or t.get("seed") is not None:
+        lines.append(f"Policy: {t.get('policy') or '-'}   seed: {t.get('seed')}")
+    for s in t.get("steps", []):
+        layers = s.get("layers") or {}
+        lines.append(
+            f"Step {s.get('step')}: {s.get('action_type')} {s.get('argument')}".rstrip()
+            + f"   reward {s.get('reward', 0.0):+.3f} (op {layers.get('operational', 0.0):+.3f},"
+            f" prog {layers.get('progress', 0.0):+.3f}, term {layers.get('terminal', 0.0):+.3f})"
+            f"   budget {s.get('budget_remaining')}{'   DONE' if s.get('done') else ''}")
+        if s.get("error"):
+            lines.append(_indent("ERROR: " + str(s["error"])))
+        elif s.get("observation"):
+            lines.append(_indent(s["observation"]))
+    rb = t.get("reward_breakdown") or {}
+    lines.append(f"Answer: {t.get('answer')!r}   correct: {t.get('correct')}   outcome: {t.get('outcome')}")
+    lines.append(f"Gold SQL: {t.get('gold_sql')}")
+    lines.append(f"Gold answer: {t.get('gold_answer')!r}")
+    lines.append(
+        f"Total reward {float(t.get('total_reward', 0.0)):+.3f} = operational {rb.get('operational', 0.0):+.3f}"
+        f" + progress {rb.get('progress', 0.0):+.3f} + correctness {rb.get('correctness', 0.0):+.3f}"
+        f"   ({t.get('n_steps')} steps)")
+    return "\n".join(lines)
