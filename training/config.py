@@ -1,0 +1,485 @@
+"""`TrainConfig`: every knob of a SQLEnv GRPO run in one dataclass (JSON in, JSON out, `--set` overrides).
+
+    config = TrainConfig.from_json("configs/tiny_cpu.json")
+    config = config.with_overrides(["max_steps=5", "learning_rate=1e-4"])   # what `--set key=value` does
+    config.to_json("runs/x/config.json")
+
+Fields left at `None` are "auto": they are resolved from other fields (e.g. `max_tool_calling_iterations` from
+`step_budget`, `sft` from the model) by the `resolved_*` helpers, so a saved config records what was asked for
+and a run's `config.json` records what was used (`TrainConfig.resolved()`).
+
+Invalid combinations raise `ConfigError` (a `ValueError`) at construction, with a message naming the field and
+what to change. No torch import at module level: the dashboard validates forms with this class.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["TrainConfig", "ConfigError", "BUILTIN_MODEL", "ROLLOUT_MODES", "PRECISIONS"]
+
+BUILTIN_MODEL = "builtin:tiny"
+ROLLOUT_MODES = ("environment", "rollout_func")
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+DEVICES = ("auto", "cpu", "cuda", "mps")
+# The splits the built-in dataset always has (checked without building it, so validation stays instant).
+BUILTIN_SPLITS = ("train", "eval", "eval_unseen_db")
+
+
+class ConfigError(ValueError):
+    """An invalid TrainConfig value or combination; the message says which field and what to change."""
+
+
+@dataclass
+class TrainConfig:
+    """Configuration of one GRPO training run on SQLEnv.
+
+    Model and data:
+        model: `"builtin:tiny"` (default; the offline tiny Qwen3-architecture model, built and cached under
+            `runs/models/`), a Hub name such as `"Qwen/Qwen3-0.6B"`, or a local directory saved with
+            `save_pretrained`. The default needs no network, so a fresh checkout trains out of the box.
+        dataset: `"builtin"` (default; generated offline on first use), a dataset prepared under `data/`
+            (e.g. `"spider10"`), or the path of a prepared dataset directory.
+        train_split: split whose questions GRPO trains on (default `"train"`).
+        eval_split: split used for periodic evals and the final comparison (default `"eval"`: held-out
+            question instances; `"eval_unseen_db"` on the built-in data measures transfer to a new database).
+        step_budget: actions per episode before it ends unanswered (default 10). Short budgets keep episodes,
+            and so completions, short; 10 leaves room for describe, a few queries and the answer.
+
+    GRPO:
+        num_generations: completions sampled per question (default 4). GRPO's advantage is each completion's
+            reward minus its group's mean, so it needs at least 2; more gives a better baseline but costs
+            generation time linearly.
+        per_device_train_batch_size: completions per device per micro-batch (default 4).
+        gradient_accumulation_steps: micro-batches per optimizer step (default 1). TRL generates
+            `per_device_train_batch_size * gradient_accumulation_steps * world_size` completions per step, which
+            must be a whole number of groups, i.e. divisible by `num_generations`.
+        learning_rate: AdamW learning rate. `None` (default) = auto: 5e-5 for `builtin:tiny` (a small model
+            warm-started by SFT tolerates large steps), 1e-6 for Hub models (the usual GRPO range for 0.6-2B).
+        max_steps: optimizer steps (default 200). Each step plays `generation batch / num_generations`
+            questions. Set to 0 or less to train for `num_train_epochs` instead.
+        num_train_epochs: passes over the train questions, used only when `max_steps <= 0` (default 1.0).
+        max_completion_length: token budget of a WHOLE episode after the prompt: every generated turn plus
+            every tool result (TRL counts both). `None` (default) = auto: 512 for `builtin:tiny`, 1024 for Hub
+            models. Real models need at least 512 (a describe result alone can take 200 tokens).
+        max_turn_tokens: most tokens one assistant turn may generate on the rollout_func path and in evals
+            (default 256): a tool call rarely needs more, and it caps a babbling turn.
+        max_tool_calling_iterations: tool-calling rounds TRL allows per episode. `None` (default) = auto:
+            `step_budget`, so TRL stops exactly when the environment's budget is spent.
+        beta: KL coefficient against the starting model (default 0.0, TRL's default: no reference model is
+            loaded, which halves forward passes). Try 0.01-0.04 if the policy drifts into gibberish.
+        temperature: sampling temperature during rollouts (default 1.0). Lower values make groups more alike
+            (more zero-std groups, less signal).
+        reward_weights: weights of (correctness, progress, operational) in the summed reward. `None` (default)
+            = auto: `[1.0, 0.15, 1.0]`; progress is logged normalised to [0, 1], and 0.15 is the environment's
+            progress scale, so the weighted sum equals the environment's own episode reward.
+        enable_thinking: let Qwen3 think before answering (default False). Thinking tokens eat the completion
+            budget of a multi-turn episode; off, the template inserts an empty think block.
+        rollout: `"environment"` (default: TRL's `environment_factory` tool loop over `SQLEnvTRL`) or
+            `"rollout_func"` (the legacy path: `training.rollout.rollout_func` plays all episodes of a step
+            batched, one `generate` per turn).
+        gradient_checkpointing: trade compute for memory on big models (default False).
+        seed: seed of model init, sampling, data order and evals (default 0).
+
+    Run directory and live metrics:
+        run_id: folder name under the runs root. `None` (default) = a fresh `run-<date>-<time>-<hex>`.
+        output_dir: the run directory. `None` (default) = `runs/<run_id>` (`$SQLENV_RUNS_DIR` overrides `runs`).
+        plot_every: log metrics (one `metrics.jsonl` line) every N steps (default 10).
+        trace_every: record one full episode of the current model every N steps (default 50; 0 = never).
+        eval_every: evaluate on the train and eval splits every N steps (default 100; 0 = only at the end).
+        eval_episodes: episodes per split per periodic eval (default 3: a cheap trend, not a verdict).
+        comparison_episodes: eval questions played by the random policy and the trained model (same seeds)
+            after training (default 20).
+        compare_base: also play the comparison with the model as it was before GRPO. `None` (default) = auto:
+            on for `builtin:tiny` and on GPUs, where it is cheap.
+
+    SFT warm-start (a random-init model cannot discover tool calls by itself):
+        sft: run SFT on oracle trajectories before GRPO. `None` (default) = auto: on for `builtin:tiny`, off
+            for Hub models (they already call tools).
+        sft_epochs: passes over the oracle trajectories (default 3.0).
+        sft_max_steps: optimizer steps of SFT; overrides `sft_epochs` when > 0 (default -1).
+        sft_learning_rate: SFT learning rate (default 1e-3, for the tiny model; use ~1e-5 for Hub models).
+        sft_batch_size: conversations per SFT step (default 8).
+        sft_episodes: oracle episodes rendered for SFT. `None` (default) = one per train question.
+
+    Hardware:
+        device: `"auto"` (default: CUDA if present, else CPU), `"cpu"`, `"cuda"` or `"mps"`.
+        precision: `"auto"` (default: bf16 on a GPU that supports it, fp32 otherwise; fp16 only when asked,
+            as GRPO's ratios are fragile in fp16), `"bf16"`, `"fp16"` or `"fp32"`.
+    """
+
+    # --- model and data ---
+    model: str = BUILTIN_MODEL
+    dataset: str = "builtin"
+    train_split: str = "train"
+    eval_split: str = "eval"
+    step_budget: int = 10
+    # --- GRPO ---
+    num_generations: int = 4
+    per_device_train_batch_size: int = 4
+    gradient_accumulation_steps: int = 1
+    learning_rate: float | None = None
+    max_steps: int = 200
+    num_train_epochs: float = 1.0
+    max_completion_length: int | None = None
+    max_turn_tokens: int = 256
+    max_tool_calling_iterations: int | None = None
+    beta: float = 0.0
+    temperature: float = 1.0
+    reward_weights: list[float] | None = None
+    enable_thinking: bool = False
+    rollout: str = "environment"
+    gradient_checkpointing: bool = False
+    seed: int = 0
+    # --- run directory and live metrics ---
+    run_id: str | None = None
+    output_dir: str | None = None
+    plot_every: int = 10
+    trace_every: int = 50
+    eval_every: int = 100
+    eval_episodes: int = 3
+    comparison_episodes: int = 20
+    compare_base: bool | None = None
+    # --- SFT warm-start ---
+    sft: bool | None = None
+    sft_epochs: float = 3.0
+    sft_max_steps: int = -1
+    sft_learning_rate: float = 1e-3
+    sft_batch_size: int = 8
+    sft_episodes: int | None = None
+    # --- hardware ---
+    device: str = "auto"
+    precision: str = "auto"
+
+    def __post_init__(self) -> None:
+        self._coerce_types()
+        self._validate()
+
+    # ------------------------------------------------------------------ validation
+    def _coerce_types(self) -> None:
+        """JSON gives ints for floats and lists for lists: normalise so equality and saving are stable."""
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            base = _base_type(f.type)
+            if base is float and isinstance(value, int) and not isinstance(value, bool):
+                setattr(self, f.name, float(value))
+            elif base is list and isinstance(value, tuple):
+                setattr(self, f.name, list(value))
+
+    def _validate(self) -> None:
+        def fail(message: str) -> None:
+            raise ConfigError(message)
+
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                if not _is_optional(f.type):
+                    fail(f"{f.name} must be set (got null)")
+                continue
+            base = _base_type(f.type)
+            ok = (
+                (base is bool and isinstance(value, bool))
+                or (base is int and isinstance(value, int) and not isinstance(value, bool))
+                or (base is float and isinstance(value, (int, float)) and not isinstance(value, bool))
+                or (base is str and isinstance(value, str))
+                or (base is list and isinstance(value, list))
+            )
+            if not ok:
+                fail(f"{f.name} must be of type {base.__name__}, got {value!r}")
+
+        if not self.model.strip():
+            fail("model is empty: use 'builtin:tiny', a Hub name like 'Qwen/Qwen3-0.6B', or a local directory")
+        if self.step_budget < 1:
+            fail(f"step_budget must be at least 1 (got {self.step_budget}); 10 is a good start")
+        if self.num_generations < 2:
+            fail(
+                f"num_generations must be at least 2 (got {self.num_generations}): GRPO compares each completion "
+                "with the others of its group"
+            )
+        if self.per_device_train_batch_size < 1:
+            fail(f"per_device_train_batch_size must be at least 1 (got {self.per_device_train_batch_size})")
+        if self.gradient_accumulation_steps < 1:
+            fail(f"gradient_accumulation_steps must be at least 1 (got {self.gradient_accumulation_steps})")
+        generation_batch = self.per_device_train_batch_size * self.gradient_accumulation_steps
+        if generation_batch % self.num_generations:
+            fail(
+                f"per_device_train_batch_size x gradient_accumulation_steps = {generation_batch} is not divisible "
+                f"by num_generations = {self.num_generations}: each step must hold whole groups; e.g. set "
+                f"per_device_train_batch_size to {self.num_generations} or a multiple of it"
+            )
+        if self.learning_rate is not None and not self.learning_rate > 0:
+            fail(f"learning_rate must be positive (got {self.learning_rate})")
+        if self.max_steps <= 0 and not self.num_train_epochs > 0:
+            fail("set max_steps > 0, or max_steps <= 0 with num_train_epochs > 0")
+        if self.max_completion_length is not None:
+            if self.max_completion_length < 16:
+                fail(f"max_completion_length must be at least 16 tokens (got {self.max_completion_length})")
+            if not self.is_builtin_model and self.max_completion_length < 512:
+                fail(
+                    f"max_completion_length={self.max_completion_length} is too short for {self.model}: a whole "
+                    "multi-turn episode must fit in it; use at least 512 (1024 recommended)"
+                )
+        if self.max_turn_tokens < 8:
+            fail(f"max_turn_tokens must be at least 8 (got {self.max_turn_tokens})")
+        if self.max_tool_calling_iterations is not None and self.max_tool_calling_iterations < 1:
+            fail(
+                f"max_tool_calling_iterations must be at least 1 (got {self.max_tool_calling_iterations}); "
+                "leave it null to use step_budget"
+            )
+        if self.beta < 0:
+            fail(f"beta must be >= 0 (got {self.beta})")
+        if not self.temperature > 0:
+            fail(f"temperature must be positive (got {self.temperature})")
+        if self.reward_weights is not None:
+            if len(self.reward_weights) != 3 or not all(
+                isinstance(w, (int, float)) and not isinstance(w, bool) for w in self.reward_weights
+            ):
+                fail("reward_weights must be three numbers: [correctness, progress, operational]")
+        if self.rollout not in ROLLOUT_MODES:
+            fail(f"rollout must be one of {ROLLOUT_MODES} (got {self.rollout!r})")
+        for name in ("plot_every",):
+            if getattr(self, name) < 1:
+                fail(f"{name} must be at least 1 (got {getattr(self, name)})")
+        for name in ("trace_every", "eval_every", "eval_episodes", "comparison_episodes"):
+            if getattr(self, name) < 0:
+                fail(f"{name} must be >= 0 (got {getattr(self, name)}; 0 turns it off)")
+        if self.sft_epochs <= 0 and self.sft_max_steps <= 0:
+            fail("SFT needs sft_epochs > 0 or sft_max_steps > 0")
+        if not self.sft_learning_rate > 0:
+            fail(f"sft_learning_rate must be positive (got {self.sft_learning_rate})")
+        if self.sft_batch_size < 1:
+            fail(f"sft_batch_size must be at least 1 (got {self.sft_batch_size})")
+        if self.sft_episodes is not None and self.sft_episodes < 1:
+            fail(f"sft_episodes must be at least 1 or null (got {self.sft_episodes})")
+        if self.device not in DEVICES:
+            fail(f"device must be one of {DEVICES} (got {self.device!r})")
+        if self.precision not in PRECISIONS:
+            fail(f"precision must be one of {PRECISIONS} (got {self.precision!r})")
+        if self.precision in ("bf16", "fp16") and self.device == "cpu":
+            fail(f"precision={self.precision} needs a GPU; use precision='fp32' (or 'auto') with device='cpu'")
+        if self.run_id is not None:
+            from training.run_dir import RUN_ID_PATTERN
+
+            if not RUN_ID_PATTERN.match(self.run_id):
+                fail(f"run_id {self.run_id!r} is invalid: use letters, digits, '.', '_' and '-' (max 128)")
+        self._validate_dataset()
+
+    def _validate_dataset(self) -> None:
+        if not self.dataset.strip():
+            raise ConfigError("dataset is empty: use 'builtin', a prepared dataset name, or a dataset directory")
+        splits: tuple[str, ...] | list[str] | None = None
+        if self.dataset == "builtin":
+            splits = BUILTIN_SPLITS
+        else:
+            try:
+                from sqlenv.datasets import resolve_dataset
+            except ImportError:  # the datasets module is not there (partial checkout): the run will say so
+                return
+            try:
+                splits = list(resolve_dataset(self.dataset).splits)
+            except ValueError as exc:  # DatasetNotFoundError is a ValueError
+                raise ConfigError(f"dataset: {exc}") from None
+        for name in ("train_split", "eval_split"):
+            split = getattr(self, name)
+            if split not in splits:
+                raise ConfigError(
+                    f"{name}={split!r} is not a split of dataset {self.dataset!r}; it has: {', '.join(splits)}"
+                )
+
+    # ------------------------------------------------------------------ resolved values
+    @property
+    def is_builtin_model(self) -> bool:
+        return self.model.startswith("builtin:")
+
+    def resolved_learning_rate(self) -> float:
+        if self.learning_rate is not None:
+            return self.learning_rate
+        return 5e-5 if self.is_builtin_model else 1e-6
+
+    def resolved_max_completion_length(self) -> int:
+        if self.max_completion_length is not None:
+            return self.max_completion_length
+        return 512 if self.is_builtin_model else 1024
+
+    def resolved_max_tool_calling_iterations(self) -> int:
+        return self.max_tool_calling_iterations if self.max_tool_calling_iterations is not None else self.step_budget
+
+    def resolved_reward_weights(self) -> list[float]:
+        return list(self.reward_weights) if self.reward_weights is not None else [1.0, 0.15, 1.0]
+
+    def resolved_sft(self) -> bool:
+        return self.sft if self.sft is not None else self.is_builtin_model
+
+    def resolved_device(self) -> str:
+        if self.device != "auto":
+            return self.device
+        import torch
+
+        if torch.cuda.is_available():
+            return "cuda"
+        return "cpu"
+
+    def resolved_precision(self) -> str:
+        if self.precision != "auto":
+            return self.precision
+        if self.resolved_device() == "cuda":
+            import torch
+
+            return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+        return "fp32"
+
+    def resolved_compare_base(self) -> bool:
+        if self.compare_base is not None:
+            return self.compare_base
+        return self.is_builtin_model or self.resolved_device() == "cuda"
+
+    def resolved_run_id(self) -> str:
+        """The run id: `run_id`, else the name of `output_dir`, else a fresh one (new on every call)."""
+        if self.run_id is not None:
+            return self.run_id
+        if self.output_dir is not None:
+            return Path(self.output_dir).name
+        from training.run_dir import new_run_id
+
+        return new_run_id()
+
+    def resolved(self) -> "TrainConfig":
+        """A copy with every auto field filled in: what a run actually uses (saved as its config.json).
+
+        Call it once per run: with `run_id` and `output_dir` unset, every call names a fresh run.
+        """
+        from training.run_dir import default_runs_root
+
+        run_id = self.resolved_run_id()
+        output_dir = Path(self.output_dir) if self.output_dir is not None else default_runs_root() / run_id
+        return dataclasses.replace(
+            self,
+            run_id=run_id,
+            output_dir=str(output_dir),
+            learning_rate=self.resolved_learning_rate(),
+            max_completion_length=self.resolved_max_completion_length(),
+            max_tool_calling_iterations=self.resolved_max_tool_calling_iterations(),
+            reward_weights=self.resolved_reward_weights(),
+            sft=self.resolved_sft(),
+            compare_base=self.resolved_compare_base(),
+        )
+
+    @property
+    def generation_batch_size(self) -> int:
+        """Completions generated per optimizer step on one process."""
+        return self.per_device_train_batch_size * self.gradient_accumulation_steps
+
+    # ------------------------------------------------------------------ (de)serialisation
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":
+        if not isinstance(data, dict):
+            raise ConfigError(f"a config must be a JSON object, got {type(data).__name__}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = [k for k in data if k not in names]
+        if unknown:
+            raise ConfigError("; ".join(_unknown_key_message(k, names) for k in unknown))
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> "TrainConfig":
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"config {path} is not valid JSON: {exc}") from None
+        return cls.from_dict(data)
+
+    def with_overrides(self, overrides: list[str] | dict[str, Any]) -> "TrainConfig":
+        """A new config with `key=value` strings (parsed by the field's type) or a dict of values applied."""
+        data = self.to_dict()
+        names = {f.name: f for f in dataclasses.fields(self)}
+        items = overrides.items() if isinstance(overrides, dict) else (_split_override(o) for o in overrides)
+        for key, value in items:
+            if key not in names:
+                raise ConfigError(_unknown_key_message(key, names))
+            data[key] = parse_value(names[key], value) if isinstance(value, str) else value
+        return type(self).from_dict(data)
+
+
+# ---------------------------------------------------------------------- helpers
+def _split_override(text: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like key=value")
+    key, value = text.split("=", 1)
+    return key.strip(), value.strip()
+
+
+def _unknown_key_message(key: str, names: Any) -> str:
+    close = difflib.get_close_matches(key, list(names), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown config key {key!r}{hint}"
+
+
+def _type_args(tp: Any) -> tuple[Any, ...]:
+    if isinstance(tp, str):  # `from __future__ import annotations`
+        tp = eval(tp, {**vars(typing), "list": list}, {})  # noqa: S307 - our own annotations only
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return tuple(a for a in typing.get_args(tp) if a is not type(None)) + (
+            (type(None),) if type(None) in typing.get_args(tp) else ()
+        )
+    return (tp,)
+
+
+def _is_optional(tp: Any) -> bool:
+    return type(None) in _type_args(tp)
+
+
+def _base_type(tp: Any) -> type:
+    first = _type_args(tp)[0]
+    origin = typing.get_origin(first)
+    return origin if origin is not None else first
+
+
+def parse_value(f: dataclasses.Field, text: str) -> Any:
+    """Parse a `--set` value by the field's type: ints, floats, bools (true/false/yes/no/1/0), null, lists."""
+    lowered = text.strip().lower()
+    if _is_optional(f.type) and lowered in ("none", "null", "auto", ""):
+        return None
+    base = _base_type(f.type)
+    try:
+        if base is bool:
+            if lowered in ("true", "yes", "on", "1"):
+                return True
+            if lowered in ("false", "no", "off", "0"):
+                return False
+            raise ValueError
+        if base is int:
+            number = float(text)
+            if number != int(number):
+                raise ValueError
+            return int(number)
+        if base is float:
+            return float(text)
+        if base is list:
+            value = json.loads(text) if text.strip().startswith("[") else [float(x) for x in text.split(",")]
+            if not isinstance(value, list):
+                raise ValueError
+            return value
+    except ValueError:
+        raise ConfigError(f"{f.name}={text!r}: expected {base.__name__}") from None
+    return text

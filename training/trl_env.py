@@ -1,0 +1,274 @@
+"""`SQLEnvTRL`: SQLEnv as a TRL `environment_factory` (GRPOTrainer's multi-turn tool loop).
+
+TRL builds environments with no arguments, so the data they play is set once beforehand:
+
+    SQLEnvTRL.configure(dataset="builtin", split="train", step_budget=10)
+    trainer = GRPOTrainer(model, reward_funcs=[reward_correctness, reward_progress, reward_operational],
+                          train_dataset=train_rows("builtin", "train"), environment_factory=SQLEnvTRL, args=...)
+
+For every rollout TRL calls `reset(**row)` (the row carries `question_id`, so the `num_generations`
+completions of a group play the same question), appends the returned text to the user turn, then runs the
+model's tool calls — `describe`, `sample`, `query`, `answer` — as methods of the instance, showing their return
+value as the tool result. TRL builds the tool schemas from the signatures and Google-style docstrings, and
+every public method except `reset` becomes a tool: helpers here are private or properties on purpose.
+
+The episode ends at ANSWER or when the step budget is spent; the tool result then says so, the model replies
+without a tool call and TRL's loop stops (`max_tool_calling_iterations` is set to the step budget as a cap).
+A call after the end runs nothing and costs `post_episode_penalty`. Rewards accumulate per instance and are
+read by the reward functions in `training.rewards` through `kwargs["environments"]`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from pathlib import Path
+from typing import Any
+
+from sqlenv.types import RewardBreakdown, SQLAction, SQLObservation
+from training.prompts import episode_over_message, first_user_message, format_tool_result
+
+__all__ = ["SQLEnvTRL", "train_rows", "tool_methods", "tool_schemas", "POST_EPISODE_PENALTY"]
+
+#: Operational reward of a tool call made after the episode ended (it runs nothing).
+POST_EPISODE_PENALTY = -0.05
+
+
+class SQLEnvTRL:
+    """One SQLEnv episode at a time, driven by TRL's tool-calling loop. Call `configure()` before use."""
+
+    _settings: dict[str, Any] | None = None
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self._env = None  # the SQLEnvironment, created on first reset (TRL probes an instance at init)
+        self._observation: SQLObservation | None = None
+        self._penalty = 0.0
+        self._post_episode_calls = 0
+        self._tool_calls = 0
+
+    # ------------------------------------------------------------------------------------ configuration
+    @classmethod
+    def configure(
+        cls,
+        questions_path: str | Path | None = None,
+        db_dir: str | Path | None = None,
+        step_budget: int = 10,
+        *,
+        dataset: str | Path | None = None,
+        split: str = "train",
+        reward_config: Any = None,
+        sandbox: Any = None,
+    ) -> None:
+        """Choose the questions every instance will play (TRL constructs instances without arguments).
+
+        Args:
+            questions_path: a `questions_<split>.json` file; with `db_dir`, instead of `dataset`.
+            db_dir: the folder of `<db_id>/<db_id>.sqlite` files.
+            step_budget: actions per episode (default 10).
+            dataset: a dataset name (`"builtin"`, one prepared under `data/`) or a prepared directory.
+            split: the split of `dataset` (default `"train"`).
+            reward_config: a `sqlenv.RewardConfig` (default: the environment's defaults).
+            sandbox: a `sqlenv.SandboxSettings` (default: the environment's defaults).
+        """
+        if int(step_budget) < 1:
+            raise ValueError(f"step_budget must be at least 1, got {step_budget}")
+        if dataset is not None:
+            from sqlenv.datasets import resolve_dataset
+
+            info = resolve_dataset(dataset)
+            questions_path, db_dir = info.questions_path(split), info.db_dir
+        if questions_path is None or db_dir is None:
+            raise ValueError("configure() needs a dataset, or both questions_path and db_dir")
+        questions_path, db_dir = Path(questions_path), Path(db_dir)
+        if not questions_path.is_file():
+            raise FileNotFoundError(f"questions file not found: {questions_path}")
+        if not db_dir.is_dir():
+            raise FileNotFoundError(f"database folder not found: {db_dir}")
+        with cls._lock:
+            cls._settings = {
+                "questions_path": questions_path,
+                "db_dir": db_dir,
+                "step_budget": int(step_budget),
+                "reward_config": reward_config,
+                "sandbox": sandbox,
+            }
+
+    @classmethod
+    def settings(cls) -> dict[str, Any]:
+        if cls._settings is None:
+            raise RuntimeError("SQLEnvTRL.configure(...) must be called before episodes start")
+        return dict(cls._settings)
+
+    def _environment(self):
+        settings = self.settings()
+        key = (settings["questions_path"], settings["db_dir"], settings["step_budget"])
+        if self._env is None or getattr(self, "_env_key", None) != key:
+            from sqlenv.environment import SQLEnvironment
+
+            if self._env is not None:
+                self._env.close()
+            self._env = SQLEnvironment(
+                settings["questions_path"],
+                settings["db_dir"],
+                step_budget=settings["step_budget"],
+                reward_config=settings["reward_config"],
+                sandbox=settings["sandbox"],
+            )
+            self._env_key = key
+        return self._env
+
+    # ------------------------------------------------------------------------------------------ episode
+    def reset(self, **row: Any) -> str:
+        """Start the episode of `row["question_id"]` (or a seeded draw with `row["seed"]`); clear all state.
+
+        Returns the first observation (question, tables, budget), prefixed with a blank line when TRL will
+        append it to a user turn that already has text.
+        """
+        env = self._environment()
+        self._penalty = 0.0
+        self._post_episode_calls = 0
+        self._tool_calls = 0
+        question_id = row.get("question_id")
+        if question_id is not None:
+            self._observation = env.reset(question_id=str(question_id))
+        else:
+            seed = row.get("seed")
+            self._observation = env.reset(seed=None if seed is None else int(seed))
+        text = first_user_message(self._observation)
+        prompt = row.get("prompt")
+        existing = prompt[-1].get("content") if isinstance(prompt, list) and prompt else None
+        return f"\n\n{text}" if isinstance(existing, str) and existing.strip() else text
+
+    def _act(self, action_type: str, argument: Any) -> str:
+        if self._observation is None:
+            return "Error: no episode is running."
+        self._tool_calls += 1
+        if self._observation.done:
+            self._post_episode_calls += 1
+            self._penalty += POST_EPISODE_PENALTY
+            return episode_over_message()
+        self._observation = self._env.step(SQLAction(action_type, "" if argument is None else str(argument)))
+        return format_tool_result(self._observation)
+
+    # -------------------------------------------------------------------------------------------- tools
+    def describe(self, table_name: str) -> str:
+        """Show the columns of a table (types, keys) and its row count.
+
+        Args:
+            table_name: A table name.
+        """
+        return self._act("DESCRIBE", table_name)
+
+    def sample(self, table_name: str) -> str:
+        """Show the first rows of a table.
+
+        Args:
+            table_name: A table name.
+        """
+        return self._act("SAMPLE", table_name)
+
+    def query(self, sql: str) -> str:
+        """Run one read-only SQLite SELECT statement.
+
+        Args:
+            sql: The SELECT statement.
+        """
+        return self._act("QUERY", sql)
+
+    def answer(self, value: str) -> str:
+        """Submit the final answer; this ends the episode.
+
+        Args:
+            value: The answer in the format of the system prompt.
+        """
+        return self._act("ANSWER", value)
+
+    # ------------------------------------------------------------------------- rewards (read, not tools)
+    @property
+    def environment(self):
+        """The underlying `SQLEnvironment` (None before the first reset)."""
+        return self._env
+
+    @property
+    def observation(self) -> SQLObservation | None:
+        return self._observation
+
+    @property
+    def done(self) -> bool:
+        return bool(self._observation is not None and self._observation.done)
+
+    @property
+    def breakdown(self) -> RewardBreakdown:
+        """This episode's reward so far by layer; the post-episode penalty counts as operational."""
+        if self._env is None or self._observation is None:
+            return RewardBreakdown()
+        rb = self._env.reward_breakdown
+        return RewardBreakdown(
+            operational=rb.operational + self._penalty, progress=rb.progress, correctness=rb.correctness
+        )
+
+    @property
+    def post_episode_calls(self) -> int:
+        return self._post_episode_calls
+
+    @property
+    def tool_calls(self) -> int:
+        return self._tool_calls
+
+    @property
+    def reward(self) -> float:
+        """This episode's total reward (all layers, plus penalties)."""
+        return self.breakdown.total
+
+    @property
+    def transcript(self) -> dict[str, Any]:
+        """The episode in the shared sqlenv transcript format."""
+        return self._env.transcript() if self._env is not None else {}
+
+
+def tool_methods(env: SQLEnvTRL | None = None) -> list[Any]:
+    """The bound tool methods exactly as TRL collects them (public functions of the class but `reset` and
+    `get_reward`, in `inspect.getmembers` order), so SFT, evals and the rollout path render the same tools."""
+    env = env if env is not None else SQLEnvTRL()
+    return [
+        getattr(env, name)
+        for name, _ in inspect.getmembers(type(env), predicate=inspect.isfunction)
+        if name not in ("reset", "get_reward") and not name.startswith("_")
+    ]
+
+
+def tool_schemas() -> list[dict[str, Any]]:
+    """JSON schemas of the tools, as the chat template renders them (same order as TRL)."""
+    from transformers.utils import get_json_schema
+
+    return [get_json_schema(method) for method in tool_methods()]
+
+
+def train_rows(
+    questions_path: str | Path | None = None,
+    *,
+    dataset: str | Path | None = None,
+    split: str = "train",
+    system_prompt: str | None = None,
+):
+    """The GRPO train dataset: one row per question, `{"prompt": [system, user ""], "question_id": ...}`.
+
+    The user turn is empty because `SQLEnvTRL.reset` supplies the episode's first observation.
+    """
+    from datasets import Dataset
+
+    from sqlenv.datasets import load_questions
+    from training.prompts import SYSTEM_PROMPT
+
+    if dataset is not None:
+        from sqlenv.datasets import resolve_dataset
+
+        questions_path = resolve_dataset(dataset).questions_path(split)
+    if questions_path is None:
+        raise ValueError("train_rows() needs questions_path or dataset")
+    questions = load_questions(questions_path)
+    prompt = [{"role": "system", "content": system_prompt or SYSTEM_PROMPT}, {"role": "user", "content": ""}]
+    return Dataset.from_dict(
+        {"prompt": [prompt] * len(questions), "question_id": [q.question_id for q in questions]}
+    )
