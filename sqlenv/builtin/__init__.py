@@ -1,0 +1,238 @@
+"""The built-in dataset: seven small SQLite databases and ~1,000 questions, generated from a seed.
+
+Nothing is downloaded. `build_builtin(out_dir, seed)` writes a prepared dataset directory (see
+`sqlenv.datasets`) with splits:
+
+* `train` — most question instances of six databases;
+* `eval` — held-out instances of the same templates and databases (other parameter values, so other text);
+* `eval_unseen_db` — every question about one database (`football`) that training never sees.
+
+Gold answers come from running the gold SQL; difficulty is Spider's hardness of the gold SQL.
+`ensure_builtin(dir)` builds on first use (under a file lock, into a temp dir renamed into place) and
+rebuilds when the stamp in `dataset.json` (builder version, seed) is stale.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sqlite3
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+
+from sqlenv.datasets import DatasetInfo
+from sqlenv.difficulty import spider_hardness
+from sqlenv.types import Question
+
+#: Bump when generation changes so stale builds under data/builtin are rebuilt.
+BUILTIN_VERSION = 1
+UNSEEN_DB = "football"
+#: Share of each template group's instances held out for `eval`.
+EVAL_FRACTION = 0.22
+#: Answers longer than this (list items / table rows) are dropped: short answers are what a small model
+#: can copy, and what a person can check.
+MAX_ANSWER_ROWS = 8
+
+__all__ = ["build_builtin", "ensure_builtin", "BUILTIN_VERSION", "UNSEEN_DB"]
+
+
+def _answer(rows: list[tuple], ncols: int) -> tuple[Any, str] | None:
+    """(gold_answer, answer_type) inferred from the result shape, or None when it is empty/NULL."""
+    if not rows:
+        return None
+    if any(v is None for r in rows for v in r):
+        return None
+    if len(rows) == 1 and ncols == 1:
+        v = rows[0][0]
+        if isinstance(v, bool) or isinstance(v, int):
+            return int(v), "integer"
+        if isinstance(v, float):
+            return v, "float"
+        return str(v), "string"
+    if ncols == 1:
+        return [r[0] for r in rows], "list"
+    return [list(r) for r in rows], "table"
+
+
+def _tables(sql: str) -> list[str]:
+    seen: list[str] = []
+    for t in sqlglot.parse_one(sql, read="sqlite").find_all(exp.Table):
+        if t.name not in seen:
+            seen.append(t.name)
+    return seen
+
+
+def build_builtin(out_dir: Path | str, seed: int = 0) -> DatasetInfo:
+    """Generate the built-in dataset into `out_dir` (replaced if present) and return its `DatasetInfo`.
+
+    Args:
+        out_dir: target directory, e.g. `data/builtin`. Built in a sibling temp dir, then renamed in.
+        seed: drives every random choice (rows, parameters, paraphrases, splits). Same seed, same bytes
+            of questions and same database contents.
+    """
+    from sqlenv.builtin.schemas import databases, generate_rows, write_database
+    from sqlenv.builtin.templates import Ctx, candidates
+
+    started = time.perf_counter()
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-build-", dir=out_dir.parent))
+    try:
+        dbs, extra = databases()
+        splits: dict[str, list[dict]] = {"train": [], "eval": [], "eval_unseen_db": []}
+        dropped: Counter[str] = Counter()
+        for db in dbs:
+            rng = random.Random(f"sqlenv-builtin-{seed}-{db.name}")
+            rows = generate_rows(db, rng, extra)
+            db_path = tmp / "databases" / db.name / f"{db.name}.sqlite"
+            write_database(db, rows, db_path)
+            conn = sqlite3.connect(db_path)
+            try:
+                cands = candidates(Ctx(db, conn, rng))
+                records: list[tuple[str, dict]] = []
+                seen_text: set[str] = set()
+                for cand in cands:
+                    try:
+                        cur = conn.execute(cand.sql)
+                        result = cur.fetchall()
+                        ncols = len(cur.description)
+                        if cand.tie_sql:
+                            keys = [r[0] for r in conn.execute(cand.tie_sql).fetchall()]
+                            if len(keys) > cand.limit and keys[cand.limit - 1] == keys[cand.limit]:
+                                dropped["tie"] += 1
+                                continue
+                    except sqlite3.Error:
+                        dropped["sql_error"] += 1
+                        continue
+                    ans = _answer(result, ncols)
+                    if ans is None:
+                        dropped["empty_result"] += 1
+                        continue
+                    if len(result) > MAX_ANSWER_ROWS:
+                        dropped["long_result"] += 1
+                        continue
+                    text = rng.choice(cand.texts)
+                    if text in seen_text:
+                        dropped["duplicate_text"] += 1
+                        continue
+                    seen_text.add(text)
+                    gold, atype = ans
+                    records.append((cand.group, {
+                        "question_text": text,
+                        "database_name": db.name,
+                        "gold_sql": cand.sql,
+                        "gold_answer": gold,
+                        "answer_type": atype,
+                        "difficulty": spider_hardness(cand.sql),
+                        "tables_involved": _tables(cand.sql),
+                        "template": cand.template,
+                    }))
+            finally:
+                conn.close()
+            for i, (_, rec) in enumerate(records):
+                rec["question_id"] = f"builtin-{db.name}-{i}"
+            if db.name == UNSEEN_DB:
+                for _, rec in records:
+                    splits["eval_unseen_db"].append(rec)
+                continue
+            # Hold out a share of each template group's instances (other parameter values → other text).
+            groups: dict[str, list[dict]] = defaultdict(list)
+            for group, rec in records:
+                groups[group].append(rec)
+            held: set[str] = set()
+            for group in sorted(groups):
+                members = groups[group]
+                n_eval = int(len(members) * EVAL_FRACTION + rng.random())
+                for rec in rng.sample(members, n_eval):
+                    held.add(rec["question_id"])
+            for _, rec in records:
+                splits["eval" if rec["question_id"] in held else "train"].append(rec)
+
+        fields = list(Question.__dataclass_fields__)
+        summary: dict[str, Any] = {}
+        for split, recs in splits.items():
+            ordered = []
+            for rec in recs:
+                rec["split"] = split
+                ordered.append({k: rec[k] for k in fields} | {"template": rec["template"]})
+            (tmp / f"questions_{split}.json").write_text(json.dumps(ordered, indent=1, ensure_ascii=False))
+            summary[split] = {
+                "difficulty": dict(sorted(Counter(r["difficulty"] for r in recs).items())),
+                "answer_type": dict(sorted(Counter(r["answer_type"] for r in recs).items())),
+                "databases": dict(sorted(Counter(r["database_name"] for r in recs).items())),
+            }
+        meta = {
+            "name": "builtin",
+            "source": "builtin",
+            "builder_version": BUILTIN_VERSION,
+            "seed": seed,
+            "splits": list(splits),
+            "counts": {s: len(r) for s, r in splits.items()},
+            "dropped": sum(dropped.values()),
+            "dropped_reasons": dict(sorted(dropped.items())),
+            "databases": [db.name for db in dbs],
+            "unseen_database": UNSEEN_DB,
+            "summary": summary,
+            "build_seconds": round(time.perf_counter() - started, 3),
+        }
+        (tmp / "dataset.json").write_text(json.dumps(meta, indent=1))
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; the dataset is meant to be shared
+        _swap_into_place(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return DatasetInfo.from_dir(out_dir)
+
+
+def _swap_into_place(new: Path, target: Path) -> None:
+    """Rename `new` to `target`, moving an old `target` aside first (rename is atomic on one filesystem)."""
+    if target.exists():
+        trash = Path(tempfile.mkdtemp(prefix=f".{target.name}-old-", dir=target.parent))
+        os.replace(target, trash / target.name)
+        os.replace(new, target)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(new, target)
+
+
+def _is_current(root: Path, seed: int) -> bool:
+    try:
+        meta = json.loads((root / "dataset.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return (
+        meta.get("builder_version") == BUILTIN_VERSION
+        and meta.get("seed") == seed
+        and all((root / f"questions_{s}.json").exists() for s in meta.get("splits", []))
+    )
+
+
+def ensure_builtin(root: Path | str, seed: int = 0) -> DatasetInfo:
+    """Return the built-in dataset at `root`, building it first if it is missing or stale.
+
+    Two processes calling this at once is safe: they serialise on `<root>.lock` and the second finds the
+    first one's build current.
+    """
+    root = Path(root)
+    if _is_current(root, seed):
+        return DatasetInfo.from_dir(root)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = root.parent / f".{root.name}.lock"
+    with open(lock_path, "a+") as lock:
+        try:
+            import fcntl
+
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        except ImportError:  # pragma: no cover - non-POSIX: best effort
+            pass
+        if not _is_current(root, seed):
+            build_builtin(root, seed=seed)
+    return DatasetInfo.from_dir(root)
