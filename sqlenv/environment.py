@@ -29,7 +29,7 @@ _ARGUMENT_HELP = {
     "QUERY": "QUERY needs one SELECT statement, e.g. QUERY SELECT count(*) FROM {table}.",
     "ANSWER": "ANSWER needs the answer value, e.g. ANSWER 42.",
 }
-_GOLD_CACHE_SIZE = 512  # gold profiles kept per environment (a profile is a value set of ≤ max_scoring_rows rows)
+_GOLD_CACHE_SIZE = 4096  # gold profiles kept per environment (a profile is a value set of ≤ max_scoring_rows rows)
 
 
 def load_question_file(path: str | Path) -> list[Question]:
@@ -227,7 +227,7 @@ class SQLEnvironment:
             try:
                 res = self.sandbox.execute(self.question.database_name, arg)
                 result = self.sandbox.render(res)
-                key = (tuple(res.columns), res.n_rows, hash(tuple(res.rows)))
+                key = (res.n_rows, result)  # the result as the agent sees it (hashing text is cheap)
                 new_info = key not in self._seen_results
                 self._seen_results.add(key)
                 if self._gold is not None:
@@ -262,7 +262,10 @@ class SQLEnvironment:
         limit = self.sandbox_settings.max_observation_chars
         error = cut_text(error, limit)
         result = cut_text(result, limit)
-        shown_arg = _clean_for_display(arg, 60) if kind in ACTION_TYPES else _clean_for_display(argument, 30)
+        if kind in ACTION_TYPES:
+            shown_arg = arg if len(arg) <= 60 and arg.isprintable() else _clean_for_display(arg, 60)
+        else:
+            shown_arg = _clean_for_display(argument, 30)
         shown_kind = kind if kind in ACTION_TYPES else _clean_for_display(action_type, 20) or "''"
         self._history.append(f"{self.state.step_count}. {shown_kind} {shown_arg} -> "
                              f"{'error' if error else summary or 'ok'}")
@@ -270,7 +273,7 @@ class SQLEnvironment:
         self._steps.append(make_step(self.state.step_count, shown_kind if kind not in ACTION_TYPES else kind,
                                      _clean_for_display(argument, 10_000) if len(argument) > 10_000
                                      else argument.encode("utf-8", "replace").decode("utf-8"),
-                                     result, error, layers.total, layers.to_dict(), obs.budget_remaining,
+                                     result, error, layers.total, {"operational": operational, "progress": progress, "terminal": terminal, "total": layers.total}, obs.budget_remaining,
                                      self.state.done))
         self.last_observation = obs
         return obs

@@ -37,7 +37,7 @@ class SandboxSettings:
     Args:
         timeout_s: Wall-clock seconds one statement may run before it is interrupted (default 5.0).
             Checked by SQLite's progress handler, so runaway recursive CTEs and huge cross joins stop.
-        progress_interval: SQLite virtual-machine instructions between two time checks (default 1000).
+        progress_interval: SQLite virtual-machine instructions between two time checks (default 4000).
             Smaller reacts faster to the deadline; larger costs less per query.
         max_display_rows: Result rows shown in a QUERY observation (default 20); the rest are counted as
             "(N more rows)".
@@ -56,7 +56,7 @@ class SandboxSettings:
     """
 
     timeout_s: float = 5.0
-    progress_interval: int = 1000
+    progress_interval: int = 4000
     max_display_rows: int = 20
     sample_rows: int = 5
     max_scoring_rows: int = 10_000
@@ -258,7 +258,16 @@ def format_rows(columns: list[str], rows: list[tuple], n_total: int, max_rows: i
     """A compact text table: header `a | b`, one line per row, then "(N more rows)" when cut."""
     lines = [" | ".join(columns)]
     for row in rows[:max_rows]:
-        lines.append(" | ".join(format_value(v, max_cell_chars) for v in row))
+        cells = []
+        for v in row:
+            kind = type(v)
+            if kind is int:
+                cells.append(str(v))
+            elif kind is str and len(v) <= max_cell_chars and "\n" not in v and "\r" not in v and "\x00" not in v:
+                cells.append(v)
+            else:
+                cells.append(format_value(v, max_cell_chars))
+        lines.append(" | ".join(cells))
     shown = min(len(rows), max_rows)
     if n_total > shown:
         more = n_total - shown
@@ -288,6 +297,14 @@ def _authorizer(action: int, arg1: Any, arg2: Any, db_name: Any, source: Any) ->
     return sqlite3.SQLITE_DENY
 
 
+class _DecodeError(Exception):
+    pass
+
+
+def _lenient_text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
 class _Database:
     """One read-only connection plus its schema, owned by one `Sandbox`."""
 
@@ -298,7 +315,6 @@ class _Database:
         conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
         try:
             conn.execute("PRAGMA query_only = 1")
-            conn.text_factory = lambda b: b.decode("utf-8", "replace")
             self.tables: dict[str, TableInfo] = self._read_schema(conn)
             conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, settings.max_value_bytes)
             conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
@@ -443,6 +459,15 @@ class Sandbox:
         return cut_text(text, self.settings.max_observation_chars)
 
     def _run(self, db: _Database, sql: str, max_rows: int) -> QueryResult:
+        try:
+            return self._run_once(db, sql, max_rows)
+        except _DecodeError:
+            # Some real databases hold invalid UTF-8 text: switch this connection to lenient decoding
+            # (slower, so only where needed) and run again.
+            db.conn.text_factory = _lenient_text
+            return self._run_once(db, sql, max_rows)
+
+    def _run_once(self, db: _Database, sql: str, max_rows: int) -> QueryResult:
         settings = self.settings
         with self._lock:
             start = time.monotonic()
@@ -470,6 +495,8 @@ class Sandbox:
                 return QueryResult(columns, rows, n_rows, truncated and not settings.count_rows_past_cap,
                                    time.monotonic() - start)
             except sqlite3.OperationalError as err:
+                if "could not decode" in str(err).lower() and db.conn.text_factory is str:
+                    raise _DecodeError() from None
                 if "interrupted" in str(err).lower():
                     raise SandboxError(f"Query timed out after {settings.timeout_s:g} s and was stopped.") from None
                 raise SandboxError(self._sqlite_message(err)) from None
