@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -36,7 +37,7 @@ from sqlenv.types import Question
 BUILTIN_VERSION = 1
 UNSEEN_DB = "football"
 #: Share of each template group's instances held out for `eval`.
-EVAL_FRACTION = 0.22
+EVAL_FRACTION = 0.25
 #: Answers longer than this (list items / table rows) are dropped: short answers are what a small model
 #: can copy, and what a person can check.
 MAX_ANSWER_ROWS = 8
@@ -60,6 +61,11 @@ def _answer(rows: list[tuple], ncols: int) -> tuple[Any, str] | None:
     if ncols == 1:
         return [r[0] for r in rows], "list"
     return [list(r) for r in rows], "table"
+
+
+def sql_shape(sql: str) -> str:
+    """The SQL with its string and number literals replaced by `?` (one shape per template use)."""
+    return re.sub(r"'(?:[^']|'')*'|\b\d+(?:\.\d+)?\b", "?", sql)
 
 
 def _tables(sql: str) -> list[str]:
@@ -143,14 +149,17 @@ def build_builtin(out_dir: Path | str, seed: int = 0) -> DatasetInfo:
                 for _, rec in records:
                     splits["eval_unseen_db"].append(rec)
                 continue
-            # Hold out a share of each template group's instances (other parameter values → other text).
+            # Hold out a share of the instances of each SQL shape (same template on the same tables, other
+            # literal values → other text); a shape with one instance stays in train.
             groups: dict[str, list[dict]] = defaultdict(list)
-            for group, rec in records:
-                groups[group].append(rec)
+            for _, rec in records:
+                groups[sql_shape(rec["gold_sql"])].append(rec)
             held: set[str] = set()
-            for group in sorted(groups):
-                members = groups[group]
-                n_eval = int(len(members) * EVAL_FRACTION + rng.random())
+            for shape in sorted(groups):
+                members = groups[shape]
+                if len(members) < 2:
+                    continue
+                n_eval = min(int(len(members) * EVAL_FRACTION + rng.random()), len(members) - 1)
                 for rec in rng.sample(members, n_eval):
                     held.add(rec["question_id"])
             for _, rec in records:

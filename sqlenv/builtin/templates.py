@@ -131,7 +131,7 @@ def single_table(ctx: Ctx) -> Iterator[Candidate]:
                     f"Which {c.words} is shared by the {'largest' if most else 'smallest'} number of {P}?"],
                     tie_sql=f"SELECT count(*) FROM {t.name} GROUP BY {c.name} ORDER BY count(*) {'DESC' if most else 'ASC'} LIMIT 2",
                     limit=1)
-            for k in ctx.pick([2, 3, 5, 8, 10, 15], 2):
+            for k in ctx.pick([2, 3, 5, 8, 10, 15], 3):
                 yield Candidate("cat_having", f"cat_having:{g}.{c.name}", f"cat_having:{g}.{c.name}>{k}",
                                 f"SELECT {c.name} FROM {t.name} GROUP BY {c.name} HAVING count(*) > {k}", [
                     f"Which {c.words} values have more than {k} {P}?",
@@ -154,9 +154,9 @@ def single_table(ctx: Ctx) -> Iterator[Candidate]:
                     f"What is the {w} {n.words} of all {P}?", f"Find the {w} {n.words} among {P}.",
                     f"Across all {P}, what is the {w} {n.words}?"])
             for c in cats:
-                for v in ctx.pick(ctx.values(t.name, c.name), 2):
-                    agg = rng.choice(["max", "min", "avg"])
-                    w = AGG_WORDS[agg]
+                agg = rng.choice(["max", "min", "avg"])  # one per column pair: instances differ by value
+                w = AGG_WORDS[agg]
+                for v in ctx.pick(ctx.values(t.name, c.name), 3):
                     yield Candidate("agg_cat", f"agg_cat:{g}.{n.name}.{c.name}", f"agg_cat:{g}.{n.name}.{c.name}={v}:{agg}",
                                     f"SELECT {agg_sql(agg, n.name)} FROM {t.name} WHERE {c.name} = {q(v)}", [
                         f"What is the {w} {n.words} of {P} with {c.words} {v}?",
@@ -167,7 +167,7 @@ def single_table(ctx: Ctx) -> Iterator[Candidate]:
                     f"What is the average {n.words} for each {c.words}?",
                     f"For each {c.words}, show the average {n.words} of {P}.",
                     f"Give the average {n.words} of {P} per {c.words}."])
-                for v in ctx.pick(ctx.values(t.name, c.name), 1):
+                for v in ctx.pick(ctx.values(t.name, c.name), 3):
                     for x in ctx.thresholds(t.name, n, 1):
                         yield Candidate("count_cat_num", f"count_cat_num:{g}.{c.name}.{n.name}",
                                         f"count_cat_num:{g}.{c.name}={v}.{n.name}>{x}",
@@ -176,7 +176,7 @@ def single_table(ctx: Ctx) -> Iterator[Candidate]:
                             f"Count the {P} with {c.words} {v} whose {n.words} is above {x}.",
                             f"What is the number of {P} with {c.words} {v} and a {n.words} over {x}?"])
                 if name:
-                    for v in ctx.pick(ctx.values(t.name, c.name), 1):
+                    for v in ctx.pick(ctx.values(t.name, c.name), 3):
                         nm = ctx.pname(t)
                         yield Candidate("names_cat_above_avg", f"names_cat_above_avg:{g}.{c.name}.{n.name}",
                                         f"names_cat_above_avg:{g}.{c.name}={v}.{n.name}",
@@ -185,14 +185,14 @@ def single_table(ctx: Ctx) -> Iterator[Candidate]:
                             f"Which {P} with {c.words} {v} have an above-average {n.words}? Give their {plural(nm)}.",
                             f"Show the {plural(nm)} of {P} with {c.words} {v} and {n.words} above the average."])
             for op, words in ((">", ("greater than", "above", "over")), ("<", ("less than", "below", "under"))):
-                for x in ctx.thresholds(t.name, n, 2):
+                for x in ctx.thresholds(t.name, n, 3):
                     yield Candidate("count_num", f"count_num:{g}.{n.name}", f"count_num:{g}.{n.name}{op}{x}",
                                     f"SELECT count(*) FROM {t.name} WHERE {n.name} {op} {x}", [
                         f"How many {P} have {n.words} {words[0]} {x}?", f"Count the {P} whose {n.words} is {words[1]} {x}.",
                         f"What is the number of {P} with {n.words} {words[2]} {x}?"])
                 if name:
                     nm = ctx.pname(t)
-                    for x in ctx.thresholds(t.name, n, 2):
+                    for x in ctx.thresholds(t.name, n, 3):
                         yield Candidate("names_num", f"names_num:{g}.{n.name}", f"names_num:{g}.{n.name}{op}{x}",
                                         f"SELECT {name.name} FROM {t.name} WHERE {n.name} {op} {x}", [
                             f"List the {plural(nm)} of {P} with {n.words} {words[0]} {x}.",
@@ -219,15 +219,15 @@ def single_table(ctx: Ctx) -> Iterator[Candidate]:
                         f"Which {N} has the {hi} {n.words}?", f"Give the {nm} of the {N} with the {big} {n.words}.",
                         f"What is the {nm} of the {N} with the {hi} {n.words}?"],
                         tie_sql=_order_tie_sql(n.name, rest, 1), limit=1)
-                    for k in ctx.pick([2, 3, 4, 5], 1):
+                    for k in ctx.pick([2, 3, 4, 5], 2):
                         yield Candidate("topk", f"top{order}:{g}.{n.name}", f"top{order}:{g}.{n.name}:{k}",
                                         f"SELECT {name.name} {rest} LIMIT {k}", [
                             f"List the {plural(nm)} of the {k} {P} with the {hi} {n.words}.",
                             f"Which {k} {P} have the {big} {n.words}?",
                             f"Show the {k} {P} with the {hi} {n.words}."],
                             tie_sql=_order_tie_sql(n.name, rest, k), limit=k)
-                for X in ctx.pick(ctx.values(t.name, name.name), 3):
-                    for a in ctx.pick(cats + nums, 1):
+                for a in cats + nums:
+                    for X in ctx.pick(ctx.values(t.name, name.name), 3):
                         yield Candidate("lookup", f"lookup:{g}", f"lookup:{g}:{X}.{a.name}",
                                         f"SELECT {a.name} FROM {t.name} WHERE {name.name} = {q(X)}", [
                             f"What is the {a.words} of the {N} {X}?", f"Give the {a.words} of {N} {X}.",
@@ -275,7 +275,7 @@ def relations(ctx: Ctx) -> Iterator[Candidate]:
                     f"Name the {PN} that the {C.noun} {Y} is {r.verb}.",
                     f"The {C.noun} {Y} is {r.verb} which {PN}?"])
             for n in C.col("num"):
-                for X in ctx.pick(parents, 2):
+                for X in ctx.pick(parents, 4):
                     rest = f"FROM {on} WHERE {Pt.name}.{pn} = {q(X)} ORDER BY {C.name}.{n.name} DESC"
                     yield Candidate("join_argmax", f"join_argmax:{g}.{n.name}", f"join_argmax:{g}.{n.name}={X}",
                                     f"SELECT {C.name}.{cn} {rest} LIMIT 1", [
@@ -283,22 +283,22 @@ def relations(ctx: Ctx) -> Iterator[Candidate]:
                         f"Among the {CP} {r.verb} {PN} {X}, which one has the largest {n.words}?",
                         f"Give the {cname.words} of the {C.noun} {r.verb} {PN} {X} with the highest {n.words}."],
                         tie_sql=_order_tie_sql(f"{C.name}.{n.name}", rest, 1), limit=1)
-                for X in ctx.pick(parents, 1):
+                for X in ctx.pick(parents, 3):
                     yield Candidate("join_sorted", f"join_sorted:{g}.{n.name}", f"join_sorted:{g}.{n.name}={X}",
                                     f"SELECT {C.name}.{cn} FROM {on} WHERE {Pt.name}.{pn} = {q(X)} ORDER BY {C.name}.{n.name}", [
                         f"List the {cw} of {CP} {r.verb} {PN} {X}, sorted by {n.words}.",
                         f"Sort the {CP} {r.verb} {PN} {X} by {n.words} and give their {cw}.",
                         f"Show the {cw} of {CP} {r.verb} {PN} {X} in order of {n.words}."])
         for n in C.col("num"):
-            for X in ctx.pick(parents, 2):
-                agg = ctx.rng.choice(["max", "min", "avg", "sum"] if n.sqltype == "INTEGER" else ["max", "min", "avg"])
-                w = AGG_WORDS[agg]
+            agg = ctx.rng.choice(["max", "min", "avg", "sum"] if n.sqltype == "INTEGER" else ["max", "min", "avg"])
+            w = AGG_WORDS[agg]
+            for X in ctx.pick(parents, 3):
                 yield Candidate("join_agg", f"join_agg:{g}.{n.name}", f"join_agg:{g}.{n.name}={X}:{agg}",
                                 f"SELECT {agg_sql(agg, C.name + '.' + n.name)} FROM {on} WHERE {Pt.name}.{pn} = {q(X)}", [
                     f"What is the {w} {n.words} of {CP} {r.verb} {PN} {X}?",
                     f"Among {CP} {r.verb} {PN} {X}, what is the {w} {n.words}?",
                     f"Find the {w} {n.words} of the {CP} {r.verb} {PN} {X}."])
-            for X in ctx.pick(parents, 1):
+            for X in ctx.pick(parents, 3):
                 for x in ctx.thresholds(C.name, n, 1):
                     yield Candidate("join_count_num", f"join_count_num:{g}.{n.name}", f"join_count_num:{g}.{n.name}={X}>{x}",
                                     f"SELECT count(*) FROM {on} WHERE {Pt.name}.{pn} = {q(X)} AND {C.name}.{n.name} > {x}", [
@@ -318,7 +318,7 @@ def relations(ctx: Ctx) -> Iterator[Candidate]:
                 f"For each {PN} {pc.words}, how many {CP} are there?",
                 f"Count the {CP} per {PN} {pc.words}.",
                 f"How many {CP} are {r.verb} {PP} of each {pc.words}?"])
-            for v in ctx.pick(vals, 2):
+            for v in ctx.pick(vals, 3):
                 yield Candidate("join_group_where", f"join_group_where:{g}.{pc.name}", f"join_group_where:{g}.{pc.name}={v}",
                                 f"SELECT {Pt.name}.{pn}, count(*) FROM {on} WHERE {Pt.name}.{pc.name} = {q(v)} GROUP BY {Pt.name}.{pn}", [
                     f"How many {CPv} does each {PN} with {pc.words} {v} have?",
@@ -329,7 +329,7 @@ def relations(ctx: Ctx) -> Iterator[Candidate]:
             f"Which {PN} has the most {CPv}?", f"Name the {PN} with the highest number of {CPv}.",
             f"Find the {PN} that has the most {CPv}."],
             tie_sql=_order_tie_sql("count(*)", rest, 1), limit=1)
-        for k in ctx.pick([1, 2, 3, 4, 5, 8, 10], 2):
+        for k in ctx.pick([1, 2, 3, 4, 5, 8, 10], 3):
             yield Candidate("parent_having", f"parent_having:{g}", f"parent_having:{g}>{k}",
                             f"SELECT {Pt.name}.{pn} FROM {on} GROUP BY {Pt.name}.{pn} HAVING count(*) > {k}", [
                 f"Which {PP} have more than {k} {CPv_them}? List their {plural(pname.words)}.",
@@ -364,9 +364,9 @@ def paths(ctx: Ctx) -> Iterator[Candidate]:
                 f"How many {C.plural} are {p.verb} {Pt.noun} {X}?", f"Count the {C.plural} {p.verb} {Pt.noun} {X}.",
                 f"What is the number of {C.plural} {p.verb} the {Pt.noun} {X}?"])
         for n in C.col("num"):
+            agg = ctx.rng.choice(["max", "min", "avg", "sum"])
+            w = AGG_WORDS[agg]
             for X in ctx.pick(parents, 3):
-                agg = ctx.rng.choice(["max", "min", "avg", "sum"])
-                w = AGG_WORDS[agg]
                 yield Candidate("path_agg", f"path_agg:{g}.{n.name}", f"path_agg:{g}.{n.name}={X}:{agg}",
                                 f"SELECT {agg_sql(agg, C.name + '.' + n.name)} FROM {on} WHERE {Pt.name}.{pn} = {q(X)}", [
                     f"What is the {w} {n.words} of {C.plural} {p.verb} {Pt.noun} {X}?",

@@ -1,0 +1,183 @@
+"""The built-in generated dataset and dataset resolution (real SQLite files in temp folders)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from sqlenv.builtin import BUILTIN_VERSION, UNSEEN_DB, build_builtin
+from sqlenv.datasets import (
+    DatasetInfo,
+    DatasetNotFoundError,
+    data_root,
+    list_datasets,
+    load_questions,
+    resolve_dataset,
+)
+from sqlenv.difficulty import spider_hardness
+from sqlenv.types import ANSWER_TYPES, DIFFICULTIES
+
+SPLITS = ("train", "eval", "eval_unseen_db")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> DatasetInfo:
+    return build_builtin(tmp_path_factory.mktemp("builtin") / "builtin", seed=0)
+
+
+@pytest.fixture(scope="module")
+def questions(built) -> dict[str, list]:
+    return {s: load_questions(built.questions_path(s)) for s in SPLITS}
+
+
+def test_layout_and_stamp(built):
+    assert built.splits == list(SPLITS)
+    meta = json.loads((built.root / "dataset.json").read_text())
+    assert meta["name"] == "builtin" and meta["source"] == "builtin"
+    assert meta["builder_version"] == BUILTIN_VERSION and meta["seed"] == 0
+    assert meta["dropped"] == sum(meta["dropped_reasons"].values())
+    for split in SPLITS:
+        assert meta["counts"][split] == len(json.loads(built.questions_path(split).read_text()))
+
+
+def test_databases_are_small_related_and_varied(built):
+    dbs = sorted(p.name for p in built.db_dir.iterdir())
+    assert len(dbs) >= 6
+    for db in dbs:
+        conn = sqlite3.connect(f"file:{built.db_dir / db / (db + '.sqlite')}?mode=ro", uri=True)
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        assert 2 <= len(tables) <= 5, (db, tables)
+        fks = sum(len(conn.execute(f"PRAGMA foreign_key_list({t})").fetchall()) for t in tables)
+        assert fks >= 1, db
+        for t in tables:
+            n = conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            assert 8 <= n <= 500, (db, t, n)
+        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        conn.close()
+
+
+def test_question_counts_difficulties_and_types(questions):
+    everything = [q for qs in questions.values() for q in qs]
+    assert len(everything) >= 600
+    assert set(Counter(q.difficulty for q in everything)) == set(DIFFICULTIES)
+    assert set(Counter(q.answer_type for q in everything)) == set(ANSWER_TYPES)
+    # every level occurs in the eval split too, so per-difficulty success rates mean something
+    assert set(q.difficulty for q in questions["eval"]) == set(DIFFICULTIES)
+    ids = [q.question_id for q in everything]
+    assert len(ids) == len(set(ids))
+    assert all(re.fullmatch(r"builtin-[a-z_]+-\d+", i) for i in ids)
+    assert len({q.question_text for q in everything}) > 0.9 * len(everything)
+
+
+def test_gold_answers_match_running_gold_sql(built, questions):
+    for split, qs in questions.items():
+        for q in qs:
+            assert q.split == split
+            conn = sqlite3.connect(f"file:{built.db_dir / q.database_name / (q.database_name + '.sqlite')}?mode=ro", uri=True)
+            cur = conn.execute(q.gold_sql)
+            rows = cur.fetchall()
+            conn.close()
+            assert rows, q.question_id
+            if q.answer_type in ("integer", "float", "string"):
+                assert len(rows) == 1 and len(rows[0]) == 1
+                assert rows[0][0] == q.gold_answer
+            elif q.answer_type == "list":
+                assert [r[0] for r in rows] == q.gold_answer
+            else:
+                assert [list(r) for r in rows] == q.gold_answer
+            assert q.difficulty == spider_hardness(q.gold_sql)
+            assert q.tables_involved and all(t in q.gold_sql for t in q.tables_involved)
+
+
+def test_literals_in_gold_sql_appear_verbatim_in_the_question(questions):
+    for qs in questions.values():
+        for q in qs:
+            for literal in re.findall(r"'((?:[^']|'')*)'", q.gold_sql):
+                assert literal.replace("''", "'") in q.question_text, (q.question_text, q.gold_sql)
+
+
+def test_splits_hold_out_instances_and_one_database(questions):
+    train, evl, unseen = questions["train"], questions["eval"], questions["eval_unseen_db"]
+    total = len(train) + len(evl) + len(unseen)
+    assert 0.60 <= len(train) / total <= 0.72
+    assert 0.15 <= len(evl) / total <= 0.22
+    assert {q.database_name for q in unseen} == {UNSEEN_DB}
+    assert UNSEEN_DB not in {q.database_name for q in train + evl}
+    assert {q.database_name for q in evl} <= {q.database_name for q in train}
+    train_texts = {q.question_text for q in train}
+    assert not any(q.question_text for q in evl if q.question_text in train_texts)
+    # held-out instances reuse question shapes seen in training: same templates, other values
+    train_shapes = {json.dumps(_shape(q.gold_sql)) for q in train}
+    shared = sum(json.dumps(_shape(q.gold_sql)) in train_shapes for q in evl)
+    assert shared == len(evl)
+
+
+def _shape(sql: str) -> str:
+    return re.sub(r"'(?:[^']|'')*'|\b\d+(?:\.\d+)?\b", "?", sql)
+
+
+def test_answers_are_short(questions):
+    for qs in questions.values():
+        for q in qs:
+            if q.answer_type in ("list", "table"):
+                assert 1 <= len(q.gold_answer) <= 8
+
+
+def test_deterministic_from_seed(tmp_path, built):
+    again = build_builtin(tmp_path / "again", seed=0)
+    other = build_builtin(tmp_path / "other", seed=1)
+    for split in SPLITS:
+        assert again.questions_path(split).read_bytes() == built.questions_path(split).read_bytes()
+    assert other.questions_path("train").read_bytes() != built.questions_path("train").read_bytes()
+    db = "music/music.sqlite"
+    assert (again.db_dir / db).read_bytes() == (built.db_dir / db).read_bytes()
+
+
+def test_resolve_builds_on_first_use_and_rebuilds_when_stale(tmp_path):
+    info = resolve_dataset("builtin", data_root=tmp_path)
+    assert info.root == tmp_path / "builtin" and info.splits == list(SPLITS)
+    stamp = (info.root / "dataset.json").stat().st_mtime_ns
+    assert resolve_dataset("builtin", data_root=tmp_path).root == info.root
+    assert (info.root / "dataset.json").stat().st_mtime_ns == stamp  # current: not rebuilt
+    meta = json.loads((info.root / "dataset.json").read_text())
+    meta["builder_version"] = -1
+    (info.root / "dataset.json").write_text(json.dumps(meta))
+    rebuilt = resolve_dataset("builtin", data_root=tmp_path)
+    assert rebuilt.meta["builder_version"] == BUILTIN_VERSION
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".builtin-")] == []  # no temp dirs left
+
+
+def test_two_processes_building_at_once(tmp_path):
+    code = "import sys; from sqlenv.datasets import resolve_dataset; print(resolve_dataset('builtin', data_root=sys.argv[1]).counts)"
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert outs[0] == outs[1]
+    info = resolve_dataset(tmp_path / "builtin")
+    assert sum(info.counts.values()) == sum(len(load_questions(info.questions_path(s))) for s in SPLITS)
+
+
+def test_resolution_by_name_path_and_errors(tmp_path, built, monkeypatch):
+    assert resolve_dataset(str(built.root)).root == built.root
+    assert resolve_dataset(built.root).name == "builtin"
+    prepared = tmp_path / "mine"
+    prepared.mkdir()
+    (prepared / "questions_train.json").write_text("[]")
+    assert resolve_dataset("mine", data_root=tmp_path).splits == ["train"]
+    assert [d.name for d in list_datasets(tmp_path)] == ["mine"]
+    with pytest.raises(DatasetNotFoundError, match="available: builtin, mine"):
+        resolve_dataset("nope", data_root=tmp_path)
+    with pytest.raises(DatasetNotFoundError):
+        resolve_dataset(str(tmp_path / "missing"), data_root=tmp_path)
+    with pytest.raises(ValueError, match="splits: train, eval, eval_unseen_db"):
+        built.questions_path("dev")
+    monkeypatch.setenv("SQLENV_DATA_DIR", str(tmp_path))
+    assert data_root() == Path(tmp_path)
+    assert resolve_dataset("mine").root == prepared
