@@ -34,7 +34,7 @@ from sqlenv.difficulty import spider_hardness
 from sqlenv.types import Question
 
 #: Bump when generation changes so stale builds under data/builtin are rebuilt.
-BUILTIN_VERSION = 1
+BUILTIN_VERSION = 2
 UNSEEN_DB = "football"
 #: Share of each template group's instances held out for `eval`.
 EVAL_FRACTION = 0.25
