@@ -1,0 +1,287 @@
+"""Load the policy model and its tokenizer: the built-in tiny Qwen3 model, a Hub name or a local directory.
+
+```python
+from training.models import load_model_and_tokenizer
+model, tokenizer = load_model_and_tokenizer("builtin:tiny")         # offline, built on first use, then cached
+model, tokenizer = load_model_and_tokenizer("Qwen/Qwen3-0.6B")      # Hub (or the local HF cache when offline)
+model, tokenizer = load_model_and_tokenizer("runs/<run_id>/final")  # a trained model saved by a run
+```
+
+`builtin:tiny` is a ~2M-parameter `Qwen3ForCausalLM` with random weights and a byte-level BPE tokenizer trained
+here on rendered oracle conversations of the dataset (see `training/tokenizer.py`), using TRL's Qwen3 chat
+template byte for byte, so TRL parses its tool calls exactly as it does for a real Qwen3. It is built
+deterministically from the seed into `runs/models/<key>/` (the key changes with the version, the seed, the model
+shape and a fingerprint of the corpus) and loaded from there afterwards through the same `from_pretrained` path as
+any local directory. A random-init model cannot find tool calls on its own: SFT warm-start (`training/sft.py`)
+teaches it the format before GRPO.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from training.run_dir import default_runs_root
+
+__all__ = [
+    "BUILTIN_TINY",
+    "ModelLoadError",
+    "TinyModelSpec",
+    "build_tiny_model",
+    "load_model_and_tokenizer",
+    "resolve_device_dtype",
+    "tiny_model_dir",
+]
+
+BUILTIN_TINY = "builtin:tiny"
+#: Bump when the build recipe changes, so stale caches are not reused.
+TINY_MODEL_VERSION = 1
+
+
+class ModelLoadError(ValueError):
+    """A model or tokenizer could not be loaded; the message names it and says what to do."""
+
+
+@dataclass(frozen=True)
+class TinyModelSpec:
+    """Shape of the built-in tiny model and its tokenizer.
+
+    Sized to learn the SQLEnv tool protocol from a few hundred oracle episodes in minutes on 2 CPU cores:
+    ~2M parameters, most of them in 4 transformer layers rather than in the (tied) embedding table.
+
+    Args:
+        hidden_size: width of the residual stream (192).
+        num_hidden_layers: transformer blocks (4). Copying values from the question needs at least 2 layers
+            (an induction-style lookup); more layers learn faster per step but cost time per step.
+        num_attention_heads: query heads (4, head_dim 48).
+        num_key_value_heads: key/value heads (2, grouped-query attention as in Qwen3).
+        intermediate_size: MLP width (512).
+        vocab_size: BPE vocabulary before special tokens and boilerplate phrases (2048).
+        max_position_embeddings: longest sequence (4096 tokens; episodes are a few hundred).
+    """
+
+    hidden_size: int = 192
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    intermediate_size: int = 512
+    vocab_size: int = 2048
+    max_position_embeddings: int = 4096
+
+
+def resolve_device_dtype(dtype: Any = None, device: Any = None) -> tuple[Any, Any]:
+    """Pick the device and precision: bf16 on a CUDA GPU that supports it, fp16 on an older GPU, fp32 on CPU.
+
+    `dtype` may be a `torch.dtype` or a name ("bfloat16", "bf16", "float32", "auto", ...); `device` a string or
+    `torch.device`. Either left as None (or "auto") is chosen automatically.
+    """
+    import torch
+
+    if device is None or device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    if isinstance(dtype, str):
+        names = {
+            "bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
+            "half": torch.float16, "fp32": torch.float32, "float32": torch.float32, "float": torch.float32,
+        }
+        if dtype == "auto":
+            dtype = None
+        elif dtype.lower() in names:
+            dtype = names[dtype.lower()]
+        else:
+            raise ModelLoadError(f"unknown dtype {dtype!r}: use one of auto, {', '.join(sorted(names))}")
+    if dtype is None:
+        if device.type == "cuda":
+            dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        else:
+            dtype = torch.float32
+    return device, dtype
+
+
+def load_model_and_tokenizer(
+    name: str = BUILTIN_TINY,
+    *,
+    seed: int = 0,
+    dtype: Any = None,
+    device: Any = None,
+    dataset: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+):
+    """Load a causal LM and its tokenizer, ready for TRL.
+
+    Args:
+        name: `builtin:tiny` (the default: offline, built on first use), a Hub model id such as
+            `Qwen/Qwen3-0.6B`, or a local directory written by `save_pretrained` (e.g. a run's `final/`).
+        seed: seeds the tiny model's weights and so selects its cache entry; ignored for other models.
+        dtype: torch dtype or name; default bf16 on a GPU that has it, fp32 on CPU.
+        device: default `cuda` when available, else `cpu`.
+        dataset: the dataset whose oracle conversations train the tiny model's tokenizer (default `builtin`);
+            a tokenizer fitted to the data keeps sequences short. Ignored for other models.
+        cache_dir: where built tiny models are kept (default `$SQLENV_RUNS_DIR/models`, i.e. `runs/models`).
+
+    Returns:
+        `(model, tokenizer)`; the tokenizer has a pad token, the model is in train mode on `device`.
+
+    Raises:
+        ModelLoadError: the model cannot be found (e.g. offline and not in the local HF cache) or loaded.
+    """
+    device, dtype = resolve_device_dtype(dtype, device)
+    if name == BUILTIN_TINY or name.startswith("builtin:"):
+        if name != BUILTIN_TINY:
+            raise ModelLoadError(f"unknown built-in model {name!r}: the built-in model is {BUILTIN_TINY!r}")
+        path = tiny_model_dir(seed=seed, dataset=dataset, cache_dir=cache_dir)
+        return _from_pretrained(str(path), dtype, device)
+    return _from_pretrained(name, dtype, device)
+
+
+def _from_pretrained(name: str, dtype: Any, device: Any):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    looks_local = name.startswith((".", "/", "~")) or os.path.isdir(name) or name.count("/") > 1
+    if looks_local and not os.path.isdir(os.path.expanduser(name)):
+        raise ModelLoadError(f"model directory {name!r} does not exist (pass a directory written by save_pretrained)")
+    name = os.path.expanduser(name) if looks_local else name
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype)
+    except (OSError, ValueError, EnvironmentError) as exc:
+        offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
+        if looks_local:
+            hint = "check that it holds a model and tokenizer written by save_pretrained"
+        elif offline:
+            hint = (
+                "HF_HUB_OFFLINE is set and the model is not in the local Hugging Face cache: "
+                "set HF_HUB_OFFLINE=0 on a machine with internet to download it, or pass a local directory, "
+                f"or use {BUILTIN_TINY!r} to train offline"
+            )
+        else:
+            hint = (
+                "check the model id, your internet connection (or the local Hugging Face cache), "
+                f"or pass a local directory, or use {BUILTIN_TINY!r} to train offline"
+            )
+        raise ModelLoadError(f"could not load model {name!r}: {hint} ({type(exc).__name__}: {exc})") from exc
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.to(device)
+    model.train()
+    return model, tokenizer
+
+
+# --------------------------------------------------------------------------------------------- built-in tiny
+
+
+def tiny_corpus(dataset: str | os.PathLike | None = None, *, episodes: int | None = None) -> list[str]:
+    """The tokenizer's training text: the train-split oracle conversations of `dataset`, rendered as SFT sees them."""
+    from training.sft import oracle_conversations
+    from training.tokenizer import render_conversations
+
+    return render_conversations(oracle_conversations(dataset or "builtin", split="train", episodes=episodes))
+
+
+def corpus_fingerprint(dataset: str | os.PathLike | None = None) -> str:
+    """A cheap hash of what the tokenizer would be trained on: the train questions file, plus three rendered
+    conversations (which change whenever the prompt, the tool schemas or the observation format change)."""
+    from sqlenv.datasets import resolve_dataset
+
+    digest = hashlib.sha256(resolve_dataset(dataset or "builtin").questions_path("train").read_bytes())
+    for text in tiny_corpus(dataset, episodes=3):
+        digest.update(text.encode("utf-8"))
+    return digest.hexdigest()[:12]
+
+
+def tiny_model_key(seed: int, spec: TinyModelSpec, fingerprint: str) -> str:
+    """Cache key: recipe version, seed, a hash of the model shape and the corpus fingerprint."""
+    shape = hashlib.sha256(json.dumps(asdict(spec), sort_keys=True).encode()).hexdigest()[:8]
+    return f"tiny-v{TINY_MODEL_VERSION}-seed{seed}-{shape}-{fingerprint}"
+
+
+def tiny_model_dir(
+    *,
+    seed: int = 0,
+    dataset: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    spec: TinyModelSpec | None = None,
+) -> Path:
+    """The directory of the built-in tiny model for this seed and dataset, building it first if needed."""
+    spec = spec or TinyModelSpec()
+    root = Path(cache_dir) if cache_dir is not None else default_runs_root() / "models"
+    path = root / tiny_model_key(seed, spec, corpus_fingerprint(dataset))
+    if not (path / "config.json").exists():
+        build_tiny_model(path, tiny_corpus(dataset), seed=seed, spec=spec, dataset=str(dataset or "builtin"))
+    return path
+
+
+def build_tiny_model(
+    out_dir: str | os.PathLike,
+    texts: list[str],
+    *,
+    seed: int = 0,
+    spec: TinyModelSpec | None = None,
+    dataset: str | None = None,
+) -> Path:
+    """Train the tokenizer on `texts`, initialise the tiny Qwen3 model from `seed`, save both to `out_dir`.
+
+    Written to a temporary sibling directory and renamed, so a crash or a concurrent build never leaves a
+    half-written model behind (if another process finished first, its copy is kept).
+    """
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from training.tokenizer import train_tokenizer
+
+    spec = spec or TinyModelSpec()
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer = train_tokenizer(texts, vocab_size=spec.vocab_size)
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_hidden_layers,
+        num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads,
+        head_dim=spec.hidden_size // spec.num_attention_heads,
+        max_position_embeddings=spec.max_position_embeddings,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        model = Qwen3ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        info = {
+            "name": BUILTIN_TINY,
+            "version": TINY_MODEL_VERSION,
+            "seed": seed,
+            "dataset": dataset,
+            "spec": asdict(spec),
+            "n_parameters": sum(p.numel() for p in model.parameters()),
+            "vocab_size": len(tokenizer),
+            "corpus_texts": len(texts),
+        }
+        (tmp / "sqlenv_model.json").write_text(json.dumps(info, indent=2) + "\n")
+        try:
+            os.rename(tmp, out_dir)
+        except OSError:
+            if not (out_dir / "config.json").exists():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir

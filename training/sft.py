@@ -1,0 +1,281 @@
+"""SFT warm-start: teach the policy the tool protocol by imitating oracle episodes, before GRPO.
+
+A randomly initialised model never emits a well-formed `<tool_call>` by chance, so GRPO alone gets no signal.
+Here the oracle (DESCRIBE the tables involved, QUERY the gold SQL, ANSWER the formatted gold answer) plays every
+train-split question through `SQLEnvTRL` itself, and each episode becomes one chat conversation rendered exactly
+as TRL renders tool conversations in GRPO: the same system prompt and first user turn (the dataset row's prompt
+plus the text `reset()` returns), the same tool schemas in the same order (TRL lists the environment's public
+methods alphabetically: answer, describe, query, sample), the same tool-result texts, and TRL's Qwen3 training
+template. TRL's `SFTTrainer` then trains on the assistant turns only (`assistant_only_loss=True`; the template's
+`{% generation %}` tags mark them), including the `<|im_end|>` that ends each turn and the final turn after the
+answer, which teaches the model to stop calling tools when the episode is over.
+
+```python
+from training.models import load_model_and_tokenizer
+from training.sft import SFTSettings, run_sft
+model, tokenizer = load_model_and_tokenizer("builtin:tiny")
+result = run_sft(model, tokenizer, SFTSettings(epochs=3))
+```
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+__all__ = ["SFTResult", "SFTSettings", "build_sft_dataset", "oracle_conversations", "run_sft", "tool_schemas"]
+
+@dataclass
+class SFTSettings:
+    """SFT warm-start settings.
+
+    Args:
+        dataset: dataset whose oracle episodes are imitated (`builtin`, a prepared name or a path).
+        split: split to take the episodes from (`train`; never an eval split).
+        step_budget: the environment's step budget, as in GRPO (10), so the observations match.
+        epochs: passes over the oracle episodes (3). The tiny model needs several to learn to copy values.
+        learning_rate: peak learning rate (1e-3 suits a ~2M-parameter model from scratch; use ~1e-5 for a
+            pretrained Qwen3).
+        batch_size: episodes per optimizer step (8).
+        gradient_accumulation_steps: 1.
+        warmup: linear warm-up, as a fraction of the steps when < 1, else a number of steps (0.05).
+        weight_decay: 0.0.
+        lr_scheduler_type: "cosine".
+        max_steps: optimizer steps; overrides `epochs` when > 0 (-1).
+        max_length: longest tokenized episode; longer ones are truncated (2048).
+        episodes: oracle episodes to imitate (None = one per question of the split).
+        describe: the oracle DESCRIBEs the tables involved before querying (True), as the system prompt advises.
+        seed: data order and dropout seed (0).
+        logging_steps: how often the trainer logs the loss (10).
+        output_dir: scratch directory for the trainer (nothing is saved there unless you save the model).
+    """
+
+    dataset: str = "builtin"
+    split: str = "train"
+    step_budget: int = 10
+    epochs: float = 3.0
+    learning_rate: float = 1e-3
+    batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    warmup: float = 0.05
+    weight_decay: float = 0.0
+    lr_scheduler_type: str = "cosine"
+    max_steps: int = -1
+    max_length: int | None = 2048
+    episodes: int | None = None
+    describe: bool = True
+    seed: int = 0
+    logging_steps: int = 10
+    output_dir: str | None = None
+
+    @classmethod
+    def from_config(cls, config: Any) -> "SFTSettings":
+        """Build settings from an `SFTSettings`, a dict, or a training config with `sft_*` fields.
+
+        A training config (`training.config.TrainConfig`) contributes `dataset`, `step_budget`, `seed` and every
+        `sft_<name>` field (e.g. `sft_epochs`, `sft_learning_rate`); unknown fields are ignored.
+        """
+        if isinstance(config, cls):
+            return config
+        if config is None:
+            return cls()
+        data = dict(config) if isinstance(config, dict) else {
+            k: getattr(config, k) for k in dir(config) if not k.startswith("_") and not callable(getattr(config, k))
+        }
+        names = {f.name for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in names and not key.startswith("sft_"):
+                values[key] = value
+        for key, value in data.items():
+            if key.startswith("sft_") and key[4:] in names:
+                values[key[4:]] = value
+        if "dataset" in values and not isinstance(values["dataset"], str):
+            values["dataset"] = str(values["dataset"])
+        if "train_split" in data and "split" not in values:
+            values["split"] = data["train_split"]
+        return cls(**values)
+
+
+@dataclass
+class SFTResult:
+    """What `run_sft` did: episodes seen, steps, first and last logged loss, wall time, the trainer's log."""
+
+    n_examples: int
+    steps: int
+    first_loss: float | None
+    final_loss: float | None
+    seconds: float
+    log_history: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ------------------------------------------------------------------------------------------- conversations
+
+
+def oracle_conversations(
+    dataset: str | os.PathLike = "builtin",
+    split: str = "train",
+    *,
+    step_budget: int = 10,
+    episodes: int | None = None,
+    describe: bool = True,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Play the oracle through `SQLEnvTRL` and return each episode as `{"messages", "tools", "question_id"}`.
+
+    `messages` is what GRPO's tool loop would have built had the model played the oracle's moves: the train
+    row's prompt with `reset()`'s text appended to its user turn, then per action an assistant turn with one tool
+    call and the tool's result, then `FINAL_MESSAGE`. Tool-call arguments are stored as JSON text (the Qwen3
+    template writes strings verbatim), which renders identically to a dict and keeps the rows Arrow-friendly.
+    `tools` holds the tool schemas as JSON text, in TRL's order. With `episodes` larger than the split, questions
+    repeat (a seeded shuffle decides which); smaller takes a seeded sample.
+    """
+    import random
+
+    from sqlenv.policies import OraclePolicy
+    from training.prompts import FINAL_MESSAGE, action_to_tool_call
+    from training.trl_env import SQLEnvTRL, tool_methods, train_rows
+    from transformers.utils import get_json_schema
+
+    # A private subclass holds this configuration, so the class GRPO uses keeps its own (`configure` is per class).
+    class _OracleEnv(SQLEnvTRL):
+        pass
+
+    _OracleEnv.configure(dataset=str(dataset), split=split, step_budget=step_budget)
+    env = _OracleEnv()
+    tools = [get_json_schema(method) for method in tool_methods(env)]
+    tools_json = json.dumps(tools, ensure_ascii=False)
+    rows = train_rows(dataset=str(dataset), split=split).to_list()
+    order = list(range(len(rows)))
+    if episodes is not None:
+        rng = random.Random(seed)
+        order = []
+        while len(order) < episodes:
+            block = list(range(len(rows)))
+            rng.shuffle(block)
+            order += block
+        order = sorted(order[:episodes]) if episodes <= len(rows) else order[:episodes]
+    oracle = OraclePolicy(describe=describe)
+    conversations = []
+    for index in order:
+        row = rows[index]
+        text = env.reset(**row)
+        messages = copy.deepcopy(row["prompt"])
+        messages[-1]["content"] = messages[-1]["content"] + text
+        inner = env.environment
+        oracle.reset(inner, env.observation)
+        while not env.done:
+            action = oracle.act(inner, env.observation)
+            call = action_to_tool_call(action)
+            name, arguments = call["function"]["name"], call["function"]["arguments"]
+            result = getattr(env, name)(**arguments)
+            call["function"]["arguments"] = json.dumps(arguments, ensure_ascii=False)
+            messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+            messages.append({"role": "tool", "name": name, "content": str(result)})
+        messages.append({"role": "assistant", "content": FINAL_MESSAGE})
+        conversations.append({"messages": messages, "tools": tools_json, "question_id": row["question_id"]})
+    return conversations
+
+
+def build_sft_dataset(conversations: list[dict[str, Any]]):
+    """A `datasets.Dataset` with the `messages` and `tools` columns `SFTTrainer` reads."""
+    from datasets import Dataset
+
+    return Dataset.from_list([{"messages": c["messages"], "tools": c["tools"]} for c in conversations])
+
+
+# ---------------------------------------------------------------------------------------------------- training
+
+
+def run_sft(
+    model: Any,
+    tokenizer: Any,
+    config: Any = None,
+    *,
+    conversations: list[dict[str, Any]] | None = None,
+    callbacks: list | None = None,
+) -> SFTResult:
+    """Warm-start `model` in place on oracle episodes with TRL's `SFTTrainer` (loss on assistant turns only).
+
+    Args:
+        model: a causal LM (e.g. from `training.models.load_model_and_tokenizer`); trained in place.
+        tokenizer: its tokenizer, with a Qwen3-style chat template that TRL knows (TRL swaps in the training
+            variant with `{% generation %}` tags, the same template GRPO renders with).
+        config: an `SFTSettings`, a dict of its fields, or a training config with `sft_*` fields (see
+            `SFTSettings.from_config`). Default `SFTSettings()`.
+        conversations: episodes to imitate (default: `oracle_conversations(...)` from the settings).
+        callbacks: extra `transformers.TrainerCallback`s (e.g. to log or to stop).
+
+    Returns:
+        an `SFTResult` with the number of episodes, steps, first and last loss, seconds and the trainer's log.
+    """
+    import tempfile
+    import time
+
+    import torch
+    from trl import SFTConfig, SFTTrainer
+
+    settings = SFTSettings.from_config(config)
+    start = time.perf_counter()
+    if conversations is None:
+        conversations = oracle_conversations(
+            settings.dataset,
+            settings.split,
+            step_budget=settings.step_budget,
+            episodes=settings.episodes,
+            describe=settings.describe,
+            seed=settings.seed,
+        )
+    if not conversations:
+        raise ValueError(f"no oracle episodes to imitate in {settings.dataset!r} split {settings.split!r}")
+    dataset = build_sft_dataset(conversations)
+    param = next(model.parameters())
+    on_cpu = param.device.type == "cpu"
+    with tempfile.TemporaryDirectory(prefix="sqlenv-sft-") as scratch:
+        args = SFTConfig(
+            output_dir=settings.output_dir or scratch,
+            num_train_epochs=settings.epochs,
+            max_steps=settings.max_steps,
+            per_device_train_batch_size=settings.batch_size,
+            gradient_accumulation_steps=settings.gradient_accumulation_steps,
+            learning_rate=settings.learning_rate,
+            lr_scheduler_type=settings.lr_scheduler_type,
+            warmup_steps=settings.warmup,
+            weight_decay=settings.weight_decay,
+            max_length=settings.max_length,
+            assistant_only_loss=True,
+            packing=False,
+            logging_steps=settings.logging_steps,
+            logging_first_step=True,
+            save_strategy="no",
+            report_to="none",
+            seed=settings.seed,
+            use_cpu=on_cpu,
+            bf16=param.dtype == torch.bfloat16,
+            fp16=param.dtype == torch.float16,
+            dataloader_pin_memory=not on_cpu,
+            disable_tqdm=True,
+        )
+        trainer = SFTTrainer(
+            model=model, args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=callbacks
+        )
+        trainer.train()
+        history = list(trainer.state.log_history)
+        steps = trainer.state.global_step
+    losses = [h["loss"] for h in history if "loss" in h and isinstance(h["loss"], (int, float))]
+    return SFTResult(
+        n_examples=len(conversations),
+        steps=steps,
+        first_loss=losses[0] if losses else None,
+        final_loss=losses[-1] if losses else None,
+        seconds=time.perf_counter() - start,
+        log_history=history,
+    )
