@@ -1,0 +1,90 @@
+"""Builds the dashboard's Blocks from its four tabs and launches it (host/port from args or Gradio's env)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import gradio as gr
+
+from dashboard import compare_tab, play_tab, runs_tab, train_tab
+from dashboard.context import AppContext
+from dashboard.transcripts import CSS as TRANSCRIPT_CSS
+
+TITLE = "SQLEnv — teach a small model to answer questions about databases"
+CSS = TRANSCRIPT_CSS + """
+.gradio-container { max-width: 1500px !important; }
+#sqe-header h1 { margin-bottom: 0; }
+#sqe-header p { margin-top: 2px; color: #64748b; }
+"""
+
+
+# System fonts only: the app must look right offline (no Google Fonts request).
+THEME = gr.themes.Soft(
+    primary_hue="indigo",
+    font=["ui-sans-serif", "system-ui", "-apple-system", "Segoe UI", "Roboto", "sans-serif"],
+    font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "monospace"],
+)
+
+
+def build_app(ctx: AppContext | None = None) -> gr.Blocks:
+    ctx = ctx or AppContext.create()
+    with gr.Blocks(title="SQLEnv dashboard") as demo:
+        gr.Markdown(
+            f"# SQLEnv\nGRPO on a sandboxed SQL-exploration environment: an agent DESCRIBEs, SAMPLEs and QUERYs "
+            f"a SQLite database, then ANSWERs. Runs are saved under `{ctx.runs.runs_root}/`.",
+            elem_id="sqe-header",
+        )
+        loads = []
+        with gr.Tabs(elem_id="sqe-tabs"):
+            with gr.Tab("Train", id="train"):
+                loads.append(train_tab.build(ctx))
+            with gr.Tab("Compare", id="compare") as compare:
+                compare_parts = compare_tab.build(ctx)
+                loads.append(compare_parts)
+            with gr.Tab("Play", id="play"):
+                loads.append(play_tab.build(ctx))
+            with gr.Tab("Runs", id="runs") as runs:
+                runs_parts = runs_tab.build(ctx)
+                loads.append(runs_parts)
+        for parts in loads:
+            fn, inputs, outputs = parts["load"]
+            demo.load(fn, inputs=inputs, outputs=outputs, show_progress="hidden")
+        # Opening a tab shows what is on disk now (a run may have finished since the page loaded).
+        fn, inputs, outputs = compare_parts["load"]
+        compare.select(fn, inputs=inputs, outputs=outputs, show_progress="hidden")
+        fn, inputs, outputs = runs_parts["load"]
+        runs.select(fn, inputs=inputs, outputs=outputs, show_progress="hidden")
+    return demo
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="app.py", description="SQLEnv dashboard")
+    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+                        help="interface to listen on (env GRADIO_SERVER_NAME; 0.0.0.0 on a Space)")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
+                        help="port (env GRADIO_SERVER_PORT, default 7860)")
+    parser.add_argument("--runs-dir", type=Path, default=None, help="runs folder (default $SQLENV_RUNS_DIR or runs/)")
+    parser.add_argument("--data-dir", type=Path, default=None, help="datasets folder (default $SQLENV_DATA_DIR or data/)")
+    return parser.parse_args(argv)
+
+
+def launch(demo: gr.Blocks, host: str, port: int, prevent_thread_lock: bool = False):
+    demo.queue(default_concurrency_limit=4)
+    return demo.launch(
+        server_name=host, server_port=port, prevent_thread_lock=prevent_thread_lock, css=CSS,
+        theme=THEME, show_error=True, footer_links=[],
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    ctx = AppContext.create(runs_root=args.runs_dir, data_root=args.data_dir)
+    demo = build_app(ctx)
+    try:
+        launch(demo, args.host, args.port)
+    except OSError as exc:  # port taken, bad host: one line, exit 2
+        print(f"app.py: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -1,0 +1,51 @@
+"""What every tab shares: the training runner, the run cache, where data lives. Built once per app."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dashboard.run_data import RunCache
+from dashboard.runner import TrainingRunner
+
+# How often the pages poll the runner and run directories (seconds): the "logged → plotted" latency is at
+# most this plus one render, and each idle tick costs a few stat() calls.
+POLL_SECONDS = 1.0
+
+
+@dataclass
+class AppContext:
+    runner: TrainingRunner
+    runs: RunCache
+    data_root: Path | None = None
+    poll_seconds: float = POLL_SECONDS
+
+    @classmethod
+    def create(cls, runs_root: Path | None = None, data_root: Path | None = None) -> "AppContext":
+        runner = TrainingRunner.instance(runs_root)
+        return cls(runner=runner, runs=RunCache(runner.runs_root), data_root=data_root)
+
+
+def dataset_choices(data_root: Path | None = None) -> list[str]:
+    """`builtin` first, then every dataset prepared under the data folder."""
+    names = ["builtin"]
+    try:
+        from sqlenv.datasets import list_datasets
+
+        for info in list_datasets(data_root):
+            if info.name not in names:
+                names.append(info.name)
+    except Exception:  # a broken data folder must not stop the app from serving
+        pass
+    return names
+
+
+def dataset_splits(name: str, data_root: Path | None = None) -> tuple[list[str], str | None]:
+    """(splits, None) or ([], error message)."""
+    try:
+        from sqlenv.datasets import resolve_dataset
+
+        info = resolve_dataset(name, data_root)
+        return list(info.splits), None
+    except Exception as exc:
+        return [], str(exc)

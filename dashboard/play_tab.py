@@ -1,0 +1,172 @@
+"""Play tab: a person plays one episode by hand.
+
+Each browser session owns its own `SQLEnvironment` in a `gr.State`, so two people playing at once never see
+each other's episode; the environment is closed when the session ends.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import gradio as gr
+
+from dashboard.context import AppContext, dataset_choices, dataset_splits
+from dashboard.transcripts import esc, format_gold, layers_html, steps_table, transcript_html, verdict_badge
+
+RANDOM = "random"
+ACTIONS = ["DESCRIBE", "SAMPLE", "QUERY", "ANSWER"]
+PLACEHOLDERS = {
+    "DESCRIBE": "a table name, e.g. singer",
+    "SAMPLE": "a table name, e.g. singer",
+    "QUERY": "one SELECT statement, e.g. SELECT count(*) FROM singer",
+    "ANSWER": "the answer: a value; a comma-separated list; table rows `a | b` one per line; [] for none",
+}
+
+
+def _close(state: Any) -> None:
+    env = state.get("env") if isinstance(state, dict) else None
+    if env is not None:
+        try:
+            env.close()
+        except Exception:
+            pass
+
+
+def question_choices(name: str, split: str, data_root) -> tuple[list, str | None]:
+    try:
+        from sqlenv.datasets import resolve_dataset
+
+        questions = resolve_dataset(name, data_root).load(split)
+    except Exception as exc:
+        return [RANDOM], str(exc)
+    choices: list = [RANDOM]
+    for q in questions:
+        text = q.question_text if len(q.question_text) <= 80 else q.question_text[:77] + "…"
+        choices.append((f"{q.question_id} — {text}", q.question_id))
+    return choices, None
+
+
+def episode_header(env) -> str:
+    q = env.question
+    obs = env.last_observation
+    return (
+        '<div class="sqe-card" id="play-question">'
+        f'<div class="sqe-question">{esc(q.question_text)}</div>'
+        f'<div class="sqe-meta">database <b>{esc(q.database_name)}</b> · {esc(q.difficulty)} · '
+        f'answer type <b>{esc(q.answer_type)}</b> · question {esc(q.question_id)}</div>'
+        f'<div class="sqe-meta" style="margin-top:6px">What you know about the schema '
+        f'(DESCRIBE a table to add its columns):</div>'
+        f'<pre class="sqe-inline sqe-schema">{esc(obs.schema_info if obs else "")}</pre>'
+        f'<div class="sqe-meta" id="play-budget" data-budget="{obs.budget_remaining if obs else ""}">'
+        f'budget left: <b>{obs.budget_remaining if obs else "?"}</b> / {env.step_budget} steps</div></div>'
+    )
+
+
+def observation_html(env, obs) -> str:
+    if obs is None:
+        return ""
+    text = obs.error or obs.result or "(no output)"
+    cls = "sqe-obs sqe-err" if obs.error else "sqe-obs"
+    verdict = ""
+    if obs.done:
+        t = env.transcript(policy="human")
+        verdict = (
+            f'<div class="sqe-verdict" id="play-verdict" data-outcome="{esc(t["outcome"])}">{verdict_badge(t)} '
+            f'<span>your answer: <code>{esc(t.get("answer") if t.get("answer") is not None else "—")}</code></span>'
+            f'<span>total reward <b>{t["total_reward"]:+.3f}</b></span></div>'
+            '<div class="sqe-gold"><div><b>gold answer:</b> '
+            f'<pre class="sqe-inline" id="play-gold-answer">{esc(format_gold(t.get("gold_answer")))}</pre></div>'
+            f'<div><b>gold SQL:</b> <pre class="sqe-inline" id="play-gold-sql">{esc(t.get("gold_sql"))}</pre></div></div>'
+        )
+    return (
+        f'<div class="sqe-card" id="play-observation">'
+        f'<div class="sqe-meta">step {obs.step_count} · reward {layers_html(obs.reward_layers.to_dict(), obs.reward)}'
+        f' · budget left {obs.budget_remaining}</div>'
+        f'<pre class="{cls}" style="max-height:22em">{esc(text)}</pre>{verdict}</div>'
+    )
+
+
+def build(ctx: AppContext) -> dict[str, Any]:
+    datasets = dataset_choices(ctx.data_root)
+    gr.Markdown(
+        "Play an episode yourself: the agent's view is the question and the table names. "
+        "Explore with **DESCRIBE** / **SAMPLE** / **QUERY**, then **ANSWER**. Every step costs budget and earns "
+        "a reward in three layers (operational, progress, terminal)."
+    )
+    with gr.Row():
+        dataset_dd = gr.Dropdown(datasets, value=datasets[0], label="Dataset", allow_custom_value=True,
+                                 elem_id="play-dataset", scale=2)
+        split_dd = gr.Dropdown(["train", "eval", "eval_unseen_db"], value="eval", label="Split",
+                               allow_custom_value=True, elem_id="play-split", scale=2)
+        question_dd = gr.Dropdown([RANDOM], value=RANDOM, label="Question", elem_id="play-question-pick", scale=5)
+        budget = gr.Number(15, precision=0, label="Step budget", minimum=1, maximum=100, elem_id="play-budget-in",
+                           scale=1, min_width=110)
+        new_btn = gr.Button("New episode", variant="primary", elem_id="play-new", scale=1)
+    header = gr.HTML('<div class="sqe-muted">Press <b>New episode</b> to start.</div>', elem_id="play-header")
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=2, min_width=320):
+            action = gr.Radio(ACTIONS, value="DESCRIBE", label="Action", elem_id="play-action")
+            argument = gr.Textbox(label="Argument", lines=3, placeholder=PLACEHOLDERS["DESCRIBE"],
+                                  elem_id="play-argument")
+            step_btn = gr.Button("Step", variant="primary", elem_id="play-step")
+        with gr.Column(scale=3):
+            observation = gr.HTML("", elem_id="play-obs")
+    gr.Markdown("#### Episode so far")
+    history = gr.HTML("", elem_id="play-history")
+    state = gr.State({}, delete_callback=_close)  # {"env": SQLEnvironment} for this browser session only
+
+    def on_dataset(name):
+        splits, err = dataset_splits(name, ctx.data_root)
+        if err:
+            return gr.update(), gr.update(choices=[RANDOM], value=RANDOM), f'<div class="sqe-err-box">{esc(err)}</div>'
+        split = "eval" if "eval" in splits else splits[0]
+        choices, _ = question_choices(name, split, ctx.data_root)
+        return gr.update(choices=splits, value=split), gr.update(choices=choices, value=RANDOM), gr.skip()
+
+    def on_split(name, split):
+        choices, err = question_choices(name, split, ctx.data_root)
+        if err:
+            return gr.update(choices=[RANDOM], value=RANDOM), f'<div class="sqe-err-box">{esc(err)}</div>'
+        return gr.update(choices=choices, value=RANDOM), gr.skip()
+
+    def new_episode(name, split, question, step_budget, current):
+        _close(current)
+        try:
+            from sqlenv.environment import SQLEnvironment
+
+            env = SQLEnvironment.from_dataset(name, split=split, data_root=ctx.data_root,
+                                              step_budget=int(step_budget or 15))
+            env.reset(question_id=None if question in (None, "", RANDOM) else question)
+        except Exception as exc:
+            msg = f'<div class="sqe-err-box">Cannot start an episode: {esc(exc)}</div>'
+            return {}, msg, "", ""
+        return {"env": env}, episode_header(env), "", steps_table([])
+
+    def do_step(kind, arg, current):
+        env = current.get("env") if isinstance(current, dict) else None
+        if env is None or env.question is None:
+            return current, gr.skip(), '<div class="sqe-err-box">Start an episode first (New episode).</div>', gr.skip()
+        from sqlenv.types import SQLAction
+
+        obs = env.step(SQLAction(action_type=kind or "", argument=arg or ""))
+        transcript = env.transcript(policy="human")
+        return (
+            current,
+            episode_header(env),
+            observation_html(env, obs),
+            transcript_html(transcript, show_gold=obs.done) if obs.done else steps_table(transcript["steps"]),
+        )
+
+    dataset_dd.change(on_dataset, inputs=[dataset_dd], outputs=[split_dd, question_dd, header])
+    split_dd.input(on_split, inputs=[dataset_dd, split_dd], outputs=[question_dd, header])
+    new_btn.click(new_episode, inputs=[dataset_dd, split_dd, question_dd, budget, state],
+                  outputs=[state, header, observation, history])
+    step_btn.click(do_step, inputs=[action, argument, state], outputs=[state, header, observation, history])
+    action.change(lambda k: gr.update(placeholder=PLACEHOLDERS.get(k, "")), inputs=[action], outputs=[argument])
+
+    def on_load(name, split):
+        choices, _ = question_choices(name, split, ctx.data_root)
+        return gr.update(choices=choices, value=RANDOM)
+
+    return {"load": (on_load, [dataset_dd, split_dd], [question_dd])}

@@ -1,0 +1,165 @@
+"""Reading run directories for the UI: cached snapshots, progress text, and safe lookups by name.
+
+The pages poll every second; re-parsing every JSONL file on every tick would tax a training run on the same
+cores, so a snapshot is re-read only when one of the run's files changed size or mtime. Names coming from
+the browser go through `resolve_run`, which refuses anything that could leave the runs folder.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from training.run_dir import InvalidRunName, RunDir, default_runs_root, list_runs, resolve_run
+
+WATCHED = ("status.json", "config.json", "metrics.jsonl", "evals.jsonl", "transcripts.jsonl", "comparison.jsonl")
+
+
+@dataclass
+class RunSnapshot:
+    run_id: str
+    status: dict[str, Any]
+    config: dict[str, Any] | None
+    config_error: str | None
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    evals: list[dict[str, Any]] = field(default_factory=list)
+    transcripts: list[dict[str, Any]] = field(default_factory=list)
+    comparison: list[dict[str, Any]] = field(default_factory=list)
+    signature: tuple = ()
+
+    @property
+    def state(self) -> str:
+        return str(self.status.get("status", "unknown"))
+
+    @property
+    def pairs(self) -> list[dict[str, Any]]:
+        return [r for r in self.comparison if isinstance(r, dict) and r.get("kind") == "pair"]
+
+    @property
+    def summary(self) -> dict[str, Any] | None:
+        return next((r for r in reversed(self.comparison) if isinstance(r, dict) and r.get("kind") == "summary"), None)
+
+    @property
+    def latest_transcript(self) -> dict[str, Any] | None:
+        for record in reversed(self.transcripts):
+            if isinstance(record, dict) and isinstance(record.get("transcript"), dict):
+                return record
+        return None
+
+
+def signature(path: Path) -> tuple:
+    sig = []
+    for name in WATCHED:
+        try:
+            st = (path / name).stat()
+            sig.append((st.st_size, st.st_mtime_ns))
+        except OSError:
+            sig.append(None)
+    return tuple(sig)
+
+
+class RunCache:
+    """Snapshots of runs keyed by id, refreshed only when the run's files changed."""
+
+    def __init__(self, runs_root: Path | None = None):
+        self.runs_root = Path(runs_root) if runs_root is not None else default_runs_root()
+        self._cache: dict[str, RunSnapshot] = {}
+        self._lock = threading.Lock()
+
+    def resolve(self, name: str) -> RunDir:
+        """The run called `name`, refusing names that leave the runs folder (InvalidRunName) or do not
+        exist (FileNotFoundError)."""
+        return resolve_run(name, self.runs_root)
+
+    def snapshot(self, name: str) -> RunSnapshot:
+        run = self.resolve(name)
+        sig = signature(run.path)
+        with self._lock:
+            cached = self._cache.get(run.run_id)
+            if cached is not None and cached.signature == sig:
+                return cached
+        config, config_error = None, None
+        try:
+            config = run.read_config()
+            if not isinstance(config, dict):
+                config, config_error = None, "config.json is not a JSON object"
+        except FileNotFoundError:
+            config_error = "config.json not found"
+        except (OSError, ValueError) as exc:
+            config_error = f"config.json unreadable: {exc}"
+        snap = RunSnapshot(
+            run_id=run.run_id,
+            status=run.read_status(),
+            config=config,
+            config_error=config_error,
+            metrics=run.read("metrics"),
+            evals=run.read("evals"),
+            transcripts=run.read("transcripts"),
+            comparison=run.read("comparison"),
+            signature=sig,
+        )
+        with self._lock:
+            self._cache[run.run_id] = snap
+        return snap
+
+    def try_snapshot(self, name: str | None) -> tuple[RunSnapshot | None, str | None]:
+        """(snapshot, None) or (None, a message saying why the run cannot be shown)."""
+        if not name:
+            return None, "No run selected."
+        try:
+            return self.snapshot(name), None
+        except InvalidRunName as exc:
+            return None, f"Refused: {exc}"
+        except FileNotFoundError as exc:
+            return None, str(exc).strip("'\"")
+        except OSError as exc:
+            return None, f"Run {name!r} unreadable: {exc}"
+
+    def list(self) -> list[dict[str, Any]]:
+        try:
+            return list_runs(self.runs_root)
+        except OSError:
+            return []
+
+
+def parse_time(value: Any) -> dt.datetime | None:
+    """Run files stamp local ISO times (or epoch seconds); None when unparseable."""
+    if isinstance(value, (int, float)):
+        return dt.datetime.fromtimestamp(value)
+    if isinstance(value, str):
+        try:
+            parsed = dt.datetime.fromisoformat(value)
+        except ValueError:
+            return None
+        if parsed.tzinfo is not None:
+            parsed = parsed.astimezone().replace(tzinfo=None)
+        return parsed
+    return None
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None or seconds < 0:
+        return "–"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else f"{minutes}m {secs:02d}s"
+
+
+def progress(status: dict[str, Any], now: dt.datetime | None = None) -> dict[str, Any]:
+    """step, total, elapsed and remaining seconds (linear estimate from the steps done so far)."""
+    now = now or dt.datetime.now()
+    step = status.get("step") if isinstance(status.get("step"), (int, float)) else 0
+    total = status.get("total_steps") if isinstance(status.get("total_steps"), (int, float)) else None
+    started = parse_time(status.get("started_at")) or parse_time(status.get("created_at"))
+    finished = parse_time(status.get("finished_at")) if status.get("status") in ("completed", "failed", "stopped") else None
+    elapsed = ((finished or now) - started).total_seconds() if started else None
+    remaining = None
+    if status.get("status") == "running" and elapsed is not None and step and total:
+        remaining = elapsed / step * max(total - step, 0)
+    elif status.get("status") in ("completed", "failed", "stopped"):
+        remaining = 0.0
+    return {"step": int(step), "total": int(total) if total else None, "elapsed": elapsed, "remaining": remaining}

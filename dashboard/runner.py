@@ -1,0 +1,197 @@
+"""The training runner: owns the dashboard's one background training thread (UI code never touches it).
+
+`TrainingRunner.instance()` is a process-wide singleton, so every browser tab (and every reload) sees the
+same active run: the page holds no training state, it asks the runner and reads the run directory.
+Training goes through the same entry point as the CLI, `training.train.run_training(config, stop_event,
+listener)`, so a run started here writes the same run directory as `python -m training.train`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from training.run_dir import RunDir, default_runs_root, new_run_id, now_iso
+
+
+class RunnerBusy(RuntimeError):
+    """A run is already training; the message names it."""
+
+
+class ConfigInvalid(ValueError):
+    """The form's values do not make a valid TrainConfig; `field` names the offending field when known."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
+def _config_fields() -> list[str]:
+    from training.config import TrainConfig
+
+    return [f.name for f in dataclasses.fields(TrainConfig)]
+
+
+def build_config(values: dict[str, Any]) -> Any:
+    """A TrainConfig from form values, or ConfigInvalid naming the field.
+
+    TrainConfig validates at construction, so its error message is what the user sees; we only work out
+    which field it is about (the first form field named in the message) so the UI can point at it."""
+    from training.config import TrainConfig
+
+    known = set(_config_fields())
+    unknown = [k for k in values if k not in known]
+    if unknown:
+        raise ConfigInvalid(f"unknown config field(s): {', '.join(unknown)}", unknown[0])
+    try:
+        return TrainConfig(**values)
+    except (TypeError, ValueError) as exc:
+        message = str(exc) or type(exc).__name__
+        field = next((k for k in sorted(values, key=len, reverse=True) if k in message), None)
+        raise ConfigInvalid(message, field) from exc
+
+
+class TrainingRunner:
+    """One training thread at a time, a stop Event, and the id of the active run.
+
+    Args:
+        runs_root: where run directories go (default `$SQLENV_RUNS_DIR` or `runs/`).
+        train_fn: the training entry point; `training.train.run_training` unless a caller passes another
+            function with the same signature (`(config, stop_event=None, listener=None) -> Path`).
+    """
+
+    _instance: "TrainingRunner | None" = None
+    _instance_lock = threading.Lock()
+
+    def __init__(self, runs_root: Path | None = None, train_fn: Callable[..., Any] | None = None):
+        self.runs_root = Path(runs_root) if runs_root is not None else default_runs_root()
+        self._train_fn = train_fn
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.active_run_id: str | None = None
+        self.last_run_id: str | None = None
+        self.last_error: str | None = None
+        self.started_at: float | None = None
+        # Wall-clock time each metrics step reached the runner (listener), for the latency benchmark.
+        self.metric_times: dict[int, float] = {}
+        self._listeners: list[Callable[[str, dict], None]] = []
+
+    @classmethod
+    def instance(cls, runs_root: Path | None = None) -> "TrainingRunner":
+        with cls._instance_lock:
+            if cls._instance is None:
+                cls._instance = cls(runs_root)
+            return cls._instance
+
+    # --- state --------------------------------------------------------------------------------------
+    @property
+    def is_running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def current_run_id(self) -> str | None:
+        """The run the Train tab shows: the active one, else the last one started here."""
+        return self.active_run_id or self.last_run_id
+
+    def add_listener(self, listener: Callable[[str, dict], None]) -> None:
+        self._listeners.append(listener)
+
+    # --- control ------------------------------------------------------------------------------------
+    def start(self, config: Any) -> str:
+        """Start training `config` in a background thread; returns the run id.
+
+        Raises RunnerBusy (naming the active run) when a run is still training."""
+        with self._lock:
+            if self.is_running:
+                raise RunnerBusy(
+                    f"Run {self.active_run_id} is still training: stop it (or wait for it to finish) "
+                    "before starting another."
+                )
+            run_id = new_run_id()
+            run = RunDir.create(self.runs_root, run_id)
+            if dataclasses.is_dataclass(config):
+                # The runner names the run, so it knows which directory to show before training writes to it.
+                config = dataclasses.replace(config, run_id=run_id, output_dir=str(run.path))
+            total = getattr(config, "max_steps", None)
+            run.write_status("queued", created_at=now_iso(), step=0, total_steps=total, source="dashboard")
+            self._stop = threading.Event()
+            self.active_run_id = run_id
+            self.last_run_id = run_id
+            self.last_error = None
+            self.started_at = time.time()
+            self.metric_times = {}
+            self._thread = threading.Thread(
+                target=self._run, args=(config, run), name=f"train-{run_id}", daemon=True
+            )
+            self._thread.start()
+            return run_id
+
+    def stop(self) -> str:
+        """Ask the active run to stop; the training callback ends it within one step and saves weights."""
+        with self._lock:
+            if not self.is_running:
+                return "No run is training."
+            self._stop.set()
+            return f"Stopping {self.active_run_id}: it ends after the current step and saves its weights."
+
+    def join(self, timeout: float | None = None) -> bool:
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+        return not self.is_running
+
+    # --- the thread ---------------------------------------------------------------------------------
+    def _listener(self, event: str, payload: dict) -> None:
+        if event == "metrics" and isinstance(payload, dict):
+            step = payload.get("step")
+            if isinstance(step, (int, float)):
+                self.metric_times.setdefault(int(step), time.time())
+        for listener in list(self._listeners):
+            try:
+                listener(event, payload)
+            except Exception:  # a broken UI listener must never kill training
+                traceback.print_exc()
+
+    def _run(self, config: Any, run: RunDir) -> None:
+        try:
+            train_fn = self._train_fn
+            if train_fn is None:
+                from training.train import run_training as train_fn
+            train_fn(config, stop_event=self._stop, listener=self._listener)
+            status = run.read_status(default={})
+            if status.get("status") in (None, "queued", "running"):
+                # The entry point returned without saying how it ended: trust the stop flag.
+                run.write_status("stopped" if self._stop.is_set() else "completed", finished_at=now_iso())
+        except BaseException as exc:  # noqa: BLE001 - a crash marks the run failed; the app keeps serving
+            message = f"{type(exc).__name__}: {exc}"
+            self.last_error = message
+            status = run.read_status(default={})
+            if status.get("status") != "failed" or not status.get("error"):
+                run.write_status("failed", error=message, finished_at=now_iso())
+            print(f"[dashboard] run {run.run_id} failed: {message}", file=sys.stderr)
+            traceback.print_exc()
+        finally:
+            with self._lock:
+                self.active_run_id = None
+            self._free_memory()
+
+    @staticmethod
+    def _free_memory() -> None:
+        """Drop the trainer's tensors and give cached GPU memory back, so the next run (or the Play tab)
+        starts from a clean device."""
+        gc.collect()
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            try:
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+                    torch.cuda.ipc_collect()
+            except Exception:
+                pass

@@ -1,0 +1,161 @@
+"""Runs tab: every run under runs/ (dashboard, CLI, accelerate; finished or live), one in detail, several
+overlaid. Broken runs (missing or corrupt files) are listed as such; names from the page go through
+`resolve_run`, so nothing outside runs/ can be read."""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import json
+from typing import Any
+
+import gradio as gr
+import pandas as pd
+
+from dashboard import charts
+from dashboard.context import AppContext
+from dashboard.run_data import fmt_duration, progress
+from dashboard.transcripts import esc, transcript_html
+
+TABLE_HEADERS = ["run", "status", "model", "dataset", "steps", "eval success", "started"]
+
+
+def runs_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    data = []
+    for r in rows:
+        step, total = r.get("step"), r.get("total_steps")
+        steps = f"{step if step is not None else '?'} / {total if total is not None else '?'}"
+        success = charts.as_float(r.get("eval_success"))
+        started = r.get("started_at")
+        if isinstance(started, str):
+            started = started.replace("T", " ")[:19]
+        elif started is None:
+            started = dt.datetime.fromtimestamp(r.get("mtime", 0)).strftime("%Y-%m-%d %H:%M:%S") + " (mtime)"
+        data.append([
+            r.get("run_id", "?"), r.get("status", "unknown"), str(r.get("model", "?")), str(r.get("dataset", "?")),
+            steps, f"{success:.0%}" if success is not None else "–", started,
+        ])
+    return pd.DataFrame(data, columns=TABLE_HEADERS)
+
+
+def detail_header(snap) -> str:
+    status = snap.status
+    p = progress(status)
+    state = snap.state
+    kind = {"running": "ok", "completed": "ok", "queued": "warn", "stopped": "warn"}.get(state, "bad")
+    problems = []
+    if status.get("error"):
+        problems.append(str(status["error"]))
+    if snap.config_error:
+        problems.append(snap.config_error)
+    errs = "".join(f'<div class="sqe-err-box">{esc(p_)}</div>' for p_ in problems)
+    final = next((e for e in reversed(snap.evals) if isinstance(e, dict) and e.get("split") == "eval"), None)
+    success = charts.as_float(final.get("success_rate")) if final else None
+    return (
+        f'<div class="sqe-card sqe-status" id="runs-detail-status" data-run="{esc(snap.run_id)}" data-status="{esc(state)}">'
+        f'<div><b>{esc(snap.run_id)}</b> <span class="sqe-badge sqe-{kind}">{esc(state)}</span></div>'
+        f'<div class="sqe-meta">step {p["step"]} / {p["total"] if p["total"] is not None else "?"} · elapsed '
+        f'{fmt_duration(p["elapsed"])} · {len(snap.metrics)} metric lines · {len(snap.evals)} evals · '
+        f'{len(snap.transcripts)} traces · eval success {f"{success:.0%}" if success is not None else "–"}</div>'
+        f"{errs}</div>"
+    )
+
+
+def transcript_choices(snap) -> list:
+    choices = []
+    for i, record in enumerate(snap.transcripts):
+        if isinstance(record, dict) and isinstance(record.get("transcript"), dict):
+            t = record["transcript"]
+            choices.append((f"step {record.get('step', '?')} — {t.get('outcome', '?')} — {t.get('question_id', '')}", i))
+    return choices[::-1]
+
+
+def build(ctx: AppContext) -> dict[str, Any]:
+    with gr.Row():
+        gr.Markdown("Every run under `runs/`, newest first — from this dashboard, the CLI or `accelerate launch`.")
+        refresh_btn = gr.Button("Refresh", elem_id="runs-refresh", scale=0, min_width=120)
+    table = gr.Dataframe(pd.DataFrame(columns=TABLE_HEADERS), interactive=False, elem_id="runs-table",
+                         max_height=320, wrap=True)
+    with gr.Row():
+        pick = gr.Dropdown([], label="Inspect a run", elem_id="runs-pick", scale=1)
+        overlay = gr.Dropdown([], multiselect=True, label="Overlay runs (reward and eval success)",
+                              elem_id="runs-overlay", scale=2)
+    with gr.Tabs():
+        with gr.Tab("Run detail", id="runs-detail"):
+            detail = gr.HTML('<div class="sqe-muted">Pick a run above.</div>', elem_id="runs-detail")
+            with gr.Row():
+                reward_plot = gr.Plot(charts.reward_figure([]), show_label=False, elem_id="runs-chart-reward")
+                success_plot = gr.Plot(charts.success_figure([]), show_label=False, elem_id="runs-chart-success")
+            health_plot = gr.Plot(charts.tool_health_figure([]), show_label=False, elem_id="runs-chart-health")
+            with gr.Row(equal_height=False):
+                with gr.Column(scale=1, min_width=260):
+                    config = gr.Code("", language="json", label="config.json", elem_id="runs-config",
+                                     max_lines=30, interactive=False)
+                with gr.Column(scale=3):
+                    trace_pick = gr.Dropdown([], label="Transcript", elem_id="runs-trace-pick")
+                    trace = gr.HTML("", elem_id="runs-trace")
+        with gr.Tab("Overlay", id="runs-overlay-tab"):
+            with gr.Row():
+                overlay_reward = gr.Plot(charts.reward_overlay({}), show_label=False, elem_id="runs-overlay-reward")
+                overlay_success = gr.Plot(charts.success_overlay({}), show_label=False, elem_id="runs-overlay-success")
+
+    def refresh(current, current_overlay):
+        rows = ctx.runs.list()
+        names = [r["run_id"] for r in rows]
+        healthy = [r["run_id"] for r in rows if r.get("status") not in ("missing", "corrupt")]
+        value = current if current in names else next(iter(healthy or names), None)
+        keep = [n for n in (current_overlay or []) if n in names]
+        return runs_table(rows), gr.update(choices=names, value=value), gr.update(choices=names, value=keep)
+
+    def show(name):
+        snap, err = ctx.runs.try_snapshot(name)
+        if snap is None:
+            empty = f'<div class="sqe-muted">{esc(err or "")}</div>'
+            return (empty, charts.reward_figure([]), charts.success_figure([]), charts.tool_health_figure([]), "",
+                    gr.update(choices=[], value=None), "")
+        choices = transcript_choices(snap)
+        first = choices[0][1] if choices else None
+        return (
+            detail_header(snap),
+            charts.reward_figure(snap.metrics),
+            charts.success_figure(snap.evals, snap.metrics),
+            charts.tool_health_figure(snap.metrics),
+            json.dumps(snap.config, indent=2, default=str) if snap.config is not None else f"// {snap.config_error}",
+            gr.update(choices=choices, value=first),
+            show_trace(name, first),
+        )
+
+    def show_trace(name, index):
+        snap, err = ctx.runs.try_snapshot(name)
+        if snap is None or index is None:
+            return '<div class="sqe-muted">No transcript in this run.</div>'
+        try:
+            record = snap.transcripts[int(index)]
+        except (ValueError, IndexError, TypeError):
+            return '<div class="sqe-muted">Transcript not found.</div>'
+        return transcript_html(record.get("transcript"), title=f"Trace at step {record.get('step', '?')}")
+
+    def show_overlay(names):
+        metrics, evals = {}, {}
+        for name in names or []:
+            snap, _ = ctx.runs.try_snapshot(name)
+            if snap is not None:
+                metrics[snap.run_id], evals[snap.run_id] = snap.metrics, snap.evals
+        return charts.reward_overlay(metrics), charts.success_overlay(evals)
+
+    detail_outputs = [detail, reward_plot, success_plot, health_plot, config, trace_pick, trace]
+    refresh_btn.click(refresh, inputs=[pick, overlay], outputs=[table, pick, overlay]).then(
+        show, inputs=[pick], outputs=detail_outputs
+    )
+    pick.change(show, inputs=[pick], outputs=detail_outputs)
+    trace_pick.input(show_trace, inputs=[pick, trace_pick], outputs=[trace])
+    overlay.change(show_overlay, inputs=[overlay], outputs=[overlay_reward, overlay_success])
+
+    def select_row(evt: gr.SelectData, rows):
+        try:
+            return gr.update(value=str(rows.iloc[evt.index[0], 0]))
+        except Exception:
+            return gr.skip()
+
+    table.select(select_row, inputs=[table], outputs=[pick])
+    return {"load": (refresh, [pick, overlay], [table, pick, overlay]), "refresh": refresh_btn}

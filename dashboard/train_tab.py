@@ -1,0 +1,268 @@
+"""Train tab: the config form, Start/Stop, live status, charts and the latest trace.
+
+The page holds no training state: every poll asks the runner which run is current and reads that run's
+directory, so a reload or a second browser shows the same live run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from dashboard import charts
+from dashboard.context import AppContext, dataset_choices, dataset_splits
+from dashboard.run_data import RunSnapshot, fmt_duration, progress
+from dashboard.runner import ConfigInvalid, RunnerBusy, build_config
+from dashboard.transcripts import transcript_html
+
+MODEL_CHOICES = ["builtin:tiny", "Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B"]
+DEFAULT_CONFIG_FILE = Path("configs/tiny_cpu.json")
+
+# (TrainConfig field, label, kind, help), in form order; consecutive "pair" rows share a line. Every other
+# TrainConfig field keeps the tiny config's value.
+FORM_FIELDS: list[tuple[str, str, str, str]] = [
+    ("model", "Model", "model", "builtin:tiny (offline), a Qwen3 Hub name, or a local directory"),
+    ("dataset", "Dataset", "dataset", "builtin, a dataset prepared under data/, or a path"),
+    ("train_split", "Train split", "split", ""),
+    ("eval_split", "Eval split", "split", ""),
+    ("num_generations", "Generations / question", "int", "GRPO group size, ≥ 2"),
+    ("step_budget", "Step budget", "int", "actions per episode"),
+    ("max_steps", "GRPO steps", "int", "optimizer steps"),
+    ("learning_rate", "Learning rate", "lr", "empty = auto"),
+    ("eval_every", "Eval every", "int", "steps; 0 = at the end"),
+    ("trace_every", "Trace every", "int", "steps; 0 = never"),
+    ("sft", "SFT warm-start", "sft", "auto = on for builtin:tiny"),
+]
+SFT_CHOICES = ["auto", "on", "off"]
+
+
+def default_values() -> dict[str, Any]:
+    """The form's starting values: the tiny offline config (configs/tiny_cpu.json over TrainConfig defaults)."""
+    values: dict[str, Any] = {}
+    try:
+        from training.config import TrainConfig
+
+        values = {f.name: getattr(TrainConfig(), f.name) for f in dataclasses.fields(TrainConfig)}
+    except Exception:
+        pass
+    try:
+        values.update(json.loads(DEFAULT_CONFIG_FILE.read_text()))
+    except (OSError, ValueError):
+        pass
+    return values
+
+
+def form_fields() -> list[tuple[str, str, str, str]]:
+    """FORM_FIELDS that TrainConfig actually has (so the form never sends a field it does not know)."""
+    try:
+        from training.config import TrainConfig
+
+        known = {f.name for f in dataclasses.fields(TrainConfig)}
+    except Exception:
+        return FORM_FIELDS
+    return [f for f in FORM_FIELDS if f[0] in known]
+
+
+def form_to_config_values(fields, values) -> dict[str, Any]:
+    """Form widget values → TrainConfig keyword values (raises ConfigInvalid naming the field)."""
+    out: dict[str, Any] = {}
+    for (name, label, kind, _), value in zip(fields, values):
+        if kind == "int":
+            if value is None or value == "":
+                raise ConfigInvalid(f"{label} needs a whole number", name)
+            if float(value) != int(value):
+                raise ConfigInvalid(f"{label} must be a whole number (got {value})", name)
+            value = int(value)
+        elif kind == "lr":
+            text = str(value or "").strip()
+            if not text or text.lower() == "auto":
+                value = None
+            else:
+                try:
+                    value = float(text)
+                except ValueError:
+                    raise ConfigInvalid(f"{label} must be a number like 5e-5, or empty for auto (got {text!r})",
+                                        name) from None
+        elif kind == "sft":
+            value = {"on": True, "off": False}.get(value)
+        elif isinstance(value, str):
+            value = value.strip()
+        out[name] = value
+    return out
+
+
+def status_html(snap: RunSnapshot | None, note: str | None, runner_error: str | None = None) -> str:
+    """The status bar. Its data-* attributes expose the run, its status and the newest plotted step, which
+    the browser tests and the latency benchmark read."""
+    if snap is None:
+        body = f'<span class="sqe-muted">{html.escape(note or "No run yet: set the config and press Start.")}</span>'
+        return f'<div id="train-status" class="sqe-card sqe-status" data-run="" data-status="none" data-step="">{body}</div>'
+    status = snap.status
+    state = snap.state
+    p = progress(status)
+    plotted = charts.last_step(snap.metrics)
+    pct = 100.0 * p["step"] / p["total"] if p["total"] else 0.0
+    if state == "completed":
+        pct = 100.0
+    kind = {"running": "ok", "completed": "ok", "queued": "warn", "stopped": "warn"}.get(state, "bad")
+    total = p["total"] if p["total"] is not None else "?"
+    remaining = fmt_duration(p["remaining"]) if p["remaining"] is not None else "estimating…"
+    phase = status.get("phase") or status.get("message") or ""
+    error = status.get("error") or (runner_error if state == "failed" else None)
+    err = f'<div class="sqe-err-box">{html.escape(str(error))}</div>' if error else ""
+    config = snap.config or {}
+    return (
+        f'<div id="train-status" class="sqe-card sqe-status" data-run="{html.escape(snap.run_id)}" '
+        f'data-status="{html.escape(state)}" data-step="{p["step"]}" '
+        f'data-plotted-step="{plotted if plotted is not None else ""}">'
+        f'<div><b>{html.escape(snap.run_id)}</b> <span class="sqe-badge sqe-{kind}">{html.escape(state)}</span> '
+        f'<span class="sqe-muted">{html.escape(str(config.get("model", "")))} · {html.escape(str(config.get("dataset", "")))}'
+        f'{" · " + html.escape(str(phase)) if phase else ""}</span></div>'
+        f'<div class="sqe-progress"><div style="width:{pct:.1f}%"></div></div>'
+        f'<div class="sqe-progress-text">step <b>{p["step"]} / {total}</b> · elapsed {fmt_duration(p["elapsed"])}'
+        f' · remaining {remaining}</div>'
+        f"{err}</div>"
+    )
+
+
+def form_message(kind: str, text: str) -> str:
+    cls = "sqe-ok-box" if kind == "ok" else "sqe-err-box"
+    return f'<div class="{cls}" id="train-form-message" data-kind="{kind}">{text}</div>'
+
+
+def build(ctx: AppContext) -> dict[str, Any]:
+    defaults = default_values()
+    fields = form_fields()
+    datasets = dataset_choices(ctx.data_root)
+    default_dataset = str(defaults.get("dataset", "builtin"))
+    splits, _ = dataset_splits(default_dataset, ctx.data_root)
+
+    def widget(name, label, kind, info):
+        value = defaults.get(name)
+        common = {"label": label, "info": info or None, "elem_id": f"cfg-{name}", "min_width": 120}
+        if kind == "model":
+            return gr.Dropdown(MODEL_CHOICES, value=value or "builtin:tiny", allow_custom_value=True, **common)
+        if kind == "dataset":
+            return gr.Dropdown(datasets, value=default_dataset, allow_custom_value=True, **common)
+        if kind == "split":
+            choices = splits or ([value] if value else [])
+            return gr.Dropdown(choices, value=value, allow_custom_value=True, **common)
+        if kind == "int":
+            return gr.Number(value=value, precision=0, **common)
+        if kind == "lr":
+            return gr.Textbox(value="" if value is None else str(value), placeholder="auto", **common)
+        if kind == "sft":
+            return gr.Radio(SFT_CHOICES, value={True: "on", False: "off"}.get(value, "auto"), **common)
+        return gr.Textbox(value=value, **common)
+
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=1, min_width=330):
+            gr.Markdown("### Configuration")
+            by_name = {f[0]: f for f in fields}
+            widgets: dict[str, Any] = {}
+            layout = [("model",), ("dataset",), ("train_split", "eval_split"), ("num_generations", "step_budget"),
+                      ("max_steps", "learning_rate"), ("eval_every", "trace_every"), ("sft",)]
+            with gr.Group():
+                for row in layout:
+                    present = [n for n in row if n in by_name]
+                    if not present:
+                        continue
+                    with gr.Row():
+                        for n in present:
+                            widgets[n] = widget(*by_name[n])
+            inputs = [widgets[f[0]] for f in fields]
+            with gr.Row():
+                start_btn = gr.Button("Start training", variant="primary", elem_id="train-start")
+                stop_btn = gr.Button("Stop", variant="stop", elem_id="train-stop")
+            message = gr.HTML("", elem_id="train-message")
+        with gr.Column(scale=3):
+            status = gr.HTML(status_html(None, None), elem_id="train-status-box")
+            with gr.Row():
+                reward_plot = gr.Plot(charts.reward_figure([]), show_label=False, elem_id="chart-reward")
+                success_plot = gr.Plot(charts.success_figure([]), show_label=False, elem_id="chart-success")
+            with gr.Row():
+                health_plot = gr.Plot(charts.tool_health_figure([]), show_label=False, elem_id="chart-health")
+            gr.Markdown("### Latest trace")
+            trace = gr.HTML('<div class="sqe-muted">No trace yet.</div>', elem_id="train-trace")
+    seen = gr.State(None)  # per session: (run id, file signature) last sent to this page
+    timer = gr.Timer(ctx.poll_seconds)
+
+    split_inputs = [c for c, f in zip(inputs, fields) if f[2] == "split"]
+    dataset_input = next((c for c, f in zip(inputs, fields) if f[2] == "dataset"), None)
+
+    def refresh(last_seen):
+        runner = ctx.runner
+        run_id = runner.current_run_id
+        if run_id is None:
+            # Nothing started in this process (the Runs tab shows older runs).
+            return status_html(None, None), gr.skip(), gr.skip(), gr.skip(), gr.skip(), last_seen
+        snap, err = ctx.runs.try_snapshot(run_id)
+        if snap is None:
+            return status_html(None, err), gr.skip(), gr.skip(), gr.skip(), gr.skip(), None
+        key = (snap.run_id, snap.signature)
+        bar = status_html(snap, None, runner.last_error)
+        if key == last_seen:
+            return bar, gr.skip(), gr.skip(), gr.skip(), gr.skip(), last_seen
+        latest = snap.latest_transcript
+        trace_value = (
+            transcript_html(latest["transcript"], title=f"Trace at step {latest.get('step', '?')}")
+            if latest else '<div class="sqe-muted">No trace yet (one is played every trace_every steps).</div>'
+        )
+        return (
+            bar,
+            charts.reward_figure(snap.metrics),
+            charts.success_figure(snap.evals, snap.metrics),
+            charts.tool_health_figure(snap.metrics),
+            trace_value,
+            key,
+        )
+
+    outputs = [status, reward_plot, success_plot, health_plot, trace, seen]
+
+    def start(*args):
+        *values, last_seen = args
+        base = default_values()
+        try:
+            from training.config import TrainConfig
+
+            known = {f.name for f in dataclasses.fields(TrainConfig)}
+            base = {k: v for k, v in base.items() if k in known}
+        except Exception:
+            pass
+        base.pop("output_dir", None)
+        base.pop("run_id", None)
+        try:
+            base.update(form_to_config_values(fields, values))
+            config = build_config(base)
+        except ConfigInvalid as exc:
+            label = dict((f[0], f[1]) for f in fields).get(exc.field or "", exc.field)
+            where = f"<b>{html.escape(str(label))}</b> (<code>{html.escape(exc.field)}</code>): " if exc.field else ""
+            return (form_message("error", f"Invalid config — {where}{html.escape(str(exc))}"), *refresh(None))
+        except Exception as exc:  # training package missing or broken
+            return (form_message("error", f"Cannot build the config: {html.escape(str(exc))}"), *refresh(None))
+        try:
+            run_id = ctx.runner.start(config)
+        except RunnerBusy as exc:
+            return (form_message("error", html.escape(str(exc))), *refresh(last_seen))
+        return (form_message("ok", f"Started <b>{html.escape(run_id)}</b>."), *refresh(None))
+
+    def stop(last_seen):
+        return (form_message("ok", html.escape(ctx.runner.stop())), *refresh(last_seen))
+
+    start_btn.click(start, inputs=[*inputs, seen], outputs=[message, *outputs], show_progress="hidden")
+    stop_btn.click(stop, inputs=[seen], outputs=[message, *outputs], show_progress="hidden")
+    timer.tick(refresh, inputs=[seen], outputs=outputs, show_progress="hidden", queue=False)
+
+    if dataset_input is not None and split_inputs:
+        def on_dataset(name):
+            found, _ = dataset_splits(name, ctx.data_root)
+            return [gr.update(choices=found) for _ in split_inputs]
+
+        dataset_input.change(on_dataset, inputs=[dataset_input], outputs=split_inputs, show_progress="hidden")
+
+    return {"load": (refresh, [seen], outputs)}

@@ -1,0 +1,206 @@
+"""Readable HTML for the one transcript format of `sqlenv.transcript` (pure functions, everything escaped).
+
+A transcript is a dict: question, database, gold SQL/answer, and `steps`, each with the action, the argument,
+the observation (or error), the step reward and its layers (operational / progress / terminal), the budget
+left; then the answer, the verdict (`correct`, `outcome`) and the episode's reward breakdown. Model-written
+text goes into the page, so every value is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+from dashboard.charts import as_float
+
+OUTCOME_LABELS = {
+    "correct": ("correct", "ok"),
+    "wrong_answer": ("wrong answer", "bad"),
+    "budget_exhausted": ("budget exhausted", "bad"),
+    "unfinished": ("unfinished", "warn"),
+    "error": ("error", "bad"),
+}
+MAX_OBSERVATION_CHARS = 2000
+
+
+def esc(value: Any) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        value = json.dumps(value, default=str) if isinstance(value, (list, dict)) else str(value)
+    return html.escape(value)
+
+
+def fmt_reward(value: Any, signed: bool = True) -> str:
+    number = as_float(value)
+    if number is None:
+        return "–"
+    return f"{number:+.3f}" if signed else f"{number:.3f}"
+
+
+def format_gold(gold: Any) -> str:
+    """Gold answers are stored typed (number, list, rows); show them the way an answer is typed."""
+    if isinstance(gold, list):
+        if gold and all(isinstance(row, (list, tuple)) for row in gold):
+            return "\n".join(" | ".join(str(v) for v in row) for row in gold)
+        return ", ".join(str(v) for v in gold) if gold else "[]"
+    return "" if gold is None else str(gold)
+
+
+def verdict_badge(transcript: dict[str, Any]) -> str:
+    outcome = transcript.get("outcome")
+    if outcome is None:
+        outcome = "correct" if transcript.get("correct") else "unfinished"
+    label, kind = OUTCOME_LABELS.get(str(outcome), (str(outcome), "warn"))
+    return f'<span class="sqe-badge sqe-{kind}">{esc(label)}</span>'
+
+
+def layers_html(layers: Any, reward: Any = None) -> str:
+    """`op +0.010 · prog +0.000 · term +1.000 = +1.010` as small chips."""
+    layers = layers if isinstance(layers, dict) else {}
+    chips = []
+    for key, short in (("operational", "op"), ("progress", "prog"), ("terminal", "term")):
+        value = as_float(layers.get(key))
+        cls = "sqe-chip" + (" sqe-zero" if not value else "")
+        chips.append(f'<span class="{cls}" title="{key}">{short} {fmt_reward(value)}</span>')
+    total = layers.get("total", reward)
+    return f'{"".join(chips)}<span class="sqe-total">= {fmt_reward(total)}</span>'
+
+
+def step_row(step: dict[str, Any], index: int) -> str:
+    error = step.get("error") or ""
+    observation = step.get("observation") or ""
+    text = str(error or observation)
+    if len(text) > MAX_OBSERVATION_CHARS:
+        text = text[:MAX_OBSERVATION_CHARS] + f"\n… ({len(text) - MAX_OBSERVATION_CHARS} more characters)"
+    obs_cls = "sqe-obs sqe-err" if error else "sqe-obs"
+    budget = step.get("budget_remaining")
+    return (
+        f'<tr><td class="sqe-n">{esc(step.get("step", index + 1))}</td>'
+        f'<td><span class="sqe-act sqe-act-{esc(str(step.get("action_type", "")).lower())}">'
+        f'{esc(step.get("action_type", "?"))}</span><pre class="sqe-arg">{esc(step.get("argument", ""))}</pre></td>'
+        f'<td><pre class="{obs_cls}">{esc(text)}</pre></td>'
+        f'<td class="sqe-rew">{layers_html(step.get("layers"), step.get("reward"))}</td>'
+        f'<td class="sqe-n">{esc(budget) if budget is not None else "–"}</td></tr>'
+    )
+
+
+def steps_table(steps: list[dict[str, Any]]) -> str:
+    if not steps:
+        return '<p class="sqe-muted">No actions yet.</p>'
+    rows = "".join(step_row(s, i) for i, s in enumerate(steps) if isinstance(s, dict))
+    return (
+        '<table class="sqe-steps"><thead><tr><th>#</th><th>action</th>'
+        '<th>observation</th><th>step reward (layers)</th><th title="budget left">left</th></tr></thead>'
+        f"<tbody>{rows}</tbody></table>"
+    )
+
+
+def transcript_html(transcript: dict[str, Any] | None, title: str | None = None, show_gold: bool = True) -> str:
+    """A whole episode: header (question, database, difficulty), every step, then the verdict vs the gold."""
+    if not isinstance(transcript, dict):
+        return f'<div class="sqe-card sqe-muted">{esc(title) + ": " if title else ""}no transcript</div>'
+    head = f'<div class="sqe-title">{esc(title)} {verdict_badge(transcript)}</div>' if title else ""
+    policy = transcript.get("policy")
+    meta = " · ".join(
+        esc(v) for v in (
+            f"database {transcript.get('database', '?')}",
+            transcript.get("difficulty"),
+            f"answer type {transcript.get('answer_type')}" if transcript.get("answer_type") else None,
+            f"question {transcript.get('question_id')}" if transcript.get("question_id") else None,
+            f"policy {policy}" if policy else None,
+        ) if v
+    )
+    steps = transcript.get("steps") if isinstance(transcript.get("steps"), list) else []
+    breakdown = transcript.get("reward_breakdown") if isinstance(transcript.get("reward_breakdown"), dict) else {}
+    verdict = (
+        f'<div class="sqe-verdict"><div>{verdict_badge(transcript)} '
+        f'<b>answer:</b> <code>{esc(transcript.get("answer") if transcript.get("answer") is not None else "—")}</code></div>'
+        f'<div><b>total reward</b> {fmt_reward(transcript.get("total_reward"))} '
+        f'<span class="sqe-muted">(operational {fmt_reward(breakdown.get("operational"))}, '
+        f'progress {fmt_reward(breakdown.get("progress"))}, correctness {fmt_reward(breakdown.get("correctness"), False)})'
+        f"</span> · {esc(transcript.get('n_steps', len(steps)))} steps</div></div>"
+    )
+    gold = ""
+    if show_gold:
+        gold = (
+            '<div class="sqe-gold"><div><b>gold answer:</b> '
+            f'<pre class="sqe-inline">{esc(format_gold(transcript.get("gold_answer")))}</pre></div>'
+            f'<div><b>gold SQL:</b> <pre class="sqe-inline">{esc(transcript.get("gold_sql", ""))}</pre></div></div>'
+        )
+    return (
+        f'<div class="sqe-card">{head}'
+        f'<div class="sqe-question">{esc(transcript.get("question", ""))}</div>'
+        f'<div class="sqe-meta">{meta}</div>'
+        f"{steps_table(steps)}{verdict}{gold}</div>"
+    )
+
+
+def summary_rows(summary: dict[str, Any]) -> list[list[Any]]:
+    """Rows [policy, success, avg reward, avg steps, episodes] from a comparison summary record.
+
+    Accepts `{"random": {...}, "trained": {...}, "base": {...}}` (possibly nested under "policies")."""
+    source = summary.get("policies") if isinstance(summary.get("policies"), dict) else summary
+    rows = []
+    for name in ("random", "base", "trained"):
+        stats = source.get(name)
+        if isinstance(stats, dict):
+            success = as_float(stats.get("success_rate"))
+            reward = as_float(stats.get("avg_reward"))
+            steps = as_float(stats.get("avg_steps"))
+            rows.append([
+                name,
+                f"{success:.0%}" if success is not None else "–",
+                f"{reward:.3f}" if reward is not None else "–",
+                f"{steps:.1f}" if steps is not None else "–",
+                stats.get("n_episodes", ""),
+            ])
+    return rows
+
+
+CSS = """
+.sqe-card { border: 1px solid #e2e8f0; border-radius: 10px; padding: 12px 14px; background: #fff; }
+.sqe-title { font-weight: 700; font-size: 1.05em; margin-bottom: 6px; }
+.sqe-question { font-size: 1.05em; font-weight: 600; color: #1e293b; margin-bottom: 2px; }
+.sqe-meta, .sqe-muted { color: #64748b; font-size: 0.88em; }
+.sqe-steps { width: 100%; border-collapse: collapse; margin: 8px 0; font-size: 0.86em; table-layout: fixed; }
+.sqe-steps th { text-align: left; color: #475569; font-weight: 600; border-bottom: 2px solid #e2e8f0; padding: 4px; }
+.sqe-steps th:nth-child(1) { width: 2.2em; }
+.sqe-steps th:nth-child(5) { width: 2.8em; }
+.sqe-steps th:nth-child(2) { width: 34%; }
+.sqe-steps th:nth-child(4) { width: 9.5em; }
+.sqe-arg { margin-top: 3px !important; color: #0f172a; }
+.sqe-rew .sqe-chip { display: block; width: fit-content; }
+.sqe-steps th, .sqe-steps td { border-left: 0 !important; border-right: 0 !important; border-top: 0 !important; }
+.sqe-steps td { vertical-align: top; border-bottom: 1px solid #f1f5f9; padding: 4px; }
+.sqe-steps pre, .sqe-inline { white-space: pre-wrap; word-break: break-word; margin: 0; font-size: 0.92em;
+  font-family: ui-monospace, SFMono-Regular, Menlo, monospace; background: none; padding: 0; border: 0; }
+.sqe-obs { max-height: 11em; overflow: auto; color: #334155; }
+.sqe-err { color: #b91c1c; }
+.sqe-n { text-align: center; color: #64748b; }
+.sqe-act { display: inline-block; padding: 1px 6px; border-radius: 5px; font-weight: 700; font-size: 0.85em;
+  background: #e0e7ff; color: #3730a3; }
+.sqe-act-query { background: #dcfce7; color: #166534; }
+.sqe-act-answer { background: #fef3c7; color: #92400e; }
+.sqe-act-sample { background: #e0f2fe; color: #075985; }
+.sqe-chip { display: inline-block; margin: 1px 3px 1px 0; padding: 0 5px; border-radius: 4px;
+  background: #f1f5f9; font-family: ui-monospace, monospace; font-size: 0.86em; }
+.sqe-zero { color: #94a3b8; }
+.sqe-total { font-family: ui-monospace, monospace; font-weight: 700; font-size: 0.9em; }
+.sqe-badge { display: inline-block; padding: 1px 8px; border-radius: 999px; font-size: 0.8em; font-weight: 700; }
+.sqe-ok { background: #dcfce7; color: #166534; }
+.sqe-bad { background: #fee2e2; color: #991b1b; }
+.sqe-warn { background: #fef3c7; color: #92400e; }
+.sqe-verdict { display: flex; flex-wrap: wrap; gap: 6px 18px; align-items: center; padding: 6px 0;
+  border-top: 1px solid #e2e8f0; }
+.sqe-gold { background: #f8fafc; border-radius: 8px; padding: 6px 10px; margin-top: 4px; font-size: 0.9em; }
+.sqe-gold > div { display: flex; gap: 8px; align-items: baseline; }
+.sqe-status { font-size: 0.95em; display: flex; flex-direction: column; gap: 6px; }
+.sqe-progress { height: 8px; background: #e2e8f0; border-radius: 999px; overflow: hidden; }
+.sqe-progress > div { height: 100%; background: linear-gradient(90deg, #6366f1, #4f46e5); transition: width .4s; }
+.sqe-err-box { color: #991b1b; background: #fef2f2; border: 1px solid #fecaca; border-radius: 8px;
+  padding: 6px 10px; }
+.sqe-ok-box { color: #166534; background: #f0fdf4; border: 1px solid #bbf7d0; border-radius: 8px;
+  padding: 6px 10px; }
+"""
