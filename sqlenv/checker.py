@@ -133,3 +133,123 @@ def check_env(env: Any, seed: int = 0) -> list[str]:
     passed.append("reward breakdown and transcript are consistent")
     _require(all(t in ACTION_TYPES for t in ("DESCRIBE", "SAMPLE", "QUERY", "ANSWER")), "action types changed")
     return passed
+
+
+# ------------------------------------------------------------------------------------------ toy dataset
+
+_TOY_SCHEMAS = {
+    "music": """
+        CREATE TABLE stadium (stadium_id INTEGER PRIMARY KEY, name TEXT NOT NULL, city TEXT, capacity INTEGER);
+        CREATE TABLE singer (singer_id INTEGER PRIMARY KEY, name TEXT NOT NULL, country TEXT, age INTEGER,
+                             net_worth REAL);
+        CREATE TABLE concert (concert_id INTEGER PRIMARY KEY, title TEXT, year INTEGER,
+                              stadium_id INTEGER REFERENCES stadium(stadium_id),
+                              singer_id INTEGER REFERENCES singer(singer_id));
+    """,
+    "shop": """
+        CREATE TABLE customers (customer_id INTEGER PRIMARY KEY, name TEXT, city TEXT);
+        CREATE TABLE products (product_id INTEGER PRIMARY KEY, title TEXT, price REAL, category TEXT);
+        CREATE TABLE orders (order_id INTEGER PRIMARY KEY, customer_id INTEGER REFERENCES customers(customer_id),
+                             product_id INTEGER REFERENCES products(product_id), quantity INTEGER);
+    """,
+}
+
+# (question_id, database, question, gold SQL, answer_type, difficulty, tables_involved)
+_TOY_QUESTIONS = [
+    ("music_q1", "music", "How many singers are there?", "SELECT count(*) FROM singer", "integer", "easy",
+     ["singer"]),
+    ("music_q2", "music", "What is the average age of singers from France?",
+     "SELECT avg(age) FROM singer WHERE country = 'France'", "float", "easy", ["singer"]),
+    ("music_q3", "music", "Which stadium has the largest capacity?",
+     "SELECT name FROM stadium ORDER BY capacity DESC LIMIT 1", "string", "medium", ["stadium"]),
+    ("music_q4", "music", "List the names of singers older than 40.",
+     "SELECT name FROM singer WHERE age > 40", "list", "easy", ["singer"]),
+    ("music_q5", "music", "For each stadium, how many concerts were held there? Order by stadium name.",
+     "SELECT T1.name, count(*) FROM stadium AS T1 JOIN concert AS T2 ON T1.stadium_id = T2.stadium_id "
+     "GROUP BY T1.stadium_id ORDER BY T1.name", "table", "medium", ["stadium", "concert"]),
+    ("music_q6", "music", "Which singers from Atlantis have performed?",
+     "SELECT DISTINCT T1.name FROM singer AS T1 JOIN concert AS T2 ON T1.singer_id = T2.singer_id "
+     "WHERE T1.country = 'Atlantis'", "list", "hard", ["singer", "concert"]),
+    ("shop_q1", "shop", "How many orders were placed by customers from Lyon?",
+     "SELECT count(*) FROM orders AS T1 JOIN customers AS T2 ON T1.customer_id = T2.customer_id "
+     "WHERE T2.city = 'Lyon'", "integer", "medium", ["orders", "customers"]),
+    ("shop_q2", "shop", "What is the total price of all products in the 'tools' category?",
+     "SELECT sum(price) FROM products WHERE category = 'tools'", "float", "easy", ["products"]),
+    ("shop_q3", "shop", "Show each category with its number of products.",
+     "SELECT category, count(*) FROM products GROUP BY category", "table", "medium", ["products"]),
+    ("shop_q4", "shop", "Which customers bought more than 20 items in total?",
+     "SELECT T2.name FROM orders AS T1 JOIN customers AS T2 ON T1.customer_id = T2.customer_id "
+     "GROUP BY T2.customer_id HAVING sum(T1.quantity) > 20", "list", "extra", ["orders", "customers"]),
+]
+
+
+def _toy_rows(db: str, rng) -> dict[str, list[tuple]]:
+    first = ["Ada", "Bruno", "Chen", "Dana", "Emil", "Fatou", "Goran", "Hana", "Ivo", "Jana", "Kofi", "Lena"]
+    last = ["Berg", "Costa", "Dubois", "Eriksen", "Fischer", "Garcia", "Horvat", "Ito", "Jensen", "Kowalski"]
+    if db == "music":
+        countries = ["France", "Japan", "Brazil", "Canada", "Kenya"]
+        stadiums = [(i, f"{name} Arena", city, cap) for i, (name, city, cap) in enumerate(
+            [("North", "Oslo", 52000), ("Harbor", "Lisbon", 31000), ("Summit", "Denver", 76125),
+             ("Riverside", "Lyon", 18500), ("Central", "Osaka", 45000)], 1)]
+        singers = [(i, f"{rng.choice(first)} {rng.choice(last)}", rng.choice(countries), rng.randint(19, 67),
+                    round(rng.uniform(0.5, 90.0), 2)) for i in range(1, 31)]
+        concerts = [(i, f"Tour {2000 + i % 20} #{i}", rng.randint(2001, 2023), rng.randint(1, 5),
+                     rng.randint(1, 30)) for i in range(1, 61)]
+        return {"stadium": stadiums, "singer": singers, "concert": concerts}
+    cities = ["Lyon", "Porto", "Gdansk", "Leeds", "Turin"]
+    categories = ["tools", "garden", "kitchen", "toys"]
+    customers = [(i, f"{rng.choice(first)} {rng.choice(last)}", rng.choice(cities)) for i in range(1, 41)]
+    products = [(i, f"{rng.choice(['Basic', 'Pro', 'Eco', 'Mini'])} {rng.choice(['drill', 'hose', 'pan', 'kite'])}"
+                 f" {i}", round(rng.uniform(2.0, 250.0), 2), rng.choice(categories)) for i in range(1, 26)]
+    orders = [(i, rng.randint(1, 40), rng.randint(1, 25), rng.randint(1, 9)) for i in range(1, 201)]
+    return {"customers": customers, "products": products, "orders": orders}
+
+
+def _shape(rows: list[tuple], answer_type: str) -> Any:
+    if answer_type in ("integer", "float", "string"):
+        return rows[0][0] if rows else None
+    if answer_type == "list":
+        return [r[0] for r in rows]
+    return [list(r) for r in rows]
+
+
+def build_toy_dataset(out_dir, seed: int = 0):
+    """Write a tiny prepared dataset (2 databases, 10 questions over every answer type, one with an empty
+    gold result) to `out_dir` and return `(questions_path, db_dir)`.
+
+    Meant for checking environments and for tests: real SQLite files with foreign keys, gold answers
+    computed by running the gold SQL, the same layout as a prepared dataset (plus `dataset.json`).
+    """
+    import json
+    import random
+    import sqlite3
+    from pathlib import Path
+
+    rng = random.Random(seed)
+    out = Path(out_dir)
+    db_dir = out / "databases"
+    for db, schema in _TOY_SCHEMAS.items():
+        path = db_dir / db / f"{db}.sqlite"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists():
+            path.unlink()
+        conn = sqlite3.connect(path)
+        conn.executescript(schema)
+        for table, rows in _toy_rows(db, rng).items():
+            conn.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(rows[0]))})", rows)
+        conn.commit()
+        conn.close()
+    questions = []
+    for qid, db, text, sql, answer_type, difficulty, tables in _TOY_QUESTIONS:
+        conn = sqlite3.connect(db_dir / db / f"{db}.sqlite")
+        rows = conn.execute(sql).fetchall()
+        conn.close()
+        questions.append({"question_id": qid, "question_text": text, "database_name": db, "gold_sql": sql,
+                          "gold_answer": _shape(rows, answer_type), "answer_type": answer_type,
+                          "difficulty": difficulty, "tables_involved": tables, "split": "train"})
+    questions_path = out / "questions_train.json"
+    questions_path.write_text(json.dumps(questions, indent=1), encoding="utf-8")
+    (out / "dataset.json").write_text(json.dumps(
+        {"name": out.name, "source": "toy", "splits": ["train"], "counts": {"train": len(questions)},
+         "dropped": 0}, indent=1), encoding="utf-8")
+    return questions_path, db_dir

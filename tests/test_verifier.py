@@ -1,0 +1,136 @@
+"""The typed answer verifier and the canonical answer text."""
+
+from __future__ import annotations
+
+import pytest
+
+from sqlenv.verifier import format_answer, verify_answer
+
+
+@pytest.mark.parametrize("predicted", ["3", "3.0", " 3 ", "Answer: 3", "```\n3\n```", '"3"', "[3]", "[[3]]",
+                                       "answer = 3", "```sql\n3\n```", "'3'"])
+def test_integer_coercion_and_wrappers(predicted):
+    assert verify_answer(predicted, 3, "integer")
+
+
+@pytest.mark.parametrize("predicted", ["4", "3.5", "2.99", "three", "", "   ", "none", "[]", "3, 4"])
+def test_integer_wrong(predicted):
+    assert not verify_answer(predicted, 3, "integer")
+
+
+def test_integer_thousands_separator_and_none_input():
+    assert verify_answer("1,234", 1234, "integer")
+    assert not verify_answer(None, 3, "integer")
+
+
+def test_float_relative_tolerance():
+    assert verify_answer("46.33", 46.333333, "float")
+    assert verify_answer("46.7", 46.333333, "float")  # 0.8% off
+    assert not verify_answer("47", 46.333333, "float")  # 1.4% off
+    assert verify_answer("0", 0.0, "float")
+    assert verify_answer("-10.05", -10.0, "float")
+    assert not verify_answer("nan", 1.0, "float")
+    assert not verify_answer("inf", 1e308, "float")
+
+
+def test_string_case_and_whitespace_insensitive():
+    assert verify_answer("summit   arena", "Summit Arena", "string")
+    assert verify_answer("'Summit Arena'", "Summit Arena", "string")
+    assert verify_answer("Answer: SUMMIT ARENA\n", "Summit Arena", "string")
+    assert not verify_answer("Summit", "Summit Arena", "string")
+    assert verify_answer("1999", 1999, "string")  # a numeric gold stored under string
+
+
+@pytest.mark.parametrize("predicted", [
+    "a, b, c", "c, a, b", "c\nb\na", '["b", "a", "c"]', "A,B , c", "[a, b, c]", "- a\n- b\n- c", '[["a"], ["b"], ["c"]]',
+])
+def test_list_is_an_order_insensitive_multiset(predicted):
+    assert verify_answer(predicted, ["a", "b", "c"], "list")
+
+
+@pytest.mark.parametrize("predicted", ["a, b", "a, b, c, c", "a, b, d", "a b c", "[]"])
+def test_list_wrong(predicted):
+    assert not verify_answer(predicted, ["a", "b", "c"], "list")
+
+
+def test_list_multiplicity_and_numbers():
+    assert verify_answer("x, x, y", ["x", "y", "x"], "list")
+    assert not verify_answer("x, y, y", ["x", "y", "x"], "list")
+    assert verify_answer("1, 2.0, 3", [3, 2, 1], "list")
+    assert verify_answer("1.004, 2", [1.0, 2], "list")  # float within 1%
+    assert not verify_answer("1.5, 2", [1, 2], "list")
+
+
+def test_table_rows_unordered_unless_gold_orders():
+    gold = [["garden", 7], ["kitchen", 7], ["tools", 3]]
+    text = "tools | 3\ngarden | 7\nkitchen | 7"
+    assert verify_answer(text, gold, "table")
+    assert verify_answer(text, gold, "table", gold_sql="SELECT category, count(*) FROM p GROUP BY category")
+    assert not verify_answer(text, gold, "table", gold_sql="SELECT category, count(*) FROM p GROUP BY 1 ORDER BY 1")
+    assert not verify_answer(text, gold, "table", ordered=True)
+    assert verify_answer("garden | 7\nkitchen | 7\ntools | 3", gold, "table", ordered=True)
+    # ORDER BY only inside a subquery does not make the result ordered.
+    assert verify_answer(text, gold, "table", gold_sql="SELECT * FROM (SELECT a, b FROM t ORDER BY a) GROUP BY a")
+
+
+def test_table_formats():
+    gold = [["garden", 7], ["tools", 3]]
+    assert verify_answer('[["tools", 3], ["garden", 7]]', gold, "table")
+    assert verify_answer("| garden | 7 |\n|---|---|\n| tools | 3 |", gold, "table")
+    assert verify_answer("category | count(*)\ngarden | 7\ntools | 3", gold, "table")  # copied header
+    assert verify_answer("GARDEN|7.0\ntools|3", gold, "table")
+    assert not verify_answer("garden | 7\ntools | 4", gold, "table")
+    assert not verify_answer("garden | 7", gold, "table")
+    assert not verify_answer("7 | garden\n3 | tools", gold, "table")  # columns in order
+
+
+def test_gold_rows_override_gold():
+    assert verify_answer("a | 1\nb | 2", None, "table", gold_rows=[("b", 2), ("a", 1)])
+    assert verify_answer("[]", ["x"], "list", gold_rows=[])
+
+
+@pytest.mark.parametrize("predicted", ["[]", "none", "No results", "  NONE ", "```\n[]\n```"])
+@pytest.mark.parametrize("gold,answer_type", [([], "list"), ([], "table"), (None, "integer"), (None, "string")])
+def test_empty_gold_needs_explicit_empty_answer(predicted, gold, answer_type):
+    assert verify_answer(predicted, gold, answer_type)
+
+
+@pytest.mark.parametrize("predicted", ["", "0", "x", "```\n```", "Answer:"])
+def test_empty_gold_rejects_other_answers(predicted):
+    assert not verify_answer(predicted, [], "list")
+
+
+def test_empty_prediction_is_wrong_for_empty_string_gold():
+    assert not verify_answer("", "", "string")  # empty prediction is never right
+    assert not verify_answer("  ", "x", "string")
+
+
+def test_hostile_inputs_never_raise():
+    for text in ["[" * 5000, "\x00\x00", "\ud800", "|" * 10_000, "a\n" * 50_000, '{"a": 1}', "[1, [2, [3]]]"]:
+        for answer_type in ("integer", "float", "string", "list", "table"):
+            assert verify_answer(text, [["a", 1]], answer_type) in (True, False)
+
+
+@pytest.mark.parametrize("gold,answer_type,expected", [
+    (30, "integer", "30"),
+    (30.0, "integer", "30"),
+    (46.333333333333336, "float", "46.33333333"),
+    (366.0, "float", "366"),
+    ("Summit Arena", "string", "Summit Arena"),
+    (["a", "b"], "list", "a, b"),
+    ([["garden", 7], ["tools", 3.5]], "table", "garden | 7\ntools | 3.5"),
+    ([], "list", "[]"),
+    ([], "table", "[]"),
+    (None, "integer", "[]"),
+])
+def test_format_answer(gold, answer_type, expected):
+    assert format_answer(gold, answer_type) == expected
+
+
+@pytest.mark.parametrize("gold,answer_type", [
+    (7, "integer"), (0.1234567, "float"), (-3.5, "float"), ("O'Brien, Pat", "string"),
+    (["Smith, John", "Lee"], "list"), (["a|b", "c"], "list"), ([["x | y", 1], ["z", None]], "table"),
+    ([[1, 2.5, "q"]], "table"), ([], "list"), (["x", "x", "y"], "list"), ([3, 1, 2], "list"),
+])
+def test_format_answer_round_trips_through_the_verifier(gold, answer_type):
+    assert verify_answer(format_answer(gold, answer_type), gold, answer_type)
