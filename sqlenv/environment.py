@@ -240,7 +240,7 @@ class SQLEnvironment:
                 error = str(err)
         else:  # ANSWER
             q = self.question
-            self._answer = argument
+            self._answer = _utf8(argument)
             self._correct = verify_answer(argument, q.gold_answer, q.answer_type, ordered=self._gold_ordered)
             terminal = cfg.correct_answer if self._correct else 0.0
             self._outcome = "correct" if self._correct else "wrong_answer"
@@ -271,8 +271,7 @@ class SQLEnvironment:
                              f"{'error' if error else summary or 'ok'}")
         obs = self._observation(result=result, error=error, reward=layers)
         self._steps.append(make_step(self.state.step_count, shown_kind if kind not in ACTION_TYPES else kind,
-                                     _clean_for_display(argument, 10_000) if len(argument) > 10_000
-                                     else argument.encode("utf-8", "replace").decode("utf-8"),
+                                     _clean_for_display(argument, 10_000) if len(argument) > 10_000 else _utf8(argument),
                                      result, error, layers.total, {"operational": operational, "progress": progress, "terminal": terminal, "total": layers.total}, obs.budget_remaining,
                                      self.state.done))
         self.last_observation = obs
@@ -352,6 +351,11 @@ class SQLEnvironment:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _utf8(text: str) -> str:
+    """`text` with lone surrogates replaced, so transcripts always encode as UTF-8."""
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def _unpack(action: Any) -> tuple[str, str]:

@@ -52,6 +52,8 @@ class SandboxSettings:
         max_sql_chars: Longest SQL text accepted (default 20_000); longer arguments get an error.
         max_value_bytes: SQLite's SQLITE_LIMIT_LENGTH for the connection (default 1_000_000): no string or
             blob built by a query (e.g. `zeroblob`, `group_concat`) may exceed it.
+        max_like_pattern_chars: SQLite's SQLITE_LIMIT_LIKE_PATTERN_LENGTH (default 500), which bounds the
+            cost of one LIKE/GLOB comparison (it runs inside one VM instruction, out of the time check's reach).
         max_open_databases: Connections kept open per sandbox (default 8, least recently used closed).
     """
 
@@ -66,6 +68,7 @@ class SandboxSettings:
     max_cell_chars: int = 80
     max_sql_chars: int = 20_000
     max_value_bytes: int = 1_000_000
+    max_like_pattern_chars: int = 500
     max_open_databases: int = 8
 
 
@@ -88,11 +91,12 @@ _FORBIDDEN_TOKENS = {
 _FORBIDDEN_WORDS = {"ATTACH", "DETACH", "VACUUM", "REINDEX", "ANALYZE", "BEGIN", "COMMIT", "ROLLBACK",
                     "SAVEPOINT", "RELEASE", "REPLACE", "INSERT", "UPDATE", "DELETE", "PRAGMA"}
 
-# Authorizer: what a user query may do. PRAGMA appears only through read-only table-valued functions.
+# Authorizer: what a user query may do: read, call functions, recurse. Nothing else (no PRAGMA functions).
 _ALLOWED_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
                     getattr(sqlite3, "SQLITE_RECURSIVE", 33)}
-_READ_PRAGMAS = {"table_info", "table_xinfo", "foreign_key_list", "index_list", "index_info", "index_xinfo"}
-_DENIED_FUNCTIONS = {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer"}
+# printf/format: one call with a huge width (printf('%.900000000c', 'x')) runs for many seconds inside a
+# single VM instruction, where the progress handler cannot stop it. Spider's gold SQL never uses them.
+_DENIED_FUNCTIONS = {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer", "printf", "format"}
 
 
 class SandboxError(Exception):
@@ -190,7 +194,8 @@ def check_sql(sql: str, max_sql_chars: int = 20_000) -> SQLCheck:
                         _fallback_normal_form(sql))
     normalized, ordered = _fallback_normal_form(sql), False
     try:
-        tree = sqlglot.parse_one(sql, read="sqlite")
+        trees = [t for t in sqlglot.parse(sql, read="sqlite") if t is not None and not isinstance(t, exp.Semicolon)]
+        tree = trees[0] if len(trees) == 1 else None
     except (SqlglotError, RecursionError, ValueError):
         tree = None  # sqlglot can't parse some valid SQLite; SQLite itself will judge it
     if tree is not None:
@@ -256,7 +261,8 @@ def format_value(value: Any, max_chars: int = 80) -> str:
 def format_rows(columns: list[str], rows: list[tuple], n_total: int, max_rows: int, max_cell_chars: int = 80,
                 approximate: bool = False) -> str:
     """A compact text table: header `a | b`, one line per row, then "(N more rows)" when cut."""
-    lines = [" | ".join(columns)]
+    lines = [" | ".join(c if c.isprintable() and len(c) <= max_cell_chars else format_value(c, max_cell_chars)
+                        for c in columns)]
     for row in rows[:max_rows]:
         cells = []
         for v in row:
@@ -291,9 +297,6 @@ def _authorizer(action: int, arg1: Any, arg2: Any, db_name: Any, source: Any) ->
         if action == sqlite3.SQLITE_FUNCTION and isinstance(arg2, str) and arg2.lower() in _DENIED_FUNCTIONS:
             return sqlite3.SQLITE_DENY
         return sqlite3.SQLITE_OK
-    if action == sqlite3.SQLITE_PRAGMA and isinstance(arg1, str) and arg1.lower() in _READ_PRAGMAS \
-            and arg2 is not None:
-        return sqlite3.SQLITE_OK  # only table-valued, argument-taking read pragmas (pragma_table_info(...))
     return sqlite3.SQLITE_DENY
 
 
@@ -318,6 +321,7 @@ class _Database:
             self.tables: dict[str, TableInfo] = self._read_schema(conn)
             conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, settings.max_value_bytes)
             conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+            conn.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, settings.max_like_pattern_chars)
             conn.set_authorizer(_authorizer)
         except Exception:
             conn.close()
@@ -518,7 +522,8 @@ class Sandbox:
     def _sqlite_message(err: Exception) -> str:
         msg = _clean_for_display(str(err), 300)
         if "not authorized" in msg or "prohibited" in msg.lower():
-            return f"Not allowed in the sandbox: {msg}"
+            return (f"Not allowed in the sandbox: {msg} (only reading tables; no PRAGMA, ATTACH, printf/format "
+                    "or extension functions)")
         if "attempt to write" in msg or "readonly" in msg:
             return f"The database is read-only: {msg}"
         return f"SQL error: {msg}"

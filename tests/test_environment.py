@@ -1,0 +1,290 @@
+"""SQLEnvironment: the episode contract, bad input, transcripts, the env checker and thread isolation."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from sqlenv.checker import EnvCheckError, build_toy_dataset, check_env
+from sqlenv.environment import SQLEnvironment
+from sqlenv.sandbox import SandboxSettings
+from sqlenv.transcript import render_transcript_text, validate_transcript
+from sqlenv.types import EpisodeState, Question, RewardBreakdown, SQLAction, SQLObservation
+from sqlenv.verifier import format_answer
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    return build_toy_dataset(tmp_path_factory.mktemp("toy"))
+
+
+@pytest.fixture()
+def env(toy):
+    e = SQLEnvironment(*toy)
+    yield e
+    e.close()
+
+
+def test_reset_shows_question_and_table_names_only(env):
+    obs = env.reset(question_id="music_q5")
+    assert isinstance(obs, SQLObservation)
+    assert obs.question == "For each stadium, how many concerts were held there? Order by stadium name."
+    assert obs.schema_info == "Tables: stadium, singer, concert"
+    assert (obs.step_count, obs.budget_remaining, obs.done, obs.reward, obs.result, obs.error) == (0, 15, False, 0.0, "", "")
+    assert isinstance(env.question, Question) and env.question.question_id == "music_q5"
+    assert isinstance(env.state, EpisodeState) and env.state.question_id == "music_q5" and env.state.episode_id
+    assert env.last_observation is obs and env.reward_breakdown.to_dict()["total"] == 0.0
+    assert len(env.questions) == 10
+
+
+def test_seeded_reset_is_deterministic(toy):
+    a, b = SQLEnvironment(*toy), SQLEnvironment(*toy, seed=123)
+    picks_a = [a.reset(seed=s).question for s in range(20)]
+    picks_b = [b.reset(seed=s).question for s in range(20)]
+    assert picks_a == picks_b and len(set(picks_a)) > 3
+    c, d = SQLEnvironment(*toy, seed=7), SQLEnvironment(*toy, seed=7)
+    assert [c.reset().question for _ in range(10)] == [d.reset().question for _ in range(10)]
+    a.reset(seed=1)
+    first_id = a.state.episode_id
+    a.reset(seed=1)
+    assert a.state.episode_id != first_id  # same question, new episode
+
+
+def test_unknown_question_id_is_a_clear_error(env):
+    with pytest.raises(ValueError, match="unknown question_id 'nope'"):
+        env.reset(question_id="nope")
+
+
+def test_describe_adds_columns_to_schema_info(env):
+    env.reset(question_id="music_q5")
+    obs = env.step(SQLAction("describe", "Stadium"))
+    assert obs.error == "" and obs.result.splitlines()[-1] == "rows: 5"
+    assert obs.schema_info.splitlines() == ["Tables: stadium, singer, concert",
+                                            "stadium(stadium_id INTEGER PK, name TEXT, city TEXT, capacity INTEGER)"]
+    obs = env.step(SQLAction("DESCRIBE", "concert"))
+    assert obs.schema_info.splitlines()[2].startswith("concert(concert_id INTEGER PK, title TEXT")
+    assert "stadium_id INTEGER -> stadium.stadium_id" in obs.schema_info
+    assert obs.action_history == ["1. DESCRIBE Stadium -> 4 columns", "2. DESCRIBE concert -> 5 columns"]
+    assert env.state.step_count == 2 and obs.budget_remaining == 13
+
+
+def test_sample_and_query(env):
+    env.reset(question_id="shop_q3")
+    obs = env.step(SQLAction("SAMPLE", "PRODUCTS"))
+    lines = obs.result.splitlines()
+    assert lines[0] == "product_id | title | price | category" and len(lines) == 6
+    obs = env.step(SQLAction("QUERY", "SELECT order_id, quantity FROM orders ORDER BY order_id"))
+    lines = obs.result.splitlines()
+    assert lines[0] == "order_id | quantity" and lines[1].startswith("1 | ") and len(lines) == 22
+    assert lines[-1] == "(180 more rows)"
+    obs = env.step(SQLAction("QUERY", "SELECT nosuchcolumn FROM orders"))
+    assert obs.result == "" and obs.error == "SQL error: no such column: nosuchcolumn" and not obs.done
+
+
+@pytest.mark.parametrize("action,fragment", [
+    (SQLAction("FLY", "away"), "Unknown action type 'FLY'"),
+    (SQLAction("", ""), "Unknown action type ''"),
+    (SQLAction("DESCRIBE", ""), "DESCRIBE needs a table name"),
+    (SQLAction("SAMPLE", "   "), "SAMPLE needs a table name"),
+    (SQLAction("QUERY", ""), "QUERY needs one SELECT statement"),
+    (SQLAction("ANSWER", " \n"), "ANSWER needs the answer value"),
+    (SQLAction("DESCRIBE", "singers"), "Unknown table 'singers'. Tables: stadium, singer, concert"),
+    (SQLAction("QUERY", "DELETE FROM singer"), "read-only"),
+    (SQLAction(None, None), "Unknown action type"),  # type: ignore[arg-type]
+    ({"action_type": "QUERY"}, "QUERY needs"),
+    ("QUERY SELECT 1", "Unknown action type"),
+    (42, "Unknown action type"),
+])
+def test_bad_actions_are_error_observations_that_use_a_step(env, action, fragment):
+    env.reset(question_id="music_q1")
+    obs = env.step(action)
+    assert fragment in obs.error and obs.result == ""
+    assert obs.step_count == 1 and obs.budget_remaining == 14 and not obs.done
+    assert obs.reward == pytest.approx(-0.02)
+    assert env.transcript()["steps"][0]["error"] == obs.error
+
+
+HOSTILE = [
+    "", " ", "\x00", "SELECT \x00 1", "SELECT '\x00'", "x" * 1_000_000, "SELECT 1 " + "-- c\n" * 50_000,
+    "SELECT '\ud800'", "SELECT '😀🧪' AS ü", "SELECT '\u202eevil'", "\ufeffSELECT 1", "/* */", "--",
+    "(" * 10_000, "SELECT " + "(" * 3000 + "1" + ")" * 3000, "SELECT * FROM singer WHERE name = 'x' OR '1'='1'",
+    "'; DROP TABLE singer; --", "SELECT 1 UNION " * 2000 + "SELECT 1", "\\", "ĲSELECT", "SELECT @@version",
+    "SELECT * FROM sqlite_master", "SELECT sqlite_version()", "SELECT randomblob(1000000000)",
+]
+
+
+@pytest.mark.parametrize("argument", HOSTILE, ids=range(len(HOSTILE)))
+@pytest.mark.parametrize("action_type", ["QUERY", "DESCRIBE", "SAMPLE", "ANSWER", "query\x00"])
+def test_any_argument_gives_an_observation(toy, action_type, argument):
+    env = SQLEnvironment(*toy, sandbox=SandboxSettings(max_observation_chars=500))
+    env.reset(question_id="music_q1")
+    obs = env.step(SQLAction(action_type, argument))
+    assert isinstance(obs, SQLObservation) and obs.step_count == 1
+    assert len(obs.result) <= 500 and len(obs.error) <= 500
+    json.dumps(obs.to_dict())
+    transcript = env.transcript()
+    json.dumps(transcript)  # serialisable even with lone surrogates in the argument
+    (lambda text: text.encode("utf-8"))(json.dumps(transcript, ensure_ascii=False))
+    assert env.step(SQLAction("QUERY", "SELECT count(*) FROM singer")).result.endswith("30") or obs.done
+
+
+def test_step_after_done_changes_nothing(env):
+    env.reset(question_id="music_q1")
+    done = env.step(SQLAction("ANSWER", "30"))
+    assert done.done and done.reward == pytest.approx(1.0)
+    before = (env.transcript(), env.reward_breakdown.to_dict(), env.state.step_count)
+    again = env.step(SQLAction("QUERY", "SELECT 1"))
+    assert "call reset()" in again.error and again.reward == 0.0 and again.done
+    assert again.step_count == done.step_count and again.action_history == done.action_history
+    assert (env.transcript(), env.reward_breakdown.to_dict(), env.state.step_count) == before
+    assert env.last_observation is done
+
+
+def test_step_before_reset(toy):
+    env = SQLEnvironment(*toy)
+    obs = env.step(SQLAction("QUERY", "SELECT 1"))
+    assert "call reset() first" in obs.error and obs.reward == 0.0
+    assert env.last_observation is None
+
+
+def test_budget(toy):
+    env = SQLEnvironment(*toy, step_budget=4)
+    obs = env.reset(question_id="shop_q1")
+    assert obs.budget_remaining == 4
+    for i in range(4):
+        obs = env.step(SQLAction("QUERY", f"SELECT {i}"))
+    assert obs.done and obs.budget_remaining == 0 and "budget exhausted" in obs.result
+    assert env.transcript()["outcome"] == "budget_exhausted"
+    # an ANSWER on the last step is still judged
+    env.reset(question_id="shop_q1")
+    for i in range(3):
+        env.step(SQLAction("QUERY", f"SELECT {i}"))
+    obs = env.step(SQLAction("ANSWER", str(env.question.gold_answer)))
+    assert obs.done and env.transcript()["outcome"] == "correct"
+    with pytest.raises(ValueError):
+        SQLEnvironment(*toy, step_budget=0)
+
+
+def test_transcript_format_and_text(env):
+    env.reset(seed=3, question_id="music_q5")
+    env.step(SQLAction("DESCRIBE", "stadium"))
+    env.step(SQLAction("QUERY", env.question.gold_sql))
+    env.step(SQLAction("ANSWER", format_answer(env.question.gold_answer, env.question.answer_type)))
+    t = env.transcript(policy="oracle")
+    validate_transcript(t)
+    assert list(t) == ["question_id", "question", "database", "difficulty", "answer_type", "gold_sql", "gold_answer",
+                       "policy", "seed", "steps", "answer", "correct", "outcome", "total_reward",
+                       "reward_breakdown", "n_steps"]
+    assert (t["policy"], t["seed"], t["outcome"], t["correct"], t["n_steps"]) == ("oracle", 3, "correct", True, 3)
+    assert [s["action_type"] for s in t["steps"]] == ["DESCRIBE", "QUERY", "ANSWER"]
+    step = t["steps"][1]
+    assert list(step) == ["step", "action_type", "argument", "observation", "error", "reward", "layers",
+                          "budget_remaining", "done"]
+    assert step["layers"]["total"] == pytest.approx(step["reward"]) == pytest.approx(0.15)
+    assert t["total_reward"] == pytest.approx(sum(s["reward"] for s in t["steps"]))
+    assert t["reward_breakdown"]["correctness"] == 1.0
+    assert json.loads(json.dumps(t)) == t
+    text = render_transcript_text(t)
+    assert "Step 2: QUERY SELECT T1.name" in text and "outcome: correct" in text and "Central Arena | 8" in text
+    unfinished = env.reset(question_id="music_q1") and env.transcript()
+    assert unfinished["outcome"] == "unfinished" and unfinished["steps"] == []
+
+
+def test_check_env_passes_and_catches_a_broken_env(toy):
+    env = SQLEnvironment(*toy)
+    assert len(check_env(env)) == 7
+
+    class Raising(SQLEnvironment):
+        def step(self, action):
+            if action.action_type == "FLY":
+                raise RuntimeError("boom")
+            return super().step(action)
+
+    with pytest.raises(EnvCheckError, match="raised"):
+        check_env(Raising(*toy))
+
+    class Forgetful(SQLEnvironment):
+        def reset(self, seed=None, question_id=None):
+            return super().reset(seed=None, question_id=question_id)
+
+    with pytest.raises(EnvCheckError, match="deterministic"):
+        check_env(Forgetful(*toy))
+
+
+def test_from_dataset_with_a_prepared_directory(toy):
+    env = SQLEnvironment.from_dataset(str(toy[0].parent), split="train", step_budget=7)
+    assert len(env.questions) == 10 and env.step_budget == 7
+    assert env.reset(question_id="shop_q2").budget_remaining == 7
+
+
+def test_reward_breakdown_sums_the_layers(env):
+    env.reset(question_id="music_q1")
+    layers = [env.step(a).reward_layers for a in
+              [SQLAction("DESCRIBE", "singer"), SQLAction("QUERY", "SELECT count(*) FROM singer"),
+               SQLAction("ANSWER", "30")]]
+    rb = env.reward_breakdown
+    assert isinstance(rb, RewardBreakdown)
+    assert rb.operational == pytest.approx(sum(l.operational for l in layers))
+    assert rb.progress == pytest.approx(sum(l.progress for l in layers))
+    assert rb.correctness == 1.0 and rb.total == pytest.approx(sum(l.total for l in layers))
+
+
+def test_32_instances_in_32_threads_do_not_cross_talk(toy):
+    """Each thread plays its own questions on its own env; every transcript matches a serial reference."""
+    env = SQLEnvironment(*toy)
+    ids = [q.question_id for q in env.questions]
+
+    def play(e: SQLEnvironment, qid: str) -> dict:
+        e.reset(question_id=qid)
+        q = e.question
+        e.step(SQLAction("DESCRIBE", q.tables_involved[0]))
+        e.step(SQLAction("QUERY", q.gold_sql))
+        e.step(SQLAction("QUERY", f"SELECT count(*) FROM {q.tables_involved[-1]}"))
+        e.step(SQLAction("ANSWER", format_answer(q.gold_answer, q.answer_type)))
+        return e.transcript()
+
+    reference = {qid: play(env, qid) for qid in ids}
+    barrier = threading.Barrier(32)
+    results: dict[int, list] = {}
+    errors: list = []
+
+    def worker(i: int) -> None:
+        try:
+            mine = SQLEnvironment(*toy)
+            barrier.wait()
+            results[i] = [(qid, play(mine, qid)) for qid in (ids[(i + k) % len(ids)] for k in range(6))]
+        except Exception as err:  # pragma: no cover - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors and len(results) == 32
+    for runs in results.values():
+        for qid, transcript in runs:
+            assert transcript == reference[qid]
+            assert transcript["correct"]
+
+
+def test_one_env_shared_by_threads_stays_consistent(toy):
+    """Not the intended use, but a shared env must not corrupt its sandbox: queries stay correct."""
+    env = SQLEnvironment(*toy)
+    env.reset(question_id="music_q1")
+    sandbox = env.sandbox
+    outcomes: list = []
+
+    def worker() -> None:
+        for _ in range(50):
+            outcomes.append(sandbox.execute("music", "SELECT count(*) FROM concert").rows)
+            outcomes.append(sandbox.execute("shop", "SELECT count(*) FROM orders").rows)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(map(tuple, outcomes)) == sorted([((60,),), ((200,),)] * 400)

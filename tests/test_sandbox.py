@@ -1,0 +1,237 @@
+"""The read-only SQL sandbox: refusals, time limit, row and text bounds, path safety, untouched files."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from sqlenv.checker import build_toy_dataset
+from sqlenv.environment import SQLEnvironment
+from sqlenv.sandbox import (TRUNCATION_MARKER, Sandbox, SandboxError, SandboxSettings, check_sql,
+                            has_top_level_order_by, normalize_sql, resolve_database_path)
+from sqlenv.types import SQLAction
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    return build_toy_dataset(tmp_path_factory.mktemp("toy"))
+
+
+@pytest.fixture()
+def sandbox(toy):
+    sb = Sandbox(toy[1])
+    yield sb
+    sb.close()
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("sql,fragment", [
+    ("DROP TABLE singer", "not DROP"),
+    ("INSERT INTO singer VALUES (99, 'x', 'y', 1, 1.0)", "not INSERT"),
+    ("UPDATE singer SET age = 1", "not UPDATE"),
+    ("DELETE FROM singer", "not DELETE"),
+    ("REPLACE INTO singer VALUES (1, 'x', 'y', 1, 1.0)", "not REPLACE"),
+    ("ATTACH DATABASE 'other.db' AS other", "not ATTACH"),
+    ("PRAGMA writable_schema = 1", "not PRAGMA"),
+    ("PRAGMA table_info(singer)", "not PRAGMA"),
+    ("CREATE TABLE t (a)", "not CREATE"),
+    ("VACUUM", "not VACUUM"),
+    ("BEGIN", "not BEGIN"),
+    ("SELECT 1; DROP TABLE singer", "one SQL statement"),
+    ("SELECT 1; SELECT 2", "one SQL statement"),
+    ("WITH x AS (SELECT 1) DELETE FROM singer", "DELETE"),
+    ("WITH x AS (SELECT 1) INSERT INTO singer SELECT * FROM singer", "INSERT"),
+    ("SELECT * FROM singer WHERE name = 'a", "SQL"),
+    ("/* unterminated comment SELECT 1", ""),
+    ("", "Empty SQL"),
+    ("   ;  ", "Empty SQL"),
+    ("-- only a comment", "Empty SQL"),
+])
+def test_refused_statements(sandbox, sql, fragment):
+    with pytest.raises(SandboxError) as info:
+        sandbox.execute("music", sql)
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT count(*) FROM singer",
+    "select count(*) from singer;",
+    "SELECT count(*) FROM singer; -- trailing comment",
+    "/* leading comment */ SELECT count(*) FROM singer",
+    "SELECT count(*) -- inline\nFROM singer",
+    "WITH old AS (SELECT * FROM singer WHERE age > 40) SELECT count(*) FROM old",
+    "SELECT count(*) FROM (SELECT name FROM singer UNION SELECT title FROM concert)",
+    "SELECT count(*) FROM singer WHERE name <> 'DROP TABLE singer; DELETE'",
+])
+def test_read_queries_run(sandbox, sql):
+    result = sandbox.execute("music", sql)
+    assert result.columns and result.n_rows == 1 and result.rows[0][0] > 0
+
+
+def test_defense_in_depth_below_the_text_checks(sandbox):
+    """Even with the text checks skipped, the connection itself refuses writes, ATTACH and PRAGMAs."""
+    db = sandbox.database("music")
+    for sql in ["DELETE FROM singer", "UPDATE singer SET age = 0", "CREATE TABLE t (a)",
+                "ATTACH DATABASE ':memory:' AS m", "PRAGMA query_only = 0", "PRAGMA writable_schema = 1"]:
+        with pytest.raises(SandboxError):
+            sandbox._run(db, sql, max_rows=10)
+    assert sandbox.execute("music", "SELECT count(*) FROM singer").rows == [(30,)]
+
+
+@pytest.mark.parametrize("sql", ["SELECT count(*) FROM pragma_table_info('singer')",
+                                 "SELECT printf('%.900000000c', 'x')", "SELECT format('%d', 1)",
+                                 "SELECT load_extension('x')"])
+def test_functions_out_of_reach_of_the_time_limit_are_refused(sandbox, sql):
+    start = time.monotonic()
+    with pytest.raises(SandboxError, match="Not allowed in the sandbox"):
+        sandbox.execute("music", sql)
+    assert time.monotonic() - start < 1
+
+
+def test_runaway_recursive_cte_times_out_within_budget(sandbox):
+    start = time.monotonic()
+    with pytest.raises(SandboxError, match="timed out after 5 s"):
+        sandbox.execute("music", "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) "
+                                 "SELECT count(*) FROM r")
+    assert time.monotonic() - start <= 5.5
+    assert sandbox.execute("music", "SELECT count(*) FROM singer").rows == [(30,)]  # still works
+
+
+def test_huge_cross_join_times_out(toy):
+    sandbox = Sandbox(toy[1], SandboxSettings(timeout_s=1.0))
+    start = time.monotonic()
+    with pytest.raises(SandboxError, match="timed out"):
+        sandbox.execute("music", "SELECT count(*) FROM concert a, concert b, concert c, concert d, concert e")
+    assert time.monotonic() - start <= 1.5
+    assert sandbox.execute("music", "SELECT count(*) FROM concert").rows == [(60,)]
+
+
+def test_rows_are_capped_and_counted(toy):
+    sandbox = Sandbox(toy[1], SandboxSettings(max_scoring_rows=50, fetch_batch_rows=16))
+    result = sandbox.execute("music", "SELECT a.concert_id, b.concert_id FROM concert a, concert b")
+    assert len(result.rows) == 50 and result.n_rows == 3600
+    text = sandbox.render(result)
+    lines = text.splitlines()
+    assert lines[0] == "concert_id | concert_id" and len(lines) == 1 + 20 + 1
+    assert lines[-1] == "(3580 more rows)"
+    stop_counting = Sandbox(toy[1], SandboxSettings(max_scoring_rows=50, count_rows_past_cap=False))
+    result = stop_counting.execute("music", "SELECT a.concert_id FROM concert a, concert b")
+    assert len(result.rows) == 50 and result.truncated and result.n_rows < 3600
+    assert "more rows)" in stop_counting.render(result) and "+ more rows" in stop_counting.render(result)
+
+
+def test_empty_result_and_values(sandbox):
+    assert sandbox.render(sandbox.execute("music", "SELECT name FROM singer WHERE age > 500")) == "name\n(0 rows)"
+    text = sandbox.render(sandbox.execute("music", "SELECT NULL, 1.5, 2.0, 'a\nb', x'00ff', 1/3.0"))
+    assert text.splitlines() == ["NULL | 1.5 | 2.0 | 'a b' | x'00ff' | 1/3.0",
+                                 "NULL | 1.5 | 2 | a b | <blob 2 bytes> | 0.333333"]
+
+
+def test_long_text_is_cut_with_a_marker(toy):
+    sandbox = Sandbox(toy[1], SandboxSettings(max_observation_chars=300, max_cell_chars=30))
+    text = sandbox.render(sandbox.execute("music", "SELECT name, country, age, net_worth FROM singer"))
+    assert len(text) <= 300 and text.endswith(TRUNCATION_MARKER)
+    wide = sandbox.render(sandbox.execute("music", "SELECT replace(hex(zeroblob(250)), '0', 'x')"))
+    assert len(wide.splitlines()[1]) == 30 and wide.splitlines()[1].endswith("…")
+
+
+def test_values_are_bounded_in_size(toy):
+    sandbox = Sandbox(toy[1], SandboxSettings(max_value_bytes=100_000))
+    with pytest.raises(SandboxError, match="too big"):
+        sandbox.execute("music", "SELECT zeroblob(200000)")
+    with pytest.raises(SandboxError, match="too big"):
+        sandbox.execute("music", "SELECT replace(hex(zeroblob(40000)), '0', 'xx')")
+    with pytest.raises(SandboxError, match="too big"):
+        sandbox.execute("music", "SELECT group_concat(hex(zeroblob(30000))) FROM concert")
+
+
+def test_too_long_sql_is_refused_before_parsing(sandbox):
+    with pytest.raises(SandboxError, match="too long"):
+        sandbox.execute("music", "SELECT 1 -- " + "x" * 1_000_000)
+
+
+def test_describe_and_sample(sandbox):
+    text = sandbox.describe("music", "CONCERT")
+    assert text.splitlines() == ["table concert", "concert_id INTEGER PK", "title TEXT", "year INTEGER",
+                                 "stadium_id INTEGER -> stadium.stadium_id", "singer_id INTEGER -> singer.singer_id",
+                                 "rows: 60"]
+    sample = sandbox.sample("music", '"stadium"').splitlines()
+    assert sample[0] == "stadium_id | name | city | capacity" and len(sample) == 6
+    with pytest.raises(SandboxError, match="Tables: stadium, singer, concert"):
+        sandbox.describe("music", "singers")
+
+
+@pytest.mark.parametrize("name", ["../music", "..", "/etc/passwd", "music/../shop", "a/b", "", "music\x00",
+                                  ".hidden", "music.sqlite/../x", "x" * 300, "mu sic"])
+def test_database_names_cannot_escape(toy, name):
+    with pytest.raises(SandboxError):
+        resolve_database_path(toy[1], name)
+
+
+def test_symlinked_database_outside_the_folder_is_refused(tmp_path, toy):
+    db_dir = tmp_path / "dbs"
+    (db_dir / "evil").mkdir(parents=True)
+    os.symlink(toy[1] / "music" / "music.sqlite", db_dir / "evil" / "evil.sqlite")
+    with pytest.raises(SandboxError, match="outside"):
+        resolve_database_path(db_dir, "evil")
+    assert resolve_database_path(toy[1], "music") == (toy[1] / "music" / "music.sqlite").resolve()
+
+
+def test_question_with_escaping_database_name_fails_reset(toy):
+    q = {"question_id": "x", "question_text": "?", "database_name": "../databases/music", "gold_sql": "SELECT 1",
+         "gold_answer": 1, "answer_type": "integer", "difficulty": "easy", "tables_involved": [], "split": "train"}
+    env = SQLEnvironment([q], toy[1])
+    with pytest.raises(ValueError, match="Invalid database name"):
+        env.reset()
+
+
+def test_database_files_stay_byte_identical(toy):
+    before = _digest(toy[1])
+    env = SQLEnvironment(*toy)
+    hostile = ["DROP TABLE singer", "DELETE FROM orders", "UPDATE customers SET city = 'x'",
+               "INSERT INTO products VALUES (999, 'x', 1.0, 'y')", "ATTACH DATABASE 'x.db' AS x",
+               "PRAGMA journal_mode = WAL", "PRAGMA query_only = 0; DELETE FROM singer", "VACUUM",
+               "SELECT 1; DROP TABLE concert", "CREATE TEMP TABLE t AS SELECT 1", "WITH a AS (SELECT 1) DELETE FROM singer",
+               "SELECT * FROM singer", "SELECT count(*) FROM orders", "REINDEX", "ANALYZE"]
+    for episode in range(6):
+        env.reset(seed=episode)
+        for sql in hostile:
+            obs = env.step(SQLAction("QUERY", sql))
+            if obs.done:
+                break
+        for table in env.tables:
+            env.step(SQLAction("SAMPLE", table))
+            env.step(SQLAction("DESCRIBE", table))
+    env.close()
+    assert _digest(toy[1]) == before  # no changes and no journal / WAL files left behind
+
+
+def test_invalid_utf8_text_in_a_database_is_shown_not_raised(tmp_path):
+    path = tmp_path / "bad" / "bad.sqlite"
+    path.parent.mkdir()
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE t (a TEXT)")
+    conn.execute("INSERT INTO t VALUES (CAST(x'61ff62' AS TEXT))")
+    conn.commit()
+    conn.close()
+    sandbox = Sandbox(tmp_path)
+    assert sandbox.execute("bad", "SELECT a FROM t").rows == [("a\ufffdb",)]
+    assert sandbox.execute("bad", "SELECT count(*) FROM t").rows == [(1,)]
+
+
+def test_sql_normal_form_and_order_detection():
+    assert normalize_sql("select   NAME from SINGER where age>60;") == normalize_sql("SELECT name FROM singer WHERE age > 60")
+    assert normalize_sql("SELECT 1") != normalize_sql("SELECT 2")
+    assert has_top_level_order_by("SELECT a FROM t ORDER BY a")
+    assert has_top_level_order_by("SELECT a FROM t UNION SELECT b FROM u ORDER BY 1")
+    assert not has_top_level_order_by("SELECT a FROM (SELECT a FROM t ORDER BY a LIMIT 3)")
+    assert check_sql("SELECT 1") is check_sql("SELECT 1")  # cached
