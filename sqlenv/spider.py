@@ -365,6 +365,8 @@ def _fetch(url: str, dest: Path, timeout_s: float) -> None:
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as resp, open(dest, "wb") as fh:
             shutil.copyfileobj(resp, fh, length=1 << 20)
+    except urllib.error.HTTPError as err:
+        raise SpiderError(f"download failed from {url}: HTTP {err.code} {err.reason}") from None
     except (urllib.error.URLError, OSError, ValueError) as err:
         reason = getattr(err, "reason", None) or err
         raise SpiderError(f"download failed from {url}: {reason}") from None
