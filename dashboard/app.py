@@ -67,6 +67,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
                         help="port (env GRADIO_SERVER_PORT, default 7860)")
     parser.add_argument("--runs-dir", type=Path, default=None, help="runs folder (default $SQLENV_RUNS_DIR or runs/)")
+    parser.add_argument("--config", type=Path, default=None,
+                        help="JSON TrainConfig whose values fill the Train form (default configs/tiny_cpu.json)")
     parser.add_argument("--data-dir", type=Path, default=None, help="datasets folder (default $SQLENV_DATA_DIR or data/)")
     return parser.parse_args(argv)
 
@@ -81,7 +83,10 @@ def launch(demo: gr.Blocks, host: str, port: int, prevent_thread_lock: bool = Fa
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    ctx = AppContext.create(runs_root=args.runs_dir, data_root=args.data_dir)
+    if args.config is not None and not args.config.is_file():
+        print(f"app.py: --config {args.config}: no such file", file=sys.stderr)
+        raise SystemExit(2)
+    ctx = AppContext.create(runs_root=args.runs_dir, data_root=args.data_dir, default_config=args.config)
     demo = build_app(ctx)
     try:
         launch(demo, args.host, args.port)

@@ -18,12 +18,15 @@ class AppContext:
     runner: TrainingRunner
     runs: RunCache
     data_root: Path | None = None
+    default_config: Path | None = None  # the Train form's starting values (default configs/tiny_cpu.json)
     poll_seconds: float = POLL_SECONDS
 
     @classmethod
-    def create(cls, runs_root: Path | None = None, data_root: Path | None = None) -> "AppContext":
+    def create(cls, runs_root: Path | None = None, data_root: Path | None = None,
+               default_config: Path | None = None) -> "AppContext":
         runner = TrainingRunner.instance(runs_root)
-        return cls(runner=runner, runs=RunCache(runner.runs_root), data_root=data_root)
+        return cls(runner=runner, runs=RunCache(runner.runs_root), data_root=data_root,
+                   default_config=default_config)
 
 
 def dataset_choices(data_root: Path | None = None) -> list[str]:

@@ -41,8 +41,8 @@ FORM_FIELDS: list[tuple[str, str, str, str]] = [
 SFT_CHOICES = ["auto", "on", "off"]
 
 
-def default_values() -> dict[str, Any]:
-    """The form's starting values: the tiny offline config (configs/tiny_cpu.json over TrainConfig defaults)."""
+def default_values(config_file: Path | None = None) -> dict[str, Any]:
+    """The form's starting values: `config_file` (default configs/tiny_cpu.json) over TrainConfig defaults."""
     values: dict[str, Any] = {}
     try:
         from training.config import TrainConfig
@@ -51,7 +51,7 @@ def default_values() -> dict[str, Any]:
     except Exception:
         pass
     try:
-        values.update(json.loads(DEFAULT_CONFIG_FILE.read_text()))
+        values.update(json.loads(Path(config_file or DEFAULT_CONFIG_FILE).read_text()))
     except (OSError, ValueError):
         pass
     return values
@@ -136,7 +136,7 @@ def form_message(kind: str, text: str) -> str:
 
 
 def build(ctx: AppContext) -> dict[str, Any]:
-    defaults = default_values()
+    defaults = default_values(ctx.default_config)
     fields = form_fields()
     datasets = dataset_choices(ctx.data_root)
     default_dataset = str(defaults.get("dataset", "builtin"))
@@ -226,7 +226,7 @@ def build(ctx: AppContext) -> dict[str, Any]:
 
     def start(*args):
         *values, last_seen = args
-        base = default_values()
+        base = default_values(ctx.default_config)
         try:
             from training.config import TrainConfig
 

@@ -1,0 +1,141 @@
+"""Browser-test fixtures: the dashboard as a real server on 127.0.0.1, driven by Debian's Chromium.
+
+Playwright never downloads a browser here: it is pointed at /usr/bin/chromium. Without Chromium the tests
+skip locally and fail under CI (env CI set), so CI cannot silently lose them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = os.environ.get("SQLENV_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+SCREENSHOTS = REPO_ROOT / "artifacts" / "screenshots"
+
+# A tiny, quick config for the Train form: a few GRPO steps on builtin:tiny with a short SFT warm-start,
+# metrics every step, one eval and one trace early, a two-question comparison at the end.
+TEST_CONFIG = {
+    "model": "builtin:tiny",
+    "dataset": "builtin",
+    "step_budget": 6,
+    "num_generations": 2,
+    "per_device_train_batch_size": 2,
+    "max_steps": 40,
+    "plot_every": 1,
+    "trace_every": 2,
+    "eval_every": 3,
+    "eval_episodes": 1,
+    "comparison_episodes": 2,
+    "compare_base": False,
+    "sft": True,
+    "sft_max_steps": 4,
+    "sft_episodes": 16,
+    "max_completion_length": 256,
+    "max_turn_tokens": 48,
+}
+
+
+def _chromium_or_skip() -> str:
+    if shutil.which(CHROMIUM) or Path(CHROMIUM).is_file():
+        return CHROMIUM
+    message = f"Chromium not found at {CHROMIUM} (apt-get install chromium)"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout: float = 90.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"app exited with code {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.3)
+    raise TimeoutError(f"app did not answer at {url} within {timeout}s")
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> str:
+    return _chromium_or_skip()
+
+
+@pytest.fixture(scope="session")
+def dashboard(tmp_path_factory, chromium_path):
+    """(url, runs_dir, data_dir): `python app.py` in a subprocess on a free port with its own runs and data."""
+    pytest.importorskip("playwright.sync_api")
+    root = tmp_path_factory.mktemp("dashboard")
+    runs, data = root / "runs", root / "data"
+    runs.mkdir()
+    data.mkdir()
+    cached = REPO_ROOT / "runs" / "models"
+    if cached.is_dir():  # reuse the built tiny model (deterministic from its seed) instead of rebuilding it
+        shutil.copytree(cached, runs / "models", dirs_exist_ok=True)
+    config = root / "test_config.json"
+    config.write_text(json.dumps(TEST_CONFIG))
+    port = free_port()
+    env = dict(os.environ, SQLENV_RUNS_DIR=str(runs), SQLENV_DATA_DIR=str(data), GRADIO_ANALYTICS_ENABLED="False",
+               PYTHONUNBUFFERED="1")
+    log = open(root / "app.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(port), "--config", str(config)],
+        cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        wait_http(url, proc)
+        yield {"url": url, "runs": runs, "data": data, "log": root / "app.log", "proc": proc}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@pytest.fixture(scope="session")
+def browser(chromium_path):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium_path, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1440, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    yield page
+    context.close()
+
+
+def screenshot(page, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path

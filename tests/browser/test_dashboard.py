@@ -1,0 +1,188 @@
+"""The dashboard in a real browser: train live, reattach after reload, stop, compare, browse runs, play.
+
+One app server and one Chromium for the module; the tests run in file order (training first, so Compare and
+Runs can open the run it made). Screenshots go to artifacts/screenshots/ (gitignored).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from tests.browser.conftest import screenshot
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+RUN_ID = re.compile(r"^run-")
+
+
+def open_tab(page, name: str) -> None:
+    page.get_by_role("tab", name=name, exact=True).click()
+
+
+def pick(page, elem_id: str, label_start: str) -> None:
+    """Choose the option of Gradio dropdown `#elem_id` whose label starts with `label_start`."""
+    box = page.locator(f"#{elem_id} input")
+    box.click()
+    box.fill(label_start)
+    option = page.locator(f'#{elem_id} [role=option][aria-label^="{label_start}"]').first
+    option.click()
+
+
+def status_attr(page, name: str) -> str:
+    return page.locator("#train-status").get_attribute(name) or ""
+
+
+def plotted_points(page, elem_id: str) -> int:
+    """Number of x values in the plotly traces drawn inside `#elem_id` (0 when nothing is plotted yet)."""
+    return page.evaluate(
+        """(id) => {
+            const plot = document.querySelector('#' + id + ' .js-plotly-plot');
+            if (!plot || !plot.data) return 0;
+            return plot.data.filter(t => t.name === 'reward (mean)').reduce((n, t) => n + (t.x ? t.x.length : 0), 0);
+        }""",
+        elem_id,
+    )
+
+
+# ----------------------------------------------------------------------------------------------- Train
+def test_invalid_form_value_names_the_field(dashboard, page):
+    page.goto(dashboard["url"])
+    page.locator("#cfg-learning_rate textarea, #cfg-learning_rate input").first.fill("fast please")
+    page.locator("#train-start").click()
+    message = page.locator("#train-form-message")
+    message.wait_for()
+    assert message.get_attribute("data-kind") == "error"
+    assert "Learning rate" in message.inner_text() and "learning_rate" in message.inner_text()
+    # Invalid per TrainConfig itself (num_generations < 2): its message, pointed at the field.
+    page.locator("#cfg-learning_rate textarea, #cfg-learning_rate input").first.fill("")
+    page.locator("#cfg-num_generations input").fill("1")
+    page.locator("#train-start").click()
+    page.wait_for_function(
+        "() => (document.querySelector('#train-form-message')||{}).innerText?.includes('num_generations')"
+    )
+    assert status_attr(page, "data-status") == "none"  # nothing started
+    screenshot(page, "train_invalid_field")
+
+
+def test_train_live_reload_reattach_and_stop(dashboard, browser, page):
+    page.goto(dashboard["url"])
+    page.locator("#train-start").click()
+    page.wait_for_function("() => document.querySelector('#train-form-message')?.dataset.kind === 'ok'")
+    run_id = page.locator("#train-status").get_attribute("data-run")
+    assert RUN_ID.match(run_id), run_id
+
+    # The reward chart gains points while the run trains (SFT warm-start first, then GRPO steps).
+    page.wait_for_function(
+        "() => +(document.querySelector('#train-status')?.dataset.plottedStep || 0) >= 1", timeout=180_000
+    )
+    first = plotted_points(page, "chart-reward")
+    assert first >= 1
+    page.wait_for_function(
+        f"() => +(document.querySelector('#train-status')?.dataset.plottedStep || 0) >= "
+        f"{int(status_attr(page, 'data-plotted-step')) + 2}",
+        timeout=120_000,
+    )
+    assert plotted_points(page, "chart-reward") > first
+    screenshot(page, "train_live")
+
+    # A second Start is refused and names the active run.
+    page.locator("#train-start").click()
+    page.wait_for_function(
+        f"() => (document.querySelector('#train-form-message')||{{}}).innerText?.includes('{run_id}')"
+    )
+    assert page.locator("#train-form-message").get_attribute("data-kind") == "error"
+
+    # Reload: the page holds no state, it reattaches to the live run and keeps plotting.
+    page.reload()
+    page.wait_for_function(f"() => document.querySelector('#train-status')?.dataset.run === '{run_id}'")
+    assert status_attr(page, "data-status") == "running"
+    page.wait_for_function("() => +(document.querySelector('#train-status')?.dataset.plottedStep || 0) >= 1")
+    assert plotted_points(page, "chart-reward") >= 1
+
+    # A second browser (fresh context = another person) sees the same run.
+    other = browser.new_context(viewport={"width": 1200, "height": 900}).new_page()
+    other.goto(dashboard["url"])
+    other.wait_for_function(f"() => document.querySelector('#train-status')?.dataset.run === '{run_id}'")
+    other.context.close()
+
+    # Stop: the run ends within a step, is marked stopped, and the status says so.
+    page.locator("#train-stop").click()
+    page.wait_for_function(
+        "() => ['stopped', 'completed'].includes(document.querySelector('#train-status')?.dataset.status)",
+        timeout=120_000,
+    )
+    status = json.loads((dashboard["runs"] / run_id / "status.json").read_text())
+    assert status["status"] == "stopped", status
+    assert (dashboard["runs"] / run_id / "final").is_dir()
+    screenshot(page, "train_stopped")
+    dashboard["run_id"] = run_id
+
+
+# ------------------------------------------------------------------------------------------------ Play
+def gold_question(data_dir, split="eval"):
+    """A question and its gold, read from the dataset's own files (the way a person would look it up)."""
+    questions = json.loads((data_dir / "builtin" / f"questions_{split}.json").read_text())
+    return next(q for q in questions if q["answer_type"] == "integer" and "JOIN" not in q["gold_sql"].upper())
+
+
+def play_step(page, action: str, argument: str) -> None:
+    before = page.locator("#play-budget").get_attribute("data-budget")
+    page.locator("#play-action").get_by_label(action, exact=True).check()
+    page.locator("#play-argument textarea").fill(argument)
+    page.locator("#play-step").click()
+    page.wait_for_function(
+        f"() => document.querySelector('#play-budget')?.dataset.budget !== '{before}'"
+    )
+
+
+def test_play_an_episode_to_a_correct_answer(dashboard, page):
+    from sqlenv.verifier import format_answer
+
+    page.goto(dashboard["url"])
+    open_tab(page, "Play")
+    q = gold_question(dashboard["data"])
+    pick(page, "play-question-pick", q["question_id"] + " —")
+    page.locator("#play-new").click()
+    page.locator("#play-question").wait_for()
+    assert q["question_text"] in page.locator("#play-question").inner_text()
+
+    # Bad input shows the environment's own error, costs a step, and the episode goes on.
+    play_step(page, "QUERY", "SELEC nonsense FROM nowhere")
+    assert page.locator("#play-observation .sqe-err").count() == 1
+    play_step(page, "DESCRIBE", "")
+    assert "DESCRIBE needs a table name" in page.locator("#play-observation").inner_text()
+
+    table = q["tables_involved"][0]
+    play_step(page, "DESCRIBE", table)
+    assert table in page.locator("#play-question .sqe-schema").inner_text()
+    play_step(page, "QUERY", q["gold_sql"])
+    obs = page.locator("#play-observation").inner_text()
+    assert "prog" in obs  # the step reward shows its layers
+    play_step(page, "ANSWER", format_answer(q["gold_answer"], q["answer_type"]))
+    verdict = page.locator("#play-verdict")
+    verdict.wait_for()
+    assert verdict.get_attribute("data-outcome") == "correct"
+    assert q["gold_sql"].split()[0] in page.locator("#play-gold-sql").inner_text()
+    assert page.locator("#play-budget").get_attribute("data-budget") == "10"  # 15 - 5 steps
+    screenshot(page, "play_correct")
+
+
+def test_play_sessions_are_separate(dashboard, browser):
+    """Two people playing at once never see each other's episode."""
+    pages = [browser.new_context(viewport={"width": 1280, "height": 900}).new_page() for _ in range(2)]
+    try:
+        for p in pages:
+            p.goto(dashboard["url"])
+            open_tab(p, "Play")
+            p.locator("#play-new").click()
+            p.locator("#play-question").wait_for()
+        play_step(pages[0], "SAMPLE", "nonexistent_table")
+        assert pages[1].locator("#play-budget").get_attribute("data-budget") == "15"
+        assert pages[0].locator("#play-budget").get_attribute("data-budget") == "14"
+    finally:
+        for p in pages:
+            p.context.close()
