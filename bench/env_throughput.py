@@ -35,6 +35,7 @@ sys.path.insert(0, str(REPO))
 
 from sqlenv.datasets import DatasetInfo, load_questions  # noqa: E402
 from sqlenv.environment import SQLEnvironment  # noqa: E402
+from sqlenv.sandbox import SandboxSettings  # noqa: E402
 from sqlenv.types import SQLAction  # noqa: E402
 
 
@@ -91,6 +92,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7, help="alternating raw/env rounds (default 7)")
     parser.add_argument("--dataset", default=None, help="an already prepared spider10 dir (default: prepare one)")
     parser.add_argument("--profile", action="store_true", help="cProfile one environment pass")
+    parser.add_argument("--max-open-databases", type=int, default=None,
+                        help="SandboxSettings.max_open_databases for the environments (default: its default)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -99,14 +102,18 @@ def main() -> None:
         for split in info.splits:
             questions = load_questions(info.questions_path(split))
             mix += questions
-            envs[split] = SQLEnvironment(info.questions_path(split), info.db_dir, step_budget=15)
+            settings = SandboxSettings()
+            if args.max_open_databases:
+                settings.max_open_databases = args.max_open_databases
+            envs[split] = SQLEnvironment(info.questions_path(split), info.db_dir, step_budget=15, sandbox=settings)
         random.Random(0).shuffle(mix)  # training draws questions at random, not grouped by database
         dbs = sorted({q.database_name for q in mix})
         connections = {
             db: sqlite3.connect(f"file:{info.db_dir / db / (db + '.sqlite')}?mode=ro", uri=True, check_same_thread=False)
             for db in dbs
         }
-        print(f"mix: {len(mix)} gold queries over {len(dbs)} databases; {args.rounds} alternating rounds")
+        print(f"mix: {len(mix)} gold queries over {len(dbs)} databases; {args.rounds} alternating rounds; "
+              f"max_open_databases={settings.max_open_databases}")
 
         # Warm-up: page caches, sqlglot, the environment's own caches.
         _raw_pass(connections, mix)
