@@ -202,11 +202,11 @@ def _dataset_meta(root: Path) -> dict:
 
 
 def _print_dataset_line(info: Any, out: TextIO) -> None:
-    meta = _dataset_meta(info.root)
-    counts = meta.get("counts") or {}
+    meta = getattr(info, "meta", None) or _dataset_meta(info.root)
+    counts = getattr(info, "counts", None) or meta.get("counts") or {}
     splits = list(getattr(info, "splits", None) or meta.get("splits") or [])
     split_text = ", ".join(f"{s} {counts[s]}" if s in counts else s for s in splits)
-    source = meta.get("source", "")
+    source = getattr(info, "source", "") or meta.get("source", "")
     print(f"  {info.name:<16} {source:<10} {split_text:<44} {info.root}", file=out)
 
 

@@ -184,3 +184,26 @@ def test_data_download_bad_url_is_one_line(tmp_path):
     res = _run(["data", "download", "spider", "--url", "http://127.0.0.1:9/spider.zip", "--out", str(tmp_path / "s")], tmp_path)
     assert res.returncode != 0
     assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
+
+
+# --- package surface -------------------------------------------------------------------------------
+
+
+def test_package_exports_are_lazy_and_ml_free(tmp_path):
+    code = (
+        "import sys, sqlenv\n"
+        "assert 'sqlenv.environment' not in sys.modules, 'import sqlenv must stay cheap'\n"
+        "names = ['SQLEnvironment', 'SQLAction', 'SQLObservation', 'verify_answer', 'evaluate', 'EvaluationResult',\n"
+        "         'RandomPolicy', 'OraclePolicy', 'RewardConfig', 'SandboxSettings', 'resolve_dataset']\n"
+        "assert set(names) <= set(sqlenv.__all__) and set(names) <= set(dir(sqlenv))\n"
+        "objs = [getattr(sqlenv, n) for n in names]\n"
+        "import sqlenv.cli, sqlenv.evaluation, sqlenv.policies, sqlenv.spider, sqlenv.builtin\n"
+        "for n in sqlenv.__all__: getattr(sqlenv, n)\n"
+        "try:\n    sqlenv.nope\nexcept AttributeError:\n    pass\nelse:\n    raise SystemExit('no AttributeError')\n"
+        "ml = sorted(m for m in ('torch', 'transformers', 'trl', 'gradio', 'pandas', 'numpy') if m in sys.modules)\n"
+        "assert not ml, ml\n"
+        "print('ok')\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr
