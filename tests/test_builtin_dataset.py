@@ -181,3 +181,11 @@ def test_resolution_by_name_path_and_errors(tmp_path, built, monkeypatch):
     monkeypatch.setenv("SQLENV_DATA_DIR", str(tmp_path))
     assert data_root() == Path(tmp_path)
     assert resolve_dataset("mine").root == prepared
+
+
+def test_a_build_from_another_seed_is_kept_unless_a_seed_is_asked_for(tmp_path):
+    from sqlenv.builtin import ensure_builtin
+
+    build_builtin(tmp_path / "builtin", seed=3)
+    assert resolve_dataset("builtin", data_root=tmp_path).meta["seed"] == 3
+    assert ensure_builtin(tmp_path / "builtin", seed=0).meta["seed"] == 0

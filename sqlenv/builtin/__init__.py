@@ -212,20 +212,23 @@ def _swap_into_place(new: Path, target: Path) -> None:
         os.replace(new, target)
 
 
-def _is_current(root: Path, seed: int) -> bool:
+def _is_current(root: Path, seed: int | None) -> bool:
     try:
         meta = json.loads((root / "dataset.json").read_text())
     except (OSError, json.JSONDecodeError):
         return False
     return (
         meta.get("builder_version") == BUILTIN_VERSION
-        and meta.get("seed") == seed
+        and (seed is None or meta.get("seed") == seed)
         and all((root / f"questions_{s}.json").exists() for s in meta.get("splits", []))
     )
 
 
-def ensure_builtin(root: Path | str, seed: int = 0) -> DatasetInfo:
+def ensure_builtin(root: Path | str, seed: int | None = None) -> DatasetInfo:
     """Return the built-in dataset at `root`, building it first if it is missing or stale.
+
+    Stale means built by another builder version, or (when `seed` is given) from another seed. With
+    `seed=None` any seed's build is accepted (so `data build-builtin --seed 3` sticks); a new build uses 0.
 
     Two processes calling this at once is safe: they serialise on `<root>.lock` and the second finds the
     first one's build current.
@@ -243,5 +246,5 @@ def ensure_builtin(root: Path | str, seed: int = 0) -> DatasetInfo:
         except ImportError:  # pragma: no cover - non-POSIX: best effort
             pass
         if not _is_current(root, seed):
-            build_builtin(root, seed=seed)
+            build_builtin(root, seed=0 if seed is None else seed)
     return DatasetInfo.from_dir(root)
