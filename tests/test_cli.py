@@ -207,3 +207,60 @@ def test_package_exports_are_lazy_and_ml_free(tmp_path):
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr
+
+
+def _tiny_spider_zip(tmp_path) -> bytes:
+    """A Spider-layout zip from two real (tiny) SQLite files built here."""
+    import io
+    import sqlite3
+    import zipfile
+
+    files = {}
+    for db, rows in {"choir": [(1, "Ana", 31), (2, "Ben", 45), (3, "Cy", 27)], "band": [(1, "Dee", 22), (2, "Eli", 38)]}.items():
+        path = tmp_path / f"{db}.sqlite"
+        with sqlite3.connect(path) as conn:
+            conn.execute("CREATE TABLE singer (singer_id INTEGER PRIMARY KEY, name TEXT, age INTEGER)")
+            conn.executemany("INSERT INTO singer VALUES (?, ?, ?)", rows)
+        files[f"database/{db}/{db}.sqlite"] = path.read_bytes()
+    questions = [{"db_id": db, "question": f"How many singers are older than {age}?",
+                  "query": f"SELECT count(*) FROM singer WHERE age > {age}"} for db in ("choir", "band") for age in (20, 25, 30, 35, 40)]
+    files["tables.json"] = json.dumps([{"db_id": db, "table_names_original": ["singer"]} for db in ("choir", "band")]).encode()
+    files["train_spider.json"] = json.dumps(questions[:7]).encode()
+    files["dev.json"] = json.dumps(questions[7:]).encode()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in files.items():
+            zf.writestr("spider_data/" + name, data)
+    return buf.getvalue()
+
+
+def test_data_download_then_prepare_then_eval(tmp_path):
+    import functools
+    import http.server
+    import threading
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "spider.zip").write_bytes(_tiny_spider_zip(tmp_path))
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    handler.log_message = lambda *a: None
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/spider.zip"
+        res = _run(["data", "download", "spider", "--url", url, "--out", str(tmp_path / "spider")], tmp_path)
+        assert res.returncode == 0, res.stderr
+        assert (tmp_path / "spider" / "database" / "choir" / "choir.sqlite").is_file()
+        res = _run(["data", "download", "spider", "--url", url.replace("spider.zip", "missing.zip"),
+                    "--out", str(tmp_path / "other")], tmp_path)
+        assert res.returncode != 0 and len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    res = _run(["data", "prepare", "spider", "--source", str(tmp_path / "spider"), "--db-ids", "all",
+                "--out", str(tmp_path / "data" / "tiny")], tmp_path / "data")
+    assert res.returncode == 0, res.stderr
+    res = _run(["eval", "--dataset", "tiny", "--split", "train", "--policy", "oracle", "--episodes", "4", "--json"], tmp_path / "data")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["success_rate"] == 1.0
