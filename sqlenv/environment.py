@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import random
-import uuid
+import secrets
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterable
@@ -138,7 +138,7 @@ class SQLEnvironment:
         self._tables = tables
         self._gold = self._gold_profile(question)
         self._gold_ordered = has_top_level_order_by(question.gold_sql)
-        self.state = EpisodeState(episode_id=uuid.uuid4().hex[:12], step_count=0,
+        self.state = EpisodeState(episode_id=secrets.token_hex(6), step_count=0,
                                   question_id=question.question_id, done=False)
         self.reward_breakdown = RewardBreakdown()
         self.last_observation = self._observation(result="", error="", reward=RewardLayers())

@@ -86,50 +86,27 @@ class RewardConfig:
 
 # ---------------------------------------------------------------------------------------- progress score
 
-def _norm_value(value: Any) -> Any:
-    """A hashable, comparable form of a result value: numbers as rounded floats, text case-folded."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)):
-        if isinstance(value, float) and not math.isfinite(value):
-            return str(value)
-        return round(float(value), 6)
-    if isinstance(value, bytes):
-        return ("blob", len(value))
-    text = str(value).strip().lower()
-    if text and text[0] in "0123456789-+.":
-        try:
-            number = float(text)
-        except ValueError:
-            return text
-        return round(number, 6) if math.isfinite(number) else text
-    return text
+def _norm_float(value: float) -> Any:
+    return round(value, 6) if math.isfinite(value) else str(value)
+
+
+def flatten_values(rows: Iterable[tuple]) -> set:
+    """The set of non-NULL values in a result; floats rounded to 6 decimals (3 == 3.0 already in Python).
+
+    Both sides of a comparison come from the same database, so text is compared as stored. This is the
+    progress hot path: the set is built in C and only floats get a Python-level touch.
+    """
+    values = set(chain.from_iterable(rows))
+    values.discard(None)
+    floats = [v for v in values if type(v) is float]
+    if floats:
+        values.difference_update(floats)
+        values.update(_norm_float(v) for v in floats)
+    return values
 
 
 def _slog(x: float) -> float:
     return math.copysign(math.log10(1.0 + abs(x)), x)
-
-
-def flatten_values(rows: Iterable[tuple]) -> set:
-    """The set of normalised non-NULL values in a result (hot path: common types inlined)."""
-    distinct = set(chain.from_iterable(rows))  # built in C; normalise each distinct value once
-    distinct.discard(None)
-    out: set = set()
-    add = out.add
-    for value in distinct:
-        kind = type(value)
-        if kind is int:
-            add(value)  # 3 == 3.0 and hash(3) == hash(3.0), so ints need no conversion
-        elif kind is str:
-            text = value.strip().lower()
-            add(_norm_value(text) if text and text[0] in "0123456789-+." else text)
-        else:
-            v = _norm_value(value)
-            if v is not None:
-                add(v)
-    return out
 
 
 @dataclass

@@ -65,7 +65,9 @@ def test_progress_score_properties():
     gold = GoldProfile.from_rows(gold_rows)
     assert progress_score(gold_rows, 3, gold) == 1.0
     assert progress_score(list(reversed(gold_rows)), 3, gold) == 1.0  # sets, not order
-    assert progress_score([("summit arena ", 76125.0)] * 1 + gold_rows[1:], 3, gold) == 1.0  # normalised values
+    assert progress_score([("Summit Arena", 76125.0)] + gold_rows[1:], 3, gold) == 1.0  # 76125 == 76125.0
+    assert progress_score([("Summit Arena", 76125.0000000001)] + gold_rows[1:], 3, gold) == 1.0  # float noise
+    assert progress_score([("SUMMIT ARENA", 76125)] + gold_rows[1:], 3, gold) < 1.0  # text compared as stored
     partial = progress_score(gold_rows[:1], 1, gold)
     unrelated = progress_score([("x", 1), ("y", 2)], 2, gold)
     assert 0 < unrelated < partial < 1

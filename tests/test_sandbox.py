@@ -231,7 +231,10 @@ def test_invalid_utf8_text_in_a_database_is_shown_not_raised(tmp_path):
 def test_sql_normal_form_and_order_detection():
     assert normalize_sql("select   NAME from SINGER where age>60;") == normalize_sql("SELECT name FROM singer WHERE age > 60")
     assert normalize_sql("SELECT 1") != normalize_sql("SELECT 2")
+    assert normalize_sql('SELECT a FROM t WHERE b = "Bob"') != normalize_sql('SELECT a FROM t WHERE b = "bob"')
+    assert normalize_sql("SELECT a FROM t WHERE b = 'x' -- c") == normalize_sql("select a  from t where b='x'")
     assert has_top_level_order_by("SELECT a FROM t ORDER BY a")
     assert has_top_level_order_by("SELECT a FROM t UNION SELECT b FROM u ORDER BY 1")
     assert not has_top_level_order_by("SELECT a FROM (SELECT a FROM t ORDER BY a LIMIT 3)")
+    assert not has_top_level_order_by("") and not has_top_level_order_by("not sql at all (")
     assert check_sql("SELECT 1") is check_sql("SELECT 1")  # cached
