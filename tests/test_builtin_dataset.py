@@ -119,6 +119,21 @@ def test_splits_hold_out_instances_and_one_database(questions):
     assert shared == len(evl)
 
 
+def test_held_out_instances_are_phrased_like_a_training_instance_of_their_shape(questions):
+    def pattern(q):
+        text = q.question_text
+        literals = [x.replace("''", "'") for x in re.findall(r"'((?:[^']|'')*)'", q.gold_sql)]
+        for lit in sorted(set(literals + re.findall(r"\b\d+(?:\.\d+)?\b", q.gold_sql)), key=len, reverse=True):
+            text = re.sub(r"(?<![\w.])" + re.escape(lit) + r"(?!\w|\.\d)", "<V>", text)
+        return q.database_name, text
+    train = {pattern(q) for q in questions["train"]}
+    covered = sum(pattern(q) in train for q in questions["eval"])
+    assert covered / len(questions["eval"]) > 0.9
+    # ... while the dataset as a whole still uses every phrasing of the common templates
+    openings = {" ".join(q.question_text.split()[:2]) for qs in questions.values() for q in qs if q.gold_sql.startswith("SELECT count(*) FROM") and "WHERE" in q.gold_sql and "JOIN" not in q.gold_sql}
+    assert openings >= {"How many", "Count the", "What is"}
+
+
 def _shape(sql: str) -> str:
     return re.sub(r"'(?:[^']|'')*'|\b\d+(?:\.\d+)?\b", "?", sql)
 

@@ -34,13 +34,15 @@ from sqlenv.difficulty import spider_hardness
 from sqlenv.types import Question
 
 #: Bump when generation changes so stale builds under data/builtin are rebuilt.
-BUILTIN_VERSION = 2
+BUILTIN_VERSION = 3
 UNSEEN_DB = "football"
 #: Share of each template group's instances held out for `eval`.
 EVAL_FRACTION = 0.25
 #: Answers longer than this (list items / table rows) are dropped: short answers are what a small model
 #: can copy, and what a person can check.
 MAX_ANSWER_ROWS = 8
+#: Paraphrases one SQL shape's instances rotate through (shapes with ≤3 instances use one).
+PARAPHRASES_PER_SHAPE = 2
 
 __all__ = ["build_builtin", "ensure_builtin", "BUILTIN_VERSION", "UNSEEN_DB"]
 
@@ -103,8 +105,7 @@ def build_builtin(out_dir: Path | str, seed: int = 0) -> DatasetInfo:
             conn = sqlite3.connect(db_path)
             try:
                 cands = candidates(Ctx(db, conn, rng))
-                records: list[tuple[str, dict]] = []
-                seen_text: set[str] = set()
+                valid: list[tuple[Any, Any, str]] = []
                 for cand in cands:
                     try:
                         cur = conn.execute(cand.sql)
@@ -125,46 +126,65 @@ def build_builtin(out_dir: Path | str, seed: int = 0) -> DatasetInfo:
                     if len(result) > MAX_ANSWER_ROWS:
                         dropped["long_result"] += 1
                         continue
-                    text = rng.choice(cand.texts)
-                    if text in seen_text:
-                        dropped["duplicate_text"] += 1
-                        continue
-                    seen_text.add(text)
-                    gold, atype = ans
-                    records.append((cand.group, {
-                        "question_text": text,
-                        "database_name": db.name,
-                        "gold_sql": cand.sql,
-                        "gold_answer": gold,
-                        "answer_type": atype,
-                        "difficulty": spider_hardness(cand.sql),
-                        "tables_involved": _tables(cand.sql),
-                        "template": cand.template,
-                    }))
+                    valid.append((cand, *ans))
             finally:
                 conn.close()
-            for i, (_, rec) in enumerate(records):
-                rec["question_id"] = f"builtin-{db.name}-{i}"
+
+            # Instances of one SQL shape (one template on the same tables and columns; only the literal
+            # values differ) share a small set of paraphrases, so a held-out instance is phrased like some
+            # training instance of its shape; across shapes every paraphrase of a template is used.
+            shapes: dict[str, list[int]] = defaultdict(list)
+            for i, (cand, _, _) in enumerate(valid):
+                shapes[sql_shape(cand.sql)].append(i)
+            phrasing: dict[int, int] = {}
+            for members in shapes.values():
+                texts = valid[members[0]][0].texts
+                k = min(PARAPHRASES_PER_SHAPE if len(members) > 3 else 1, len(texts))
+                chosen = rng.sample(range(len(texts)), k)
+                for j, i in enumerate(members):
+                    phrasing[i] = chosen[j % k]
+            records: list[dict] = []
+            seen_text: set[str] = set()
+            for i, (cand, gold, atype) in enumerate(valid):
+                text = cand.texts[phrasing[i]]
+                if text in seen_text:
+                    dropped["duplicate_text"] += 1
+                    continue
+                seen_text.add(text)
+                records.append({
+                    "question_id": f"builtin-{db.name}-{len(records)}",
+                    "question_text": text,
+                    "database_name": db.name,
+                    "gold_sql": cand.sql,
+                    "gold_answer": gold,
+                    "answer_type": atype,
+                    "difficulty": spider_hardness(cand.sql),
+                    "tables_involved": _tables(cand.sql),
+                    "template": cand.template,
+                    "_phrasing": phrasing[i],
+                })
             if db.name == UNSEEN_DB:
-                for _, rec in records:
-                    splits["eval_unseen_db"].append(rec)
+                splits["eval_unseen_db"].extend(records)
                 continue
-            # Hold out a share of the instances of each SQL shape (same template on the same tables, other
-            # literal values → other text); a shape with one instance stays in train.
+            # Hold out a share of each shape's instances (other literal values → other text), keeping in
+            # train at least one instance of the shape with the held-out instance's phrasing.
             groups: dict[str, list[dict]] = defaultdict(list)
-            for _, rec in records:
+            for rec in records:
                 groups[sql_shape(rec["gold_sql"])].append(rec)
             held: set[str] = set()
             for shape in sorted(groups):
                 members = groups[shape]
-                if len(members) < 2:
-                    continue
                 n_eval = min(int(len(members) * EVAL_FRACTION + rng.random()), len(members) - 1)
-                for rec in rng.sample(members, n_eval):
-                    held.add(rec["question_id"])
-            for _, rec in records:
+                left = Counter(rec["_phrasing"] for rec in members)
+                for rec in rng.sample(members, len(members)):
+                    if n_eval <= 0:
+                        break
+                    if left[rec["_phrasing"]] > 1:
+                        left[rec["_phrasing"]] -= 1
+                        held.add(rec["question_id"])
+                        n_eval -= 1
+            for rec in records:
                 splits["eval" if rec["question_id"] in held else "train"].append(rec)
-
         fields = list(Question.__dataclass_fields__)
         summary: dict[str, Any] = {}
         for split, recs in splits.items():
