@@ -143,6 +143,8 @@ def build_builtin(out_dir: Path | str, seed: int = 0) -> DatasetInfo:
                 chosen = rng.sample(range(len(texts)), k)
                 for j, i in enumerate(members):
                     phrasing[i] = chosen[j % k]
+            # Hardness and tables depend on the shape only: parse each shape once (parsing is the slow part).
+            parsed = {shape: (spider_hardness(valid[m[0]][0].sql), _tables(valid[m[0]][0].sql)) for shape, m in shapes.items()}
             records: list[dict] = []
             seen_text: set[str] = set()
             for i, (cand, gold, atype) in enumerate(valid):
@@ -158,8 +160,8 @@ def build_builtin(out_dir: Path | str, seed: int = 0) -> DatasetInfo:
                     "gold_sql": cand.sql,
                     "gold_answer": gold,
                     "answer_type": atype,
-                    "difficulty": spider_hardness(cand.sql),
-                    "tables_involved": _tables(cand.sql),
+                    "difficulty": parsed[sql_shape(cand.sql)][0],
+                    "tables_involved": list(parsed[sql_shape(cand.sql)][1]),
                     "template": cand.template,
                     "_phrasing": phrasing[i],
                 })
