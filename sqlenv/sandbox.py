@@ -54,6 +54,8 @@ class SandboxSettings:
             blob built by a query (e.g. `zeroblob`, `group_concat`) may exceed it.
         max_like_pattern_chars: SQLite's SQLITE_LIMIT_LIKE_PATTERN_LENGTH (default 500), which bounds the
             cost of one LIKE/GLOB comparison (it runs inside one VM instruction, out of the time check's reach).
+        max_result_bytes: Most bytes of result rows held for scoring (default 32_000_000, estimated per batch);
+            past it rows are counted but not kept, like past `max_scoring_rows`.
         max_open_databases: Connections kept open per sandbox (default 64, least recently used closed). A
             reopened connection starts with cold caches, so keep this above the number of databases in use.
         statement_cache_size: Prepared statements cached per connection (default 256): repeated queries
@@ -71,6 +73,7 @@ class SandboxSettings:
     max_cell_chars: int = 80
     max_sql_chars: int = 20_000
     max_value_bytes: int = 1_000_000
+    max_result_bytes: int = 32_000_000
     max_like_pattern_chars: int = 500
     max_open_databases: int = 64
     statement_cache_size: int = 256
@@ -323,6 +326,15 @@ def _authorizer(action: int, arg1: Any, arg2: Any, db_name: Any, source: Any) ->
     return sqlite3.SQLITE_DENY
 
 
+def _row_bytes(row: tuple) -> int:
+    return sum(len(v) if type(v) is str or type(v) is bytes else 8 for v in row) + 16
+
+
+def _sample_row_bytes(chunk: list) -> float:
+    """Average size of a row in `chunk`, from its first, middle and last rows."""
+    return (_row_bytes(chunk[0]) + _row_bytes(chunk[len(chunk) // 2]) + _row_bytes(chunk[-1])) / 3
+
+
 class _DecodeError(Exception):
     pass
 
@@ -508,16 +520,24 @@ class Sandbox:
                 n_rows = 0
                 truncated = False
                 batch = max(1, settings.fetch_batch_rows)
+                held_bytes, byte_cap = 0, settings.max_result_bytes
                 while True:
                     chunk = cursor.fetchmany(batch)
                     if not chunk:
                         break
                     n_rows += len(chunk)
                     room = max_rows - len(rows)
-                    if room >= len(chunk):
-                        rows.extend(chunk)
-                    elif room > 0:
-                        rows.extend(chunk[:room])
+                    if room > 0:
+                        taken = chunk if room >= len(chunk) else chunk[:room]
+                        # Bytes held, estimated from three rows per batch (exact accounting would cost
+                        # as much as the fetch itself); past the cap rows are counted, not kept.
+                        per_row = _sample_row_bytes(taken)
+                        if held_bytes + per_row * len(taken) <= byte_cap:
+                            rows.extend(taken)
+                            held_bytes += per_row * len(taken)
+                        else:
+                            rows.extend(taken[: int((byte_cap - held_bytes) // per_row)])
+                            max_rows = len(rows)
                     if n_rows > max_rows:
                         truncated = True
                         if not settings.count_rows_past_cap:

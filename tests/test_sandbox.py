@@ -129,6 +129,14 @@ def test_rows_are_capped_and_counted(toy):
     assert "more rows)" in stop_counting.render(result) and "+ more rows" in stop_counting.render(result)
 
 
+def test_rows_are_capped_in_bytes(toy):
+    sandbox = Sandbox(toy[1], SandboxSettings(max_result_bytes=200_000))
+    sql = "SELECT a.concert_id, replace(hex(zeroblob(500)), '0', 'x') FROM concert a, concert b"
+    result = sandbox.execute("music", sql)
+    assert result.n_rows == 3600 and 100 < len(result.rows) < 200  # ~1 KB per row
+    assert sandbox.render(result).splitlines()[-1] == "(3580 more rows)"
+
+
 def test_empty_result_and_values(sandbox):
     assert sandbox.render(sandbox.execute("music", "SELECT name FROM singer WHERE age > 500")) == "name\n(0 rows)"
     text = sandbox.render(sandbox.execute("music", "SELECT NULL, 1.5, 2.0, 'a\nb', x'00ff', 1/3.0"))
