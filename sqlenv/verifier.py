@@ -251,8 +251,6 @@ def _verify(predicted, gold, answer_type, gold_rows, ordered, gold_sql) -> bool:
         return False
     if _is_empty_gold(gold, gold_rows):
         return _squash(text) in EMPTY_ANSWERS
-    if _squash(text) in EMPTY_ANSWERS and text.strip() not in ("0",):
-        return False
     if ordered is None:
         ordered = False
         if gold_sql:

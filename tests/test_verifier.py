@@ -84,6 +84,14 @@ def test_table_formats():
     assert not verify_answer("7 | garden\n3 | tools", gold, "table")  # columns in order
 
 
+def test_words_that_mean_empty_are_ordinary_values_for_a_non_empty_gold():
+    assert verify_answer("null", "null", "string")  # Spider car_1: max() over a text column holding 'null'
+    assert verify_answer("None", "none", "string")
+    assert not verify_answer("none", "Summit Arena", "string")
+    assert not verify_answer("none", 3, "integer")
+    assert not verify_answer("[]", [["a", 1]], "table")
+
+
 def test_gold_rows_override_gold():
     assert verify_answer("a | 1\nb | 2", None, "table", gold_rows=[("b", 2), ("a", 1)])
     assert verify_answer("[]", ["x"], "list", gold_rows=[])
