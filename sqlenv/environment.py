@@ -270,16 +270,16 @@ class SQLEnvironment:
         self._history.append(f"{self.state.step_count}. {shown_kind} {shown_arg} -> "
                              f"{'error' if error else summary or 'ok'}")
         obs = self._observation(result=result, error=error, reward=layers)
-        self._steps.append(make_step(self.state.step_count, shown_kind if kind not in ACTION_TYPES else kind,
-                                     _clean_for_display(argument, 10_000) if len(argument) > 10_000 else _utf8(argument),
-                                     result, error, layers.total, {"operational": operational, "progress": progress, "terminal": terminal, "total": layers.total}, obs.budget_remaining,
-                                     self.state.done))
+        stored_arg = _clean_for_display(argument, 10_000) if len(argument) > 10_000 else _utf8(argument)
+        layer_dict = {"operational": operational, "progress": progress, "terminal": terminal, "total": layers.total}
+        self._steps.append(make_step(self.state.step_count, kind if kind in ACTION_TYPES else shown_kind, stored_arg,
+                                     result, error, layers.total, layer_dict, obs.budget_remaining, self.state.done))
         self.last_observation = obs
         return obs
 
     def _normalize_argument(self, kind: str, arg: str) -> str:
         if kind == "QUERY":
-            return normalize_sql(arg)
+            return normalize_sql(arg, self.sandbox_settings.max_sql_chars)
         if kind in ("DESCRIBE", "SAMPLE"):
             return arg.strip().strip(";").strip().strip('"`[]\'').strip().lower()
         return " ".join(arg.split()).lower()[:10_000]

@@ -166,7 +166,8 @@ def check_sql(sql: str, max_sql_chars: int = 20_000) -> SQLCheck:
     if not sql or not sql.strip():
         return SQLCheck("Empty SQL: give one SELECT statement.", "")
     if len(sql) > max_sql_chars:
-        return SQLCheck(f"SQL too long ({len(sql)} characters, limit {max_sql_chars}).", "")
+        return SQLCheck(f"SQL too long ({len(sql)} characters, limit {max_sql_chars}).",
+                        _fallback_normal_form(sql[: max_sql_chars + 1]))
     if "\x00" in sql:
         return SQLCheck("SQL contains a NUL byte.", "")
     try:
@@ -224,10 +225,10 @@ def _token_normal_form(tokens: list) -> str:
     return " ".join(parts)
 
 
-def normalize_sql(sql: str) -> str:
+def normalize_sql(sql: str, max_sql_chars: int = 20_000) -> str:
     """The normal form of `sql` (case, whitespace, comments and quoting of names normalised by sqlglot's
-    tokenizer); equal normal forms mark a repeated query."""
-    return check_sql(sql).normalized or _fallback_normal_form(sql)
+    tokenizer); equal normal forms mark a repeated query. Shares `check_sql`'s cache (pass the same limit)."""
+    return check_sql(sql, max_sql_chars).normalized or _fallback_normal_form(sql[: max_sql_chars + 1])
 
 
 @functools.lru_cache(maxsize=4096)
