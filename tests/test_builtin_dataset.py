@@ -204,3 +204,43 @@ def test_a_build_from_another_seed_is_kept_unless_a_seed_is_asked_for(tmp_path):
     build_builtin(tmp_path / "builtin", seed=3)
     assert resolve_dataset("builtin", data_root=tmp_path).meta["seed"] == 3
     assert ensure_builtin(tmp_path / "builtin", seed=0).meta["seed"] == 0
+
+
+def test_a_pattern_copying_baseline_solves_held_out_questions(built, questions):
+    """Learnability: held-out questions are answerable by copying a training question's SQL with the new
+    literals — the mapping a small model must learn. The baseline sees only question texts at eval time;
+    it turns each training question into a regex (its literals become slots) and its SQL into a template."""
+    literal = r"'((?:[^']|'')*)'|\b(\d+(?:\.\d+)?)\b"
+    patterns: dict[str, tuple[re.Pattern, str, int]] = {}
+    for q in questions["train"]:
+        text, sql = q.question_text, q.gold_sql
+        values = {a.replace("''", "'") if a else b for a, b in re.findall(literal, sql)}
+        slots = sorted((v for v in values if re.search(r"(?<![\w.])" + re.escape(v) + r"(?!\w|\.\d)", text)), key=text.index)
+        regex = re.escape(text)
+        for i, v in enumerate(slots):
+            regex = regex.replace(re.escape(v), f"(?P<v{i}>.+?)", 1)
+            sql = re.sub(r"'" + re.escape(v.replace("'", "''")) + r"'|\b" + re.escape(v) + r"\b", f"{{v{i}}}", sql)
+        fixed = len(text) - sum(len(v) for v in slots)  # the more fixed text, the more specific the pattern
+        patterns.setdefault(regex, (re.compile(f"^{regex}$"), sql, fixed))
+    ranked = sorted(patterns.values(), key=lambda p: -p[2])
+
+    def run(db: str, sql: str):
+        conn = sqlite3.connect(f"file:{built.db_dir / db / (db + '.sqlite')}?mode=ro", uri=True)
+        try:
+            return conn.execute(sql).fetchall()
+        except sqlite3.Error:
+            return None
+        finally:
+            conn.close()
+
+    solved = 0
+    for q in questions["eval"]:
+        for compiled, sql, _ in ranked:
+            m = compiled.match(q.question_text)
+            if m:
+                values = {k: (v if re.fullmatch(r"\d+(?:\.\d+)?", v) else "'" + v.replace("'", "''") + "'")
+                          for k, v in m.groupdict().items()}
+                solved += run(q.database_name, sql.format(**values)) == run(q.database_name, q.gold_sql)
+                break
+    print(f"pattern-copy baseline: {solved}/{len(questions['eval'])}")
+    assert solved / len(questions["eval"]) >= 0.95

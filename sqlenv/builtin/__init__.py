@@ -34,7 +34,7 @@ from sqlenv.difficulty import spider_hardness
 from sqlenv.types import Question
 
 #: Bump when generation changes so stale builds under data/builtin are rebuilt.
-BUILTIN_VERSION = 3
+BUILTIN_VERSION = 4
 UNSEEN_DB = "football"
 #: Share of each template group's instances held out for `eval`.
 EVAL_FRACTION = 0.25
@@ -135,7 +135,7 @@ def build_builtin(out_dir: Path | str, seed: int = 0) -> DatasetInfo:
             # training instance of its shape; across shapes every paraphrase of a template is used.
             shapes: dict[str, list[int]] = defaultdict(list)
             for i, (cand, _, _) in enumerate(valid):
-                shapes[sql_shape(cand.sql)].append(i)
+                shapes[f"{cand.template}|{sql_shape(cand.sql)}"].append(i)
             phrasing: dict[int, int] = {}
             for members in shapes.values():
                 texts = valid[members[0]][0].texts
@@ -160,8 +160,8 @@ def build_builtin(out_dir: Path | str, seed: int = 0) -> DatasetInfo:
                     "gold_sql": cand.sql,
                     "gold_answer": gold,
                     "answer_type": atype,
-                    "difficulty": parsed[sql_shape(cand.sql)][0],
-                    "tables_involved": list(parsed[sql_shape(cand.sql)][1]),
+                    "difficulty": parsed[f"{cand.template}|{sql_shape(cand.sql)}"][0],
+                    "tables_involved": list(parsed[f"{cand.template}|{sql_shape(cand.sql)}"][1]),
                     "template": cand.template,
                     "_phrasing": phrasing[i],
                 })
@@ -172,7 +172,7 @@ def build_builtin(out_dir: Path | str, seed: int = 0) -> DatasetInfo:
             # train at least one instance of the shape with the held-out instance's phrasing.
             groups: dict[str, list[dict]] = defaultdict(list)
             for rec in records:
-                groups[sql_shape(rec["gold_sql"])].append(rec)
+                groups[f"{rec['template']}|{sql_shape(rec['gold_sql'])}"].append(rec)
             held: set[str] = set()
             for shape in sorted(groups):
                 members = groups[shape]

@@ -174,7 +174,7 @@ def single_table(ctx: Ctx) -> Iterator[Candidate]:
                                         f"SELECT count(*) FROM {t.name} WHERE {c.name} = {q(v)} AND {n.name} > {x}", [
                             f"How many {P} have {c.words} {v} and {n.words} greater than {x}?",
                             f"Count the {P} with {c.words} {v} whose {n.words} is above {x}.",
-                            f"What is the number of {P} with {c.words} {v} and a {n.words} over {x}?"])
+                            f"What is the number of {P} with {c.words} {v} and {n.words} over {x}?"])
                 if name:
                     for v in ctx.pick(ctx.values(t.name, c.name), 3):
                         nm = ctx.pname(t)
