@@ -74,6 +74,7 @@ class SQLEnvironment:
         if isinstance(sandbox, Sandbox):
             self.sandbox_settings = sandbox.settings
         self._by_id = {q.question_id: i for i, q in enumerate(self.questions)}
+        self.dataset = None  # the DatasetInfo when built by from_dataset
         self._rng = random.Random(seed)
         self._gold_cache: OrderedDict[str, GoldProfile | None] = OrderedDict()
 
@@ -153,6 +154,7 @@ class SQLEnvironment:
         try:
             result = self.sandbox.execute(question.database_name, question.gold_sql)
             profile = GoldProfile.from_rows(result.rows, result.n_rows, self.reward_config.max_numbers)
+            profile.columns = list(result.columns)
         except SandboxError:
             profile = None  # no progress signal for this question, the episode still works
         self._gold_cache[key] = profile
@@ -241,7 +243,8 @@ class SQLEnvironment:
         else:  # ANSWER
             q = self.question
             self._answer = _utf8(argument)
-            self._correct = verify_answer(argument, q.gold_answer, q.answer_type, ordered=self._gold_ordered)
+            self._correct = verify_answer(argument, q.gold_answer, q.answer_type, ordered=self._gold_ordered,
+                                          columns=self._gold.columns if self._gold is not None else None)
             terminal = cfg.correct_answer if self._correct else 0.0
             self._outcome = "correct" if self._correct else "wrong_answer"
             self.state.done = True

@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import math
 from itertools import chain
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 
@@ -116,6 +116,7 @@ class GoldProfile:
     n_rows: int
     values: set
     numbers: list  # sorted signed-log numbers (capped)
+    columns: list = field(default_factory=list)  # the gold result's column names (for the verifier)
 
     @classmethod
     def from_rows(cls, rows: list[tuple], n_rows: int | None = None, max_numbers: int = 256) -> "GoldProfile":

@@ -227,7 +227,8 @@ def _is_empty_gold(gold: Any, gold_rows: Any) -> bool:
 
 
 def verify_answer(predicted: Any, gold: Any, answer_type: str, gold_rows: Sequence | None = None, *,
-                  ordered: bool | None = None, gold_sql: str | None = None) -> bool:
+                  ordered: bool | None = None, gold_sql: str | None = None,
+                  columns: Sequence[str] | None = None) -> bool:
     """Whether `predicted` (the agent's ANSWER text) matches the gold answer.
 
     Args:
@@ -238,14 +239,21 @@ def verify_answer(predicted: Any, gold: Any, answer_type: str, gold_rows: Sequen
             empty list marks an empty gold result.
         ordered: compare table rows in order (default: only when `gold_sql` has a top-level ORDER BY).
         gold_sql: the gold query, used to decide `ordered` when it is not given.
+        columns: the gold result's column names; a list/table answer whose first line repeats them (a
+            header copied from a QUERY result) is read without that line.
     """
     try:
-        return _verify(predicted, gold, answer_type, gold_rows, ordered, gold_sql)
+        return _verify(predicted, gold, answer_type, gold_rows, ordered, gold_sql, columns)
     except (RecursionError, MemoryError, OverflowError, ValueError, TypeError):
         return False
 
 
-def _verify(predicted, gold, answer_type, gold_rows, ordered, gold_sql) -> bool:
+def _is_header(row: Sequence, columns: Sequence[str] | None) -> bool:
+    return bool(columns) and len(row) == len(columns) and all(
+        _squash(_unquote(c)) == _squash(name) for c, name in zip(row, columns))
+
+
+def _verify(predicted, gold, answer_type, gold_rows, ordered, gold_sql, columns) -> bool:
     text = strip_wrappers(predicted)
     if not text:
         return False
@@ -282,6 +290,8 @@ def _verify(predicted, gold, answer_type, gold_rows, ordered, gold_sql) -> bool:
         pred_items = parse_list(text)
         if len(pred_items) > MAX_ITEMS:
             return False
+        if pred_items and len(pred_items) == len(gold_items) + 1 and _is_header(pred_items[:1], columns):
+            pred_items = pred_items[1:]
         return _multiset_equal(pred_items, gold_items, False, cell_equal)
 
     # table
@@ -292,10 +302,9 @@ def _verify(predicted, gold, answer_type, gold_rows, ordered, gold_sql) -> bool:
     width = len(gold_table[0]) if gold_table else 0
     if width == 1 and len(pred_rows) == 1 and len(gold_table) > 1:
         pred_rows = [[i] for i in parse_list(text)]  # a one-column table written as a list
-    candidates = [pred_rows]
-    if len(pred_rows) == len(gold_table) + 1:
-        candidates.append(pred_rows[1:])  # a copied header line
-    return any(_multiset_equal(rows, gold_table, ordered, _rows_equal) for rows in candidates)
+    if pred_rows and len(pred_rows) == len(gold_table) + 1 and _is_header(pred_rows[0], columns):
+        pred_rows = pred_rows[1:]  # a header line copied from a QUERY result
+    return _multiset_equal(pred_rows, gold_table, ordered, _rows_equal)
 
 
 def _flatten_gold_list(gold: Any) -> list:

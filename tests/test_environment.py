@@ -288,3 +288,10 @@ def test_one_env_shared_by_threads_stays_consistent(toy):
     for t in threads:
         t.join()
     assert sorted(map(tuple, outcomes)) == sorted([((60,),), ((200,),)] * 400)
+
+
+def test_answer_with_a_header_copied_from_the_query_result(env):
+    env.reset(question_id="shop_q3")
+    shown = env.step(SQLAction("QUERY", env.question.gold_sql)).result
+    assert shown.splitlines()[0] == "category | count(*)"
+    assert env.step(SQLAction("ANSWER", shown)).reward_layers.terminal == 1.0

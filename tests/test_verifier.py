@@ -77,7 +77,12 @@ def test_table_formats():
     gold = [["garden", 7], ["tools", 3]]
     assert verify_answer('[["tools", 3], ["garden", 7]]', gold, "table")
     assert verify_answer("| garden | 7 |\n|---|---|\n| tools | 3 |", gold, "table")
-    assert verify_answer("category | count(*)\ngarden | 7\ntools | 3", gold, "table")  # copied header
+    header = "category | count(*)\ngarden | 7\ntools | 3"  # a header copied from a QUERY result
+    assert verify_answer(header, gold, "table", columns=["category", "count(*)"])
+    assert not verify_answer(header, gold, "table")  # without the gold's columns, an extra row is an extra row
+    assert not verify_answer("junk | 1\ngarden | 7\ntools | 3", gold, "table", columns=["category", "count(*)"])
+    assert verify_answer("name\nAda\nBo", ["Bo", "Ada"], "list", columns=["name"])
+    assert not verify_answer("x\nAda\nBo", ["Bo", "Ada"], "list", columns=["name"])
     assert verify_answer("GARDEN|7.0\ntools|3", gold, "table")
     assert not verify_answer("garden | 7\ntools | 4", gold, "table")
     assert not verify_answer("garden | 7", gold, "table")
