@@ -343,8 +343,8 @@ def format_answer(gold_answer: Any, answer_type: str) -> str:
     to JSON, which the verifier reads too.
     """
     answer_type = (answer_type or "string").lower()
-    if gold_answer is None or (isinstance(gold_answer, (list, tuple)) and len(gold_answer) == 0):
-        return "[]"
+    if gold_answer is None or (isinstance(gold_answer, (list, tuple, str)) and len(gold_answer) == 0):
+        return "[]"  # what the verifier accepts for an empty gold result
     if answer_type in ("integer", "float", "string"):
         value = gold_answer
         while isinstance(value, (list, tuple)) and len(value) == 1:

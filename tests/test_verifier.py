@@ -143,7 +143,7 @@ def test_format_answer(gold, answer_type, expected):
 @pytest.mark.parametrize("gold,answer_type", [
     (7, "integer"), (0.1234567, "float"), (-3.5, "float"), ("O'Brien, Pat", "string"),
     (["Smith, John", "Lee"], "list"), (["a|b", "c"], "list"), ([["x | y", 1], ["z", None]], "table"),
-    ([[1, 2.5, "q"]], "table"), ([], "list"), (["x", "x", "y"], "list"), ([3, 1, 2], "list"),
+    ([[1, 2.5, "q"]], "table"), ([], "list"), ("", "string"), (None, "float"), (["x", "x", "y"], "list"), ([3, 1, 2], "list"),
 ])
 def test_format_answer_round_trips_through_the_verifier(gold, answer_type):
     assert verify_answer(format_answer(gold, answer_type), gold, answer_type)
