@@ -4,6 +4,11 @@ It plays a few short episodes and raises `EnvCheckError` naming the first broken
 well-formed observation, every action type works, bad actions become error observations (never exceptions)
 and use a step, the budget ends the episode, a step after the end changes nothing, and a seed makes reset
 deterministic.
+
+`build_toy_dataset(out_dir)` writes a two-database, ten-question prepared dataset to check against:
+
+    questions_path, db_dir = build_toy_dataset(tmp_dir)
+    check_env(SQLEnvironment(questions_path, db_dir))
 """
 
 from __future__ import annotations

@@ -295,3 +295,18 @@ def test_answer_with_a_header_copied_from_the_query_result(env):
     shown = env.step(SQLAction("QUERY", env.question.gold_sql)).result
     assert shown.splitlines()[0] == "category | count(*)"
     assert env.step(SQLAction("ANSWER", shown)).reward_layers.terminal == 1.0
+
+
+def test_runaway_query_is_stopped_and_the_episode_goes_on(toy):
+    import time
+
+    env = SQLEnvironment(*toy, sandbox=SandboxSettings(timeout_s=1.0))
+    env.reset(question_id="music_q1")
+    start = time.monotonic()
+    obs = env.step(SQLAction("QUERY", "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) "
+                                      "SELECT max(n) FROM r"))
+    assert time.monotonic() - start <= 1.5
+    assert "timed out after 1 s" in obs.error and not obs.done and obs.reward == pytest.approx(-0.02)
+    obs = env.step(SQLAction("QUERY", "SELECT count(*) FROM singer"))
+    assert obs.error == "" and obs.result == "count(*)\n30"
+    assert env.step(SQLAction("ANSWER", "30")).reward_layers.terminal == 1.0
