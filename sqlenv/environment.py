@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import random
+import os
 import secrets
+import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterable
@@ -29,7 +31,11 @@ _ARGUMENT_HELP = {
     "QUERY": "QUERY needs one SELECT statement, e.g. QUERY SELECT count(*) FROM {table}.",
     "ANSWER": "ANSWER needs the answer value, e.g. ANSWER 42.",
 }
-_GOLD_CACHE_SIZE = 4096  # gold profiles kept per environment (a profile is a value set of ≤ max_scoring_rows rows)
+# Gold profiles, shared by all environments of the process (they are read-only once built) so 32 parallel
+# environments run each gold query once, not 32 times. Keyed by the database file's identity and the limits.
+_GOLD_CACHE_SIZE = 4096
+_GOLD_CACHE: OrderedDict[tuple, GoldProfile | None] = OrderedDict()
+_GOLD_LOCK = threading.Lock()
 
 
 def load_question_file(path: str | Path) -> list[Question]:
@@ -76,7 +82,6 @@ class SQLEnvironment:
         self._by_id = {q.question_id: i for i, q in enumerate(self.questions)}
         self.dataset = None  # the DatasetInfo when built by from_dataset
         self._rng = random.Random(seed)
-        self._gold_cache: OrderedDict[str, GoldProfile | None] = OrderedDict()
 
         self.question: Question | None = None
         self.state = EpisodeState()
@@ -146,20 +151,30 @@ class SQLEnvironment:
         return self.last_observation
 
     def _gold_profile(self, question: Question) -> GoldProfile | None:
-        """Summary of the gold result for progress scoring: the gold SQL run once through the sandbox."""
-        key = question.question_id
-        if key in self._gold_cache:
-            self._gold_cache.move_to_end(key)
-            return self._gold_cache[key]
+        """Summary of the gold result for progress scoring: the gold SQL run through the sandbox (once per
+        question and database file in this process; the profile is shared read-only)."""
+        settings = self.sandbox_settings
+        try:
+            path = self.sandbox.database(question.database_name).path
+            stat = os.stat(path)
+        except (SandboxError, OSError):
+            return None
+        key = (str(path), stat.st_mtime_ns, stat.st_size, question.gold_sql, settings.max_scoring_rows,
+               settings.max_result_bytes, self.reward_config.max_numbers)
+        with _GOLD_LOCK:
+            if key in _GOLD_CACHE:
+                _GOLD_CACHE.move_to_end(key)
+                return _GOLD_CACHE[key]
         try:
             result = self.sandbox.execute(question.database_name, question.gold_sql)
             profile = GoldProfile.from_rows(result.rows, result.n_rows, self.reward_config.max_numbers)
             profile.columns = list(result.columns)
         except SandboxError:
             profile = None  # no progress signal for this question, the episode still works
-        self._gold_cache[key] = profile
-        while len(self._gold_cache) > _GOLD_CACHE_SIZE:
-            self._gold_cache.popitem(last=False)
+        with _GOLD_LOCK:
+            _GOLD_CACHE[key] = profile
+            while len(_GOLD_CACHE) > _GOLD_CACHE_SIZE:
+                _GOLD_CACHE.popitem(last=False)
         return profile
 
     # --------------------------------------------------------------------------------------------- step
