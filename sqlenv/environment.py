@@ -281,7 +281,11 @@ class SQLEnvironment:
         error = cut_text(error, limit)
         result = cut_text(result, limit)
         if kind in ACTION_TYPES:
-            shown_arg = arg if len(arg) <= 60 and arg.isprintable() else _clean_for_display(arg, 60)
+            head = arg[:60]
+            if head.isprintable():
+                shown_arg = head if len(arg) <= 60 else head[:59] + "…"
+            else:
+                shown_arg = _clean_for_display(arg, 60)
         else:
             shown_arg = _clean_for_display(argument, 30)
         shown_kind = kind if kind in ACTION_TYPES else _clean_for_display(action_type, 20) or "''"
