@@ -20,7 +20,6 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from itertools import chain
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -289,19 +288,20 @@ _PLAIN_TYPES = {int, str}
 def format_rows(columns: list[str], rows: list[tuple], n_total: int, max_rows: int, max_cell_chars: int = 80,
                 approximate: bool = False) -> str:
     """A compact text table: header `a | b`, one line per row, then "(N more rows)" when cut."""
-    lines = [" | ".join(c if c.isprintable() and len(c) <= max_cell_chars else format_value(c, max_cell_chars)
-                        for c in columns)]
-    shown_rows = rows[:max_rows]
-    flat = list(chain.from_iterable(shown_rows))
-    fast = set(map(type, flat)) <= _PLAIN_TYPES  # ints and strings only: format with C-level joins
-    if fast and flat:
-        texts = list(map(str, flat))
-        joined = "\x01".join(texts)
-        fast = max(map(len, texts)) <= max_cell_chars and not any(c in joined for c in ("\n", "\r", "\x00"))
-    if fast:
-        lines.extend(" | ".join(map(str, row)) for row in shown_rows)
-    else:
-        lines.extend(" | ".join(format_value(v, max_cell_chars) for v in row) for row in shown_rows)
+    header = " | ".join(columns)
+    if not header.isprintable() or (len(header) > max_cell_chars and max(map(len, columns)) > max_cell_chars):
+        header = " | ".join(format_value(str(c), max_cell_chars) for c in columns)
+    lines = [header]
+    for row in rows[:max_rows]:
+        # Fast path (C-level joins) for rows of ints and short single-line strings, the common case.
+        if set(map(type, row)) <= _PLAIN_TYPES:
+            cells = list(map(str, row))
+            line = " | ".join(cells)
+            if (len(line) <= max_cell_chars or max(map(len, cells)) <= max_cell_chars) \
+                    and "\n" not in line and "\r" not in line and "\x00" not in line:
+                lines.append(line)
+                continue
+        lines.append(" | ".join(format_value(v, max_cell_chars) for v in row))
     shown = min(len(rows), max_rows)
     if n_total > shown:
         more = n_total - shown
