@@ -452,12 +452,13 @@ class Sandbox:
         raise SandboxError(f"Unknown table {_clean_for_display(table, 60)!r}. Tables: {listing}")
 
     def row_count(self, db_name: str, table: str) -> int:
-        db = self.database(db_name)
-        if table not in db.row_counts:
-            quoted = '"' + table.replace('"', '""') + '"'
-            result = self._run(db, f"SELECT count(*) FROM {quoted}", max_rows=1)
-            db.row_counts[table] = int(result.rows[0][0]) if result.rows else 0
-        return db.row_counts[table]
+        with self._lock:
+            db = self.database(db_name)
+            if table not in db.row_counts:
+                quoted = '"' + table.replace('"', '""') + '"'
+                result = self._run(db, f"SELECT count(*) FROM {quoted}", max_rows=1)
+                db.row_counts[table] = int(result.rows[0][0]) if result.rows else 0
+            return db.row_counts[table]
 
     def describe(self, db_name: str, table: str) -> str:
         """DESCRIBE text: one line per column `name TYPE [PK] [-> other.col]`, then `rows: N`."""
@@ -477,8 +478,9 @@ class Sandbox:
         """SAMPLE text: the first `sample_rows` rows of a table as a text table."""
         info = self.find_table(db_name, table)
         quoted = '"' + info.name.replace('"', '""') + '"'
-        result = self._run(self.database(db_name), f"SELECT * FROM {quoted} LIMIT {int(self.settings.sample_rows)}",
-                           max_rows=self.settings.sample_rows)
+        with self._lock:
+            result = self._run(self.database(db_name), f"SELECT * FROM {quoted} LIMIT {int(self.settings.sample_rows)}",
+                               max_rows=self.settings.sample_rows)
         text = format_rows(result.columns, result.rows, result.n_rows, self.settings.sample_rows,
                            self.settings.max_cell_chars)
         return cut_text(text, self.settings.max_observation_chars)
@@ -492,7 +494,8 @@ class Sandbox:
         if check.error:
             raise SandboxError(check.error)
         cap = self.settings.max_scoring_rows if max_rows is None else max_rows
-        return self._run(self.database(db_name), sql, max_rows=cap)
+        with self._lock:  # no other thread may close this connection (LRU) between lookup and run
+            return self._run(self.database(db_name), sql, max_rows=cap)
 
     def render(self, result: QueryResult) -> str:
         """QUERY observation text for a result (≤ max_display_rows rows, cut to max_observation_chars)."""
