@@ -86,7 +86,8 @@ def cell_equal(pred: Any, gold: Any) -> bool:
         return _numbers_equal(p, g, integer)
     if gold is None:
         return _squash(_unquote(pred)) in ("null", "none", "")
-    return _squash(_unquote(pred)) == _squash(gold)
+    p, g = _squash(_unquote(pred)), _squash(gold)
+    return p == g or (p.endswith(".") and p[:-1].rstrip() == g)  # a sentence-final period is not content
 
 
 def _unquote(value: Any) -> Any:

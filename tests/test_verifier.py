@@ -38,6 +38,8 @@ def test_string_case_and_whitespace_insensitive():
     assert verify_answer("'Summit Arena'", "Summit Arena", "string")
     assert verify_answer("Answer: SUMMIT ARENA\n", "Summit Arena", "string")
     assert not verify_answer("Summit", "Summit Arena", "string")
+    assert verify_answer("Summit Arena.", "Summit Arena", "string")
+    assert verify_answer("St. Louis", "St. Louis", "string") and not verify_answer("St", "St.", "string")
     assert verify_answer("1999", 1999, "string")  # a numeric gold stored under string
 
 
