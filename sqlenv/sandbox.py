@@ -95,8 +95,6 @@ _FORBIDDEN_TOKENS = {
     TokenType.ATTACH: "ATTACH",
     TokenType.DETACH: "DETACH",
 }
-_FORBIDDEN_WORDS = {"ATTACH", "DETACH", "VACUUM", "REINDEX", "ANALYZE", "BEGIN", "COMMIT", "ROLLBACK",
-                    "SAVEPOINT", "RELEASE", "REPLACE", "INSERT", "UPDATE", "DELETE", "PRAGMA"}
 
 # Authorizer: what a user query may do: read, call functions, recurse. Nothing else (no PRAGMA functions).
 _ALLOWED_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
@@ -194,11 +192,15 @@ def check_sql(sql: str, max_sql_chars: int = 20_000) -> SQLCheck:
         word = first.text.upper()[:20]
         return SQLCheck(f"Only read-only SELECT (or WITH ... SELECT) queries are allowed, not {word}.",
                         _fallback_normal_form(sql))
-    for token in statements[0]:
+    # Inside the statement: a write after WITH (WITH x AS (...) DELETE ...). Other words (VACUUM, BEGIN...)
+    # can only start a statement, which the checks above already refuse; names such as "release" stay legal.
+    body = statements[0]
+    for i, token in enumerate(body):
         bad = _FORBIDDEN_TOKENS.get(token.token_type)
-        if bad is None and token.token_type == TokenType.VAR and token.text.upper() in _FORBIDDEN_WORDS:
-            bad = token.text.upper()
-        if bad is not None and token.token_type != TokenType.STRING:
+        if bad is None and token.token_type == TokenType.REPLACE and i + 1 < len(body) \
+                and body[i + 1].token_type == TokenType.INTO:
+            bad = "REPLACE INTO"  # replace() the function is fine
+        if bad is not None:
             return SQLCheck(f"Only read-only SELECT queries are allowed ({bad} is not).", _fallback_normal_form(sql))
     # SQLite's own view of completeness: catches unterminated strings / comments the tokenizer tolerated.
     if not sqlite3.complete_statement(sql.rstrip().rstrip(";") + "\n;"):

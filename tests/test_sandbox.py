@@ -50,6 +50,8 @@ def _digest(folder: Path) -> dict[str, str]:
     ("SELECT 1; SELECT 2", "one SQL statement"),
     ("WITH x AS (SELECT 1) DELETE FROM singer", "DELETE"),
     ("WITH x AS (SELECT 1) INSERT INTO singer SELECT * FROM singer", "INSERT"),
+    ("WITH x AS (SELECT 1) REPLACE INTO singer SELECT * FROM singer", "REPLACE INTO"),
+    ("WITH x AS (SELECT 1) UPDATE singer SET age = 1", "UPDATE"),
     ("SELECT * FROM singer WHERE name = 'a", "SQL"),
     ("/* unterminated comment SELECT 1", ""),
     ("", "Empty SQL"),
@@ -71,6 +73,8 @@ def test_refused_statements(sandbox, sql, fragment):
     "WITH old AS (SELECT * FROM singer WHERE age > 40) SELECT count(*) FROM old",
     "SELECT count(*) FROM (SELECT name FROM singer UNION SELECT title FROM concert)",
     "SELECT count(*) FROM singer WHERE name <> 'DROP TABLE singer; DELETE'",
+    "SELECT count(*) FROM (SELECT replace(name, 'a', 'b') AS release, 1 AS analyze FROM singer)",
+    "SELECT count(*) FROM [singer] WHERE `name` GLOB '*a*' OR \"name\" LIKE 'b%'",
 ])
 def test_read_queries_run(sandbox, sql):
     result = sandbox.execute("music", sql)
