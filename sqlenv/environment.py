@@ -359,7 +359,7 @@ class SQLEnvironment:
             "answer": self._answer,
             "correct": bool(self._correct),
             "outcome": self._outcome,
-            "total_reward": rb.total,
+            "total_reward": sum(step["reward"] for step in self._steps),  # = rb.total with the default config
             "reward_breakdown": rb.to_dict(),
             "n_steps": len(self._steps),
         }

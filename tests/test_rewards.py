@@ -163,6 +163,9 @@ def test_custom_config_is_used(toy):
     env.reset(question_id="music_q1")
     assert env.step(SQLAction("NOPE", "")).reward == pytest.approx(-0.05)
     assert env.step(SQLAction("ANSWER", "30")).reward == pytest.approx(2.0 - 0.05 + 0.02)
+    t = env.transcript()
+    assert t["total_reward"] == pytest.approx(sum(s["reward"] for s in t["steps"]))
+    assert t["reward_breakdown"]["correctness"] == 1.0  # correctness stays 0/1 whatever the reward scale
 
 
 def test_random_actions_earn_little(env):
