@@ -160,8 +160,8 @@ def parse_table(text: str) -> list[list]:
         line = line.strip()
         if not line or _SEPARATOR_ROW_RE.match(line):
             continue
-        if line.startswith("|") and line.endswith("|") and len(line) > 1:
-            line = line[1:-1]
+        if len(line) > 1 and (line.startswith("|") or line.endswith("|")):
+            line = line.strip("|")  # markdown borders (or a stray trailing pipe)
         if "|" in line:
             rows.append([_unquote(c) for c in line.split("|")])
         elif "\t" in line:

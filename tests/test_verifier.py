@@ -86,6 +86,7 @@ def test_table_formats():
     assert verify_answer("name\nAda\nBo", ["Bo", "Ada"], "list", columns=["name"])
     assert not verify_answer("x\nAda\nBo", ["Bo", "Ada"], "list", columns=["name"])
     assert verify_answer("GARDEN|7.0\ntools|3", gold, "table")
+    assert verify_answer("garden | 7 |\ntools | 3 |", gold, "table")
     assert not verify_answer("garden | 7\ntools | 4", gold, "table")
     assert not verify_answer("garden | 7", gold, "table")
     assert not verify_answer("7 | garden\n3 | tools", gold, "table")  # columns in order
