@@ -57,6 +57,14 @@ class RewardConfig:
     correct_answer: float = 1.0
     max_numbers: int = 256
 
+    def __post_init__(self) -> None:
+        if self.dense_min > self.dense_max:
+            raise ValueError(f"RewardConfig.dense_min ({self.dense_min}) must be <= dense_max ({self.dense_max})")
+        if self.progress_bins < 1 or self.max_numbers < 1 or self.numeric_decades <= 0:
+            raise ValueError("RewardConfig.progress_bins and max_numbers must be >= 1, numeric_decades > 0")
+        if min(self.weight_cardinality, self.weight_overlap, self.weight_numeric) < 0:
+            raise ValueError("RewardConfig progress weights must be >= 0")
+
     def operational(self, *, ok: bool, new_info: bool, repeat: bool) -> float:
         """Layer 1 reward of one step."""
         value = self.step_cost

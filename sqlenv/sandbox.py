@@ -78,6 +78,15 @@ class SandboxSettings:
     max_open_databases: int = 64
     statement_cache_size: int = 256
 
+    def __post_init__(self) -> None:
+        if not self.timeout_s > 0:
+            raise ValueError(f"SandboxSettings.timeout_s must be > 0, got {self.timeout_s}")
+        for name in ("progress_interval", "max_display_rows", "sample_rows", "max_scoring_rows", "fetch_batch_rows",
+                     "max_observation_chars", "max_cell_chars", "max_sql_chars", "max_value_bytes",
+                     "max_result_bytes", "max_like_pattern_chars", "max_open_databases"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"SandboxSettings.{name} must be >= 1, got {getattr(self, name)}")
+
 
 TRUNCATION_MARKER = " …[truncated]"
 

@@ -185,3 +185,9 @@ def test_random_actions_earn_little(env):
         wins += env.transcript()["correct"]
     assert sum(totals) / len(totals) < 0.3
     assert wins <= 2
+
+
+@pytest.mark.parametrize("bad", [{"dense_min": 0.2}, {"progress_bins": 0}, {"weight_overlap": -1.0}])
+def test_config_is_validated(bad):
+    with pytest.raises(ValueError):
+        RewardConfig(**bad)

@@ -250,3 +250,9 @@ def test_sql_normal_form_and_order_detection():
     assert not has_top_level_order_by("SELECT a FROM (SELECT a FROM t ORDER BY a LIMIT 3)")
     assert not has_top_level_order_by("") and not has_top_level_order_by("not sql at all (")
     assert check_sql("SELECT 1") is check_sql("SELECT 1")  # cached
+
+
+@pytest.mark.parametrize("bad", [{"timeout_s": 0}, {"max_display_rows": 0}, {"max_scoring_rows": -1}])
+def test_settings_are_validated(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        SandboxSettings(**bad)
