@@ -482,7 +482,10 @@ class Sandbox:
             if name in info.foreign_keys:
                 parts.append(f"-> {info.foreign_keys[name]}")
             lines.append(" ".join(parts))
-        lines.append(f"rows: {self.row_count(db_name, info.name)}")
+        try:
+            lines.append(f"rows: {self.row_count(db_name, info.name)}")
+        except SandboxError:  # a table too big to count in time still gets its columns described
+            lines.append("rows: unknown (count timed out)")
         return cut_text("\n".join(lines), self.settings.max_observation_chars)
 
     def sample(self, db_name: str, table: str) -> str:
