@@ -484,6 +484,8 @@ def grpo_args(config: Any, output_dir: str, **overrides: Any):
         temperature=config.temperature,
         reward_weights=config.resolved_reward_weights(),
         chat_template_kwargs={"enable_thinking": config.enable_thinking},
+        # Each turn of TRL's tool loop generates up to max_new_tokens: cap a babbling turn as the rollout path does.
+        generation_kwargs={"max_new_tokens": min(config.max_turn_tokens, config.resolved_max_completion_length())},
         seed=config.seed,
         logging_steps=config.plot_every,
         save_strategy="no",

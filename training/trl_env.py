@@ -131,6 +131,10 @@ class SQLEnvTRL:
         self._tool_calls = 0
         question_id = row.get("question_id")
         if question_id is not None:
+            if not any(q.question_id == str(question_id) for q in env.questions):  # file rebuilt: reload once
+                self._env.close()
+                self._env = None
+                env = self._environment()
             self._observation = env.reset(question_id=str(question_id))
         else:
             seed = row.get("seed")

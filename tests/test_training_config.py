@@ -1,0 +1,111 @@
+"""TrainConfig: defaults, auto fields, validation messages, JSON round trip, --set parsing, shipped configs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from training.config import ConfigError, TrainConfig
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_defaults_and_auto_fields():
+    config = TrainConfig()
+    assert config.model == "builtin:tiny" and config.dataset == "builtin"
+    assert (config.step_budget, config.num_generations) == (10, 4)
+    assert (config.eval_every, config.trace_every, config.plot_every, config.eval_episodes) == (100, 50, 10, 3)
+    resolved = config.resolved()
+    assert resolved.max_tool_calling_iterations == config.step_budget
+    assert resolved.sft is True  # auto: on for the built-in tiny model
+    assert resolved.max_completion_length >= 256
+    assert resolved.output_dir.endswith(resolved.run_id)
+    hub = TrainConfig(model="Qwen/Qwen3-0.6B").resolved()
+    assert hub.sft is False and hub.max_completion_length >= 512
+    assert TrainConfig(step_budget=7).resolved().max_tool_calling_iterations == 7
+    # every call without a run_id names a fresh run; an explicit one is kept
+    assert TrainConfig(run_id="abc").resolved().run_id == "abc"
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"num_generations": 1}, ["num_generations", "at least 2"]),
+        ({"num_generations": 3}, ["divisible", "num_generations"]),
+        ({"per_device_train_batch_size": 2, "gradient_accumulation_steps": 1, "num_generations": 4}, ["divisible"]),
+        ({"step_budget": 0}, ["step_budget"]),
+        ({"dataset": "no-such-dataset"}, ["dataset", "no-such-dataset"]),
+        ({"eval_split": "nope"}, ["eval_split", "train", "eval"]),
+        ({"train_split": "validation"}, ["train_split"]),
+        ({"rollout": "vllm"}, ["rollout", "environment"]),
+        ({"model": "Qwen/Qwen3-0.6B", "max_completion_length": 256}, ["max_completion_length", "512"]),
+        ({"learning_rate": -1.0}, ["learning_rate"]),
+        ({"learning_rate": "fast"}, ["learning_rate", "float"]),
+        ({"precision": "bf16", "device": "cpu"}, ["precision", "GPU"]),
+        ({"run_id": "../escape"}, ["run_id"]),
+        ({"max_tool_calling_iterations": 0}, ["max_tool_calling_iterations"]),
+        ({"reward_weights": [1.0, 2.0]}, ["reward_weights"]),
+    ],
+)
+def test_invalid_combinations_fail_at_construction(kwargs, words):
+    with pytest.raises(ConfigError) as info:
+        TrainConfig(**kwargs)
+    message = str(info.value)
+    for word in words:
+        assert word in message, message
+
+
+def test_divisibility_accounts_for_gradient_accumulation():
+    config = TrainConfig(per_device_train_batch_size=2, gradient_accumulation_steps=2, num_generations=4)
+    assert config.generation_batch_size == 4
+
+
+def test_json_round_trip(tmp_path):
+    config = TrainConfig(max_steps=7, learning_rate=3e-4, sft=False, reward_weights=[1, 0.1, 0.5])
+    path = tmp_path / "c.json"
+    config.to_json(path)
+    again = TrainConfig.from_json(path)
+    assert again == config
+    assert again.reward_weights == [1.0, 0.1, 0.5]
+
+
+def test_from_json_errors_name_the_problem(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        TrainConfig.from_json(bad)
+    with pytest.raises(ConfigError, match="cannot read"):
+        TrainConfig.from_json(tmp_path / "missing.json")
+    typo = tmp_path / "typo.json"
+    typo.write_text(json.dumps({"max_step": 3}))
+    with pytest.raises(ConfigError, match="did you mean 'max_steps'"):
+        TrainConfig.from_json(typo)
+
+
+def test_set_overrides_parse_by_type():
+    config = TrainConfig().with_overrides([
+        "max_steps=12", "learning_rate=1e-4", "sft=false", "compare_base=null", "reward_weights=1,0.2,1",
+        "model=Qwen/Qwen3-0.6B", "max_completion_length=1024", "temperature=0.7", "rollout=rollout_func",
+    ])
+    assert config.max_steps == 12 and isinstance(config.max_steps, int)
+    assert config.learning_rate == 1e-4
+    assert config.sft is False and config.compare_base is None
+    assert config.reward_weights == [1.0, 0.2, 1.0]
+    assert config.model == "Qwen/Qwen3-0.6B" and config.rollout == "rollout_func"
+    for bad, word in (["max_steps=ten"], "max_steps"), (["sft=maybe"], "sft"), (["nosuchkey=1"], "unknown"), \
+            (["max_steps"], "key=value"), (["num_generations=1"], "num_generations"):
+        with pytest.raises(ConfigError, match=word):
+            TrainConfig().with_overrides(bad)
+
+
+@pytest.mark.parametrize("name", ["tiny_cpu.json", "qwen3_0.6b_gpu.json"])
+def test_shipped_configs_are_valid(name):
+    config = TrainConfig.from_json(REPO / "configs" / name)
+    resolved = config.resolved()
+    assert resolved.max_tool_calling_iterations == resolved.step_budget
+    if not config.is_builtin_model:
+        assert resolved.max_completion_length >= 512
+    else:
+        assert config.device == "cpu" and resolved.sft

@@ -1,0 +1,237 @@
+"""Live run-directory writing for GRPO: metrics, traces, periodic evals, the stop flag.
+
+`RunRecorder` is the single writer of a run directory (`training.run_dir.RunDir`): every record it writes
+is also handed to an in-process `listener(event, payload)` (the dashboard), with event in "status",
+"metrics", "evals", "transcripts", "comparison". Only the main process writes (under `accelerate launch`
+the other ranks get a recorder that does nothing).
+
+`RunCallback` is the `TrainerCallback` that drives it during `trainer.train()`:
+
+- every TRL log → one `metrics.jsonl` line (reward, reward_std, rewards/<func>/mean, loss, kl, learning_rate,
+  tools/call_frequency, tools/failure_frequency, completions/clipped_ratio, frac_reward_zero_std, step_time…);
+- every `trace_every` steps → one full episode of the current model → `transcripts.jsonl`;
+- every `eval_every` steps (and at the start and the end) → `eval_episodes` episodes on the train and on the
+  eval split → `evals.jsonl`;
+- every step → `status.json` step count, and a look at the stop flag: when set, training ends after the
+  current step (`control.should_training_stop`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from typing import Any, Callable
+
+from transformers import TrainerCallback
+
+from training.run_dir import RunDir, now_iso
+
+__all__ = ["RunRecorder", "RunCallback", "StopCallback", "Listener"]
+
+logger = logging.getLogger(__name__)
+
+Listener = Callable[[str, dict], None]
+
+# TRL's end-of-training summary log: kept in status.json, not plotted as a metrics point.
+_SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss")
+
+
+class RunRecorder:
+    """Writes one run directory and notifies the listener of every record.
+
+    Args:
+        run: the run directory.
+        listener: `listener(event, payload)`, called after each write; its exceptions are logged, not raised
+            (a broken UI must not kill a training run).
+        is_main: whether this process writes (False on non-main ranks: every method is then a no-op).
+    """
+
+    def __init__(self, run: RunDir, listener: Listener | None = None, is_main: bool = True):
+        self.run = run
+        self.listener = listener
+        self.is_main = is_main
+        self._lock = threading.Lock()
+
+    def _notify(self, event: str, payload: dict) -> None:
+        if self.listener is None:
+            return
+        try:
+            self.listener(event, payload)
+        except Exception:  # noqa: BLE001
+            logger.exception("run listener failed on %s", event)
+
+    def status(self, status: str | None = None, **fields: Any) -> dict:
+        if not self.is_main:
+            return {}
+        with self._lock:
+            record = self.run.write_status(status, **fields)
+        self._notify("status", record)
+        return record
+
+    def config(self, config: dict) -> None:
+        if self.is_main:
+            self.run.write_config(config)
+
+    def append(self, kind: str, record: dict) -> None:
+        if not self.is_main:
+            return
+        with self._lock:
+            self.run.append(kind, record)
+        self._notify(kind, record)
+
+
+class StopCallback(TrainerCallback):
+    """Ends any transformers/TRL training within one step once `stop_event` is set (used around SFT)."""
+
+    def __init__(self, stop_event: threading.Event | None, recorder: RunRecorder | None = None,
+                 phase: str = "sft"):
+        self.stop_event = stop_event
+        self.recorder = recorder
+        self.phase = phase
+        self.stopped = False
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.recorder is not None and state.is_world_process_zero:
+            self.recorder.status(phase=self.phase, phase_step=state.global_step, phase_total=state.max_steps)
+        if self.stop_event is not None and self.stop_event.is_set():
+            self.stopped = True
+            control.should_training_stop = True
+        return control
+
+
+class RunCallback(TrainerCallback):
+    """Writes metrics, traces and evals of a GRPO run, and honours the stop flag (see module docstring).
+
+    Args:
+        recorder: the run's writer.
+        config: the run's resolved `TrainConfig` (intervals, dataset, splits, budgets).
+        tokenizer: the model's tokenizer (for traces and evals).
+        stop_event: a `threading.Event`; when set, training stops after the current step.
+    """
+
+    def __init__(self, recorder: RunRecorder, config: Any, tokenizer: Any,
+                 stop_event: threading.Event | None = None):
+        self.recorder = recorder
+        self.config = config
+        self.tokenizer = tokenizer
+        self.stop_event = stop_event
+        self.stopped = False
+        self._last_step_end: float | None = None
+        self._last_eval_step: int | None = None
+        self._envs: dict[str, list[Any]] = {}
+
+    # ------------------------------------------------------------------------------- trainer events
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self._last_step_end = time.perf_counter()
+        self.recorder.status(phase="grpo", step=0, total_steps=state.max_steps, grpo_started_at=now_iso())
+        if self._is_main(state) and self.config.eval_every > 0:
+            self._evaluate(model, 0)
+        return control
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        step = state.global_step
+        now = time.perf_counter()
+        wall = now - self._last_step_end if self._last_step_end is not None else None
+        self._last_step_end = now
+        self.recorder.status(step=step, total_steps=state.max_steps, last_step_seconds=wall)
+        if self.stop_event is not None and self.stop_event.is_set():
+            self.stopped = True
+            control.should_training_stop = True
+            return control
+        if self._is_main(state):
+            cfg = self.config
+            if cfg.trace_every > 0 and step % cfg.trace_every == 0:
+                self._trace(model, step)
+            if cfg.eval_every > 0 and step % cfg.eval_every == 0:
+                self._evaluate(model, step)
+        self._last_step_end = time.perf_counter()  # evals and traces are not part of the next step's time
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or not self._is_main(state):
+            return control
+        if any(key in logs for key in _SUMMARY_KEYS):
+            self.recorder.status(train_summary={k: v for k, v in logs.items() if _is_number(v)})
+            return control
+        record = {k: (v if not isinstance(v, float) or math.isfinite(v) else None)
+                  for k, v in logs.items() if _is_number(v) or v is None}
+        record["step"] = state.global_step
+        record["time"] = time.time()
+        self.recorder.append("metrics", record)
+        return control
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        if self._is_main(state) and not self.stopped and self._last_eval_step != state.global_step:
+            self._evaluate(model, state.global_step)
+        self.close()
+        return control
+
+    # ------------------------------------------------------------------------------------ helpers
+    @staticmethod
+    def _is_main(state) -> bool:
+        return bool(getattr(state, "is_world_process_zero", True))
+
+    def _env_list(self, split: str, n: int) -> list[Any]:
+        from sqlenv.environment import SQLEnvironment
+
+        envs = self._envs.setdefault(split, [])
+        while len(envs) < n:
+            envs.append(SQLEnvironment.from_dataset(self.config.dataset, split=split,
+                                                    step_budget=self.config.step_budget))
+        return envs[:n]
+
+    def _play(self, model: Any, split: str, n: int, seed: int):
+        from training.policy import evaluate_model
+
+        return evaluate_model(
+            _unwrap(model), self.tokenizer, n_episodes=n, seed=seed, name="model",
+            max_turn_tokens=self.config.max_turn_tokens, enable_thinking=self.config.enable_thinking,
+            envs=self._env_list(split, n),
+        )
+
+    def _trace(self, model: Any, step: int) -> None:
+        try:
+            split = self.config.train_split
+            result = self._play(model, split, 1, seed=self.config.seed + 1000 + step)
+            transcript = result.episodes[0]
+            transcript["policy"] = f"model@{step}"
+            self.recorder.append("transcripts", {"step": step, "time": time.time(), "split": split,
+                                                 "transcript": transcript})
+        except Exception:  # noqa: BLE001 - a failed trace must not end the run
+            logger.exception("trace at step %s failed", step)
+
+    def _evaluate(self, model: Any, step: int) -> None:
+        self._last_eval_step = step
+        n = self.config.eval_episodes
+        if n <= 0:
+            return
+        for split in dict.fromkeys((self.config.train_split, self.config.eval_split)):
+            try:
+                # Same seeds at every eval: the curve compares the same questions over time.
+                result = self._play(model, split, n, seed=self.config.seed)
+                self.recorder.append("evals", {
+                    "step": step, "split": split, "success_rate": result.success_rate,
+                    "avg_reward": result.avg_reward, "avg_steps": result.avg_steps,
+                    "n_episodes": result.n_episodes, "time": time.time(),
+                })
+            except Exception:  # noqa: BLE001
+                logger.exception("eval on %s at step %s failed", split, step)
+
+    def close(self) -> None:
+        for envs in self._envs.values():
+            for env in envs:
+                env.close()
+        self._envs.clear()
+
+
+def _unwrap(model: Any) -> Any:
+    """The bare model under DDP/accelerate wrappers (generation needs `generate`)."""
+    while hasattr(model, "module") and not hasattr(model, "generate"):
+        model = model.module
+    return model
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -1,0 +1,337 @@
+"""The training entry point: `run_training(config, stop_event=None, listener=None) -> run directory`.
+
+One function for the CLI, the notebook and the dashboard (which calls it in a thread):
+
+    run_dir = run_training(TrainConfig.from_json("configs/tiny_cpu.json"))
+
+It writes `runs/<run_id>/` (format in `training/run_dir.py`): config.json, status.json (queued → running →
+completed | stopped | failed, with the error message), then loads the model (`training.models`), warm-starts
+it with SFT when enabled (`training.sft`), trains with GRPO (`training.rollout.build_trainer`; live files by
+`training.callbacks.RunCallback`), saves `final/` (temp dir, then renamed), and plays the comparison: the
+random policy, the trained model (and the model as GRPO found it, when cheap) on the same eval questions with
+the same seeds → comparison.jsonl. Any exception marks the run failed with its message and is re-raised.
+
+CLI (`python -m training.train --config configs/tiny_cpu.json --set max_steps=20 ...`) prints progress lines;
+bad arguments print one line and exit with code 2. Under `accelerate launch` every rank trains and only the
+main process writes the run files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from training.callbacks import Listener, RunCallback, RunRecorder, StopCallback
+from training.config import ConfigError, TrainConfig
+from training.run_dir import RunDir, now_iso
+
+__all__ = ["run_training", "main", "RunStopped"]
+
+
+class RunStopped(Exception):
+    """Raised internally when the stop flag is seen between phases (before GRPO starts)."""
+
+
+def _is_main_process() -> bool:
+    return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) or 0) == 0
+
+
+def _world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
+def run_training(config: TrainConfig | dict, stop_event: threading.Event | None = None,
+                 listener: Listener | None = None) -> Path:
+    """Run one training run end to end and return its run directory.
+
+    Args:
+        config: a `TrainConfig` (or a dict of its fields). Auto fields are resolved and saved as config.json.
+        stop_event: set it (from another thread) to stop: training ends within one step, the weights are saved
+            to final/, and the run is marked `stopped`.
+        listener: `listener(event, payload)` called in-process on every record written (status, metrics,
+            evals, transcripts, comparison).
+
+    Returns:
+        The run directory (`Path`), also when the run was stopped.
+
+    Raises:
+        Whatever ended the run (after marking it failed with the message).
+    """
+    if isinstance(config, dict):
+        config = TrainConfig.from_dict(config)
+    config = config.resolved()
+    run = RunDir(Path(config.output_dir))
+    is_main = _is_main_process()
+    if is_main:
+        run.path.mkdir(parents=True, exist_ok=True)
+    recorder = RunRecorder(run, listener, is_main=is_main)
+    recorder.config(config.to_dict())
+    recorder.status("queued", created_at=now_iso(), step=0, total_steps=config.max_steps, error=None,
+                    model=config.model, dataset=config.dataset, phase="queued")
+    started = time.time()
+    model = trainer = tokenizer = None
+    try:
+        recorder.status("running", started_at=now_iso(), phase="loading model")
+        _check_stop(stop_event)
+        _seed_everything(config.seed)
+        from training.models import load_model_and_tokenizer
+
+        model, tokenizer = load_model_and_tokenizer(config.model, seed=config.seed, dataset=config.dataset,
+                                                    **_device_kwargs(config))
+        recorder.status(n_parameters=sum(p.numel() for p in model.parameters()))
+
+        if config.sft:
+            _check_stop(stop_event)
+            from training.sft import run_sft
+
+            recorder.status(phase="sft")
+            stopper = StopCallback(stop_event, recorder, phase="sft")
+            sft = run_sft(model, tokenizer, config, callbacks=[stopper])
+            recorder.status(sft={"steps": sft.steps, "examples": sft.n_examples, "first_loss": sft.first_loss,
+                                 "final_loss": sft.final_loss, "seconds": round(sft.seconds, 2)})
+            if stopper.stopped:
+                raise RunStopped()
+
+        base_result = None
+        if config.compare_base and is_main and config.comparison_episodes > 0:
+            _check_stop(stop_event)
+            recorder.status(phase="base eval")
+            base_result = _play_model(model, tokenizer, config, "base")
+
+        _check_stop(stop_event)
+        from training.rollout import build_trainer
+
+        callback = RunCallback(recorder, config, tokenizer, stop_event=stop_event)
+        trainer = build_trainer(config, model, tokenizer, output_dir=str(run.path / ".trainer"),
+                                callbacks=[callback])
+        trainer.train()
+        stopped = callback.stopped
+        model = trainer.model
+
+        recorder.status(phase="saving")
+        _save_final(run, trainer, tokenizer, is_main)
+        if stopped:
+            recorder.status("stopped", stopped_at=now_iso(), phase="comparison", final_dir=str(run.final_dir))
+        _cleanup_trainer_dir(run)
+        if is_main and config.comparison_episodes > 0:
+            recorder.status(phase="comparison")
+            n = min(config.comparison_episodes, 5) if stopped else config.comparison_episodes
+            _comparison(recorder, model, tokenizer, config, n, None if stopped else base_result)
+        recorder.status("stopped" if stopped else "completed", finished_at=now_iso(), phase="done",
+                        final_dir=str(run.final_dir), seconds=round(time.time() - started, 2))
+        return run.path
+    except RunStopped:
+        if model is not None:
+            recorder.status(phase="saving")
+            _save_final(run, None, tokenizer, is_main, model=model)
+        recorder.status("stopped", stopped_at=now_iso(), finished_at=now_iso(), phase="done",
+                        final_dir=str(run.final_dir) if run.final_dir.exists() else None,
+                        seconds=round(time.time() - started, 2))
+        return run.path
+    except BaseException as exc:
+        message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        try:
+            recorder.status("failed", error=message, finished_at=now_iso(), phase="failed",
+                            seconds=round(time.time() - started, 2))
+        except Exception:  # noqa: BLE001 - the original error matters more
+            pass
+        raise
+    finally:
+        del trainer, model, tokenizer
+        _free_memory()
+
+
+# ------------------------------------------------------------------------------------------- phases
+def _check_stop(stop_event: threading.Event | None) -> None:
+    if stop_event is not None and stop_event.is_set():
+        raise RunStopped()
+
+
+def _seed_everything(seed: int) -> None:
+    from transformers import set_seed
+
+    set_seed(seed)
+
+
+def _device_kwargs(config: TrainConfig) -> dict[str, Any]:
+    import torch
+
+    device = config.resolved_device()
+    precision = config.resolved_precision()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32  # fp16: fp32 weights + autocast
+    if _world_size() > 1:
+        device = "cpu"  # the Trainer moves each rank's copy to its own GPU
+    return {"device": device, "dtype": dtype}
+
+
+def _save_final(run: RunDir, trainer: Any, tokenizer: Any, is_main: bool, model: Any = None) -> None:
+    """Save model + tokenizer to a temp folder beside final/, then swap it in (never a half-written final/)."""
+    if trainer is not None:
+        if not is_main:
+            trainer.accelerator.wait_for_everyone()
+            return
+        tmp = run.final_tmp_dir()
+        trainer.save_model(str(tmp))
+    else:
+        if not is_main:
+            return
+        tmp = run.final_tmp_dir()
+        model.save_pretrained(str(tmp))
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(tmp))
+    run.commit_final(tmp)
+    if trainer is not None:
+        trainer.accelerator.wait_for_everyone()
+
+
+def _cleanup_trainer_dir(run: RunDir) -> None:
+    import shutil
+
+    shutil.rmtree(run.path / ".trainer", ignore_errors=True)
+
+
+def _play_model(model: Any, tokenizer: Any, config: TrainConfig, name: str):
+    from training.policy import evaluate_model
+
+    return evaluate_model(model, tokenizer, dataset=config.dataset, split=config.eval_split,
+                          n_episodes=config.comparison_episodes, seed=config.seed, step_budget=config.step_budget,
+                          name=name, max_turn_tokens=config.max_turn_tokens, enable_thinking=config.enable_thinking)
+
+
+def _comparison(recorder: RunRecorder, model: Any, tokenizer: Any, config: TrainConfig, n: int,
+                base_result: Any) -> None:
+    """Random policy vs the trained model (and the base) on the same eval questions with the same seeds."""
+    from sqlenv.environment import SQLEnvironment
+    from sqlenv.evaluation import evaluate
+    from sqlenv.policies import RandomPolicy
+    from training.policy import evaluate_model
+
+    env = SQLEnvironment.from_dataset(config.dataset, split=config.eval_split, step_budget=config.step_budget)
+    try:
+        random_result = evaluate(env, RandomPolicy(seed=config.seed), n_episodes=n, seed=config.seed)
+    finally:
+        env.close()
+    trained = evaluate_model(model, tokenizer, dataset=config.dataset, split=config.eval_split, n_episodes=n,
+                             seed=config.seed, step_budget=config.step_budget, name="trained",
+                             max_turn_tokens=config.max_turn_tokens, enable_thinking=config.enable_thinking)
+    base_episodes = base_result.episodes[:n] if base_result is not None else None
+    for i in range(n):
+        pair = {"kind": "pair", "index": i, "seed": config.seed + i, "split": config.eval_split,
+                "question_id": trained.episodes[i].get("question_id"),
+                "random": random_result.episodes[i], "trained": trained.episodes[i]}
+        if base_episodes is not None and i < len(base_episodes):
+            pair["base"] = base_episodes[i]
+        recorder.append("comparison", pair)
+
+    def scores(result: Any) -> dict[str, float]:
+        return {"success_rate": result.success_rate, "avg_reward": result.avg_reward,
+                "avg_steps": result.avg_steps, "n_episodes": result.n_episodes}
+
+    summary = {"kind": "summary", "split": config.eval_split, "n_episodes": n, "seed": config.seed,
+               "random": scores(random_result), "trained": scores(trained),
+               "base": scores(type(trained).from_episodes(base_episodes, policy="base")) if base_episodes else None,
+               "base_label": ("SFT warm-start (before GRPO)" if config.sft else "pretrained (before GRPO)")
+               if base_episodes else None,
+               "time": time.time()}
+    recorder.append("comparison", summary)
+
+
+def _free_memory() -> None:
+    gc.collect()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+# ----------------------------------------------------------------------------------------------- CLI
+class _ArgumentParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _cli_listener(total_hint: int) -> Listener:
+    """Terminal progress: one line per status change, metrics log and eval."""
+    t0 = time.time()
+    last_phase: list[str | None] = [None]
+
+    def listener(event: str, payload: dict) -> None:
+        elapsed = time.time() - t0
+        if event == "status":
+            phase = payload.get("phase")
+            if phase != last_phase[0] or payload.get("status") in ("failed", "stopped", "completed"):
+                last_phase[0] = phase
+                line = f"[{elapsed:7.1f}s] {payload.get('status')}: {phase}"
+                if payload.get("error"):
+                    line += f" — {payload['error']}"
+                print(line, flush=True)
+        elif event == "metrics":
+            step, total = payload.get("step"), total_hint
+            parts = [f"step {step}/{total}"]
+            for key, label in (("reward", "reward"), ("rewards/reward_correctness/mean", "correct"),
+                               ("loss", "loss"), ("tools/call_frequency", "tool calls"),
+                               ("step_time", "step_time")):
+                if isinstance(payload.get(key), (int, float)):
+                    parts.append(f"{label}={payload[key]:.3f}")
+            print(f"[{elapsed:7.1f}s] " + "  ".join(parts), flush=True)
+        elif event == "evals":
+            print(f"[{elapsed:7.1f}s] eval step {payload['step']} {payload['split']}: "
+                  f"success={payload['success_rate']:.2f} reward={payload['avg_reward']:.3f} "
+                  f"steps={payload['avg_steps']:.1f}", flush=True)
+        elif event == "comparison" and payload.get("kind") == "summary":
+            for who in ("random", "base", "trained"):
+                s = payload.get(who)
+                if s:
+                    print(f"[{elapsed:7.1f}s] {who:>8}: success={s['success_rate']:.2f} "
+                          f"reward={s['avg_reward']:.3f} steps={s['avg_steps']:.1f}", flush=True)
+
+    return listener
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _ArgumentParser(prog="python -m training.train",
+                             description="Train a model on SQLEnv with GRPO; writes runs/<run_id>/.")
+    parser.add_argument("--config", help="a TrainConfig JSON file (e.g. configs/tiny_cpu.json)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one config field (repeatable), e.g. --set max_steps=20")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    args = parser.parse_args(argv)
+    try:
+        config = TrainConfig.from_json(args.config) if args.config else TrainConfig()
+        config = config.with_overrides(args.overrides)
+    except ConfigError as exc:
+        print(f"python -m training.train: error: {exc}", file=sys.stderr)
+        return 2
+    if not args.quiet:
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    listener = None if args.quiet or not _is_main_process() else _cli_listener(config.max_steps)
+    try:
+        run_dir = run_training(config, listener=listener)
+    except KeyboardInterrupt:
+        print("interrupted: run marked failed", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the run is marked failed; say why in one line
+        print(f"python -m training.train: run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    if _is_main_process():
+        status = RunDir(run_dir).read_status()
+        print(json.dumps({"run_dir": str(run_dir), "status": status.get("status")}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
