@@ -150,6 +150,11 @@ class RunCallback(TrainerCallback):
         return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        # The trainer logs after on_step_end and checks the flag after logging: a stop requested meanwhile
+        # (e.g. by a listener reacting to this very log) still ends training at this step.
+        if self.stop_event is not None and self.stop_event.is_set() and not self.stopped:
+            self.stopped = True
+            control.should_training_stop = True
         if not logs or not self._is_main(state):
             return control
         if any(key in logs for key in _SUMMARY_KEYS):
@@ -160,6 +165,9 @@ class RunCallback(TrainerCallback):
         record["step"] = state.global_step
         record["time"] = time.time()
         self.recorder.append("metrics", record)
+        if self.stop_event is not None and self.stop_event.is_set():
+            self.stopped = True
+            control.should_training_stop = True
         return control
 
     def on_train_end(self, args, state, control, model=None, **kwargs):

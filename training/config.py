@@ -68,7 +68,7 @@ class TrainConfig:
         num_train_epochs: passes over the train questions, used only when `max_steps <= 0` (default 1.0).
         max_completion_length: token budget of a WHOLE episode after the prompt: every generated turn plus
             every tool result (TRL counts both). `None` (default) = auto: 512 for `builtin:tiny`, 1024 for Hub
-            models. Real models need at least 512 (a describe result alone can take 200 tokens).
+            models. Hub models need at least 512 (a describe result alone can take 200 tokens).
         max_turn_tokens: most tokens one assistant turn may generate on the rollout_func path and in evals
             (default 256): a tool call rarely needs more, and it caps a babbling turn.
         max_tool_calling_iterations: tool-calling rounds TRL allows per episode. `None` (default) = auto:
@@ -223,7 +223,7 @@ class TrainConfig:
         if self.max_completion_length is not None:
             if self.max_completion_length < 16:
                 fail(f"max_completion_length must be at least 16 tokens (got {self.max_completion_length})")
-            if not self.is_builtin_model and self.max_completion_length < 512:
+            if self.is_hub_model and self.max_completion_length < 512:
                 fail(
                     f"max_completion_length={self.max_completion_length} is too short for {self.model}: a whole "
                     "multi-turn episode must fit in it; use at least 512 (1024 recommended)"
@@ -299,6 +299,15 @@ class TrainConfig:
     @property
     def is_builtin_model(self) -> bool:
         return self.model.startswith("builtin:")
+
+    @property
+    def is_hub_model(self) -> bool:
+        """A Hub id (not built-in, not a local path): a real pretrained model with its size and habits."""
+        import os
+
+        if self.is_builtin_model or self.model.startswith((".", "/", "~")):
+            return False
+        return not os.path.exists(os.path.expanduser(self.model))
 
     def resolved_learning_rate(self) -> float:
         if self.learning_rate is not None:

@@ -1,0 +1,230 @@
+"""Real short GRPO runs on CPU with the built-in tiny model: environment_factory and rollout_func paths,
+run_training end to end (run directory, comparison), the stop flag, failed runs, torn JSONL lines, the CLI.
+
+Kept small (2-step runs, 2-step episodes, 16-token turns, SFT off or 1 step) so the file stays within a few
+minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parent.parent
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from training.models import load_model_and_tokenizer
+
+    return load_model_and_tokenizer("builtin:tiny", device="cpu")
+
+
+def _small_config(tmp_path, **overrides):
+    from training.config import TrainConfig
+
+    values = dict(
+        max_steps=2, num_generations=2, per_device_train_batch_size=2, step_budget=2, max_completion_length=96,
+        max_turn_tokens=16, sft=False, compare_base=False, plot_every=1, trace_every=1, eval_every=1,
+        eval_episodes=1, comparison_episodes=2, device="cpu", precision="fp32", seed=0,
+        output_dir=str(tmp_path / "run"),
+    )
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def _fresh(tiny):
+    model, tokenizer = tiny
+    return copy.deepcopy(model), copy.deepcopy(tokenizer)
+
+
+METRIC_KEYS = ("reward", "reward_std", "rewards/reward_correctness/mean", "rewards/reward_progress/mean",
+               "rewards/reward_operational/mean", "tools/call_frequency", "tools/failure_frequency",
+               "completions/clipped_ratio", "frac_reward_zero_std", "step_time", "loss", "learning_rate")
+
+
+def test_grpo_through_environment_factory(tiny, tmp_path):
+    from training.rollout import build_trainer
+    from training.trl_env import SQLEnvTRL
+
+    config = _small_config(tmp_path)
+    model, tokenizer = _fresh(tiny)
+    trainer = build_trainer(config, model, tokenizer, output_dir=str(tmp_path / "trainer"))
+    assert trainer.max_tool_calling_iterations == config.step_budget
+    assert trainer.environment_factories == {None: SQLEnvTRL}
+    assert [t.__name__ for t in trainer.tools] == ["answer", "describe", "query", "sample"]
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "reward" in h]
+    assert len(logs) == 2
+    for key in METRIC_KEYS:
+        assert key in logs[-1], key
+    # Every rollout's environment played a real train question; a group shares its question.
+    envs = trainer.environments
+    assert len(envs) == config.generation_batch_size and all(isinstance(e, SQLEnvTRL) for e in envs)
+    questions = [e.observation.question for e in envs]
+    assert all(questions) and questions[0] == questions[1]
+
+
+def test_grpo_through_rollout_func(tiny, tmp_path):
+    from training.rewards import reward_operational
+    from training.rollout import build_trainer, rollout_func
+
+    config = _small_config(tmp_path, rollout="rollout_func")
+    model, tokenizer = _fresh(tiny)
+    trainer = build_trainer(config, model, tokenizer, output_dir=str(tmp_path / "trainer"))
+    assert trainer.rollout_func is rollout_func
+    prompts = [trainer.train_dataset[i]["prompt"] for i in (0, 0, 1)]
+    out = rollout_func(prompts, trainer)
+    assert set(out) >= {"prompt_ids", "completion_ids", "logprobs", "env_mask", "correctness", "progress",
+                        "operational"}
+    for ids, mask in zip(out["completion_ids"], out["env_mask"]):
+        assert len(ids) == len(mask) and 0 < len(ids) <= config.resolved_max_completion_length()
+        assert mask[0] == 1  # the completion starts with generated tokens
+    question = trainer.train_dataset[0]["prompt"][1]["content"].splitlines()[0]
+    assert question in tokenizer.decode(out["prompt_ids"][0])
+    # The untrained model's text is played as QUERY actions: each costs the step cost, so operational < 0.
+    assert reward_operational(prompts, [None] * 3, **out) == out["operational"]
+    assert all(v < 0 for v in out["operational"])
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "reward" in h]
+    assert len(logs) == 2
+    for key in METRIC_KEYS:
+        assert key in logs[-1], key
+    assert logs[-1]["tools/call_frequency"] > 0
+
+
+def test_run_training_end_to_end(tiny, tmp_path):
+    from training.run_dir import RunDir
+    from training.train import run_training
+
+    events: list[tuple[str, dict]] = []
+    config = _small_config(tmp_path, sft=True, sft_max_steps=1, sft_episodes=4, sft_batch_size=2,
+                           compare_base=True)
+    run_path = run_training(config, listener=lambda e, p: events.append((e, p)))
+    run = RunDir(run_path)
+    status = run.read_status()
+    assert status["status"] == "completed", status
+    assert status["step"] == 2 and status["total_steps"] == 2 and status["sft"]["steps"] == 1
+    saved = run.read_config()
+    assert saved["max_tool_calling_iterations"] == 2 and saved["sft"] is True
+    metrics = run.read("metrics")
+    assert [m["step"] for m in metrics] == [1, 2] and all("reward" in m and "time" in m for m in metrics)
+    evals = run.read("evals")
+    assert {(e["step"], e["split"]) for e in evals} >= {(0, "train"), (0, "eval"), (2, "train"), (2, "eval")}
+    traces = run.read("transcripts")
+    assert [t["step"] for t in traces] == [1, 2] and traces[0]["transcript"]["steps"]
+    comparison = run.read("comparison")
+    pairs = [c for c in comparison if c["kind"] == "pair"]
+    summary = [c for c in comparison if c["kind"] == "summary"]
+    assert len(pairs) == 2 and len(summary) == 1
+    for pair in pairs:  # same question, same seed, for both policies
+        assert pair["random"]["question_id"] == pair["trained"]["question_id"] == pair["base"]["question_id"]
+        assert pair["random"]["seed"] == pair["trained"]["seed"] == pair["seed"]
+    assert set(summary[0]["random"]) >= {"success_rate", "avg_reward", "avg_steps"}
+    assert summary[0]["trained"] and summary[0]["base"]
+    assert (run.final_dir / "config.json").exists() and (run.final_dir / "tokenizer_config.json").exists()
+    assert not (run.path / ".trainer").exists()
+    kinds = {e for e, _ in events}
+    assert kinds == {"status", "metrics", "evals", "transcripts", "comparison"}
+    statuses = [p["status"] for e, p in events if e == "status"]
+    assert statuses[0] == "queued" and "running" in statuses and statuses[-1] == "completed"
+    # the saved model loads back through the same path as any local model
+    from training.models import load_model_and_tokenizer
+
+    model, _ = load_model_and_tokenizer(str(run.final_dir), device="cpu")
+    assert model.config.model_type == "qwen3"
+
+
+def test_stop_flag_ends_training_within_one_step(tmp_path):
+    from training.run_dir import RunDir
+    from training.train import run_training
+
+    stop = threading.Event()
+    steps_seen: list[int] = []
+
+    def listener(event, payload):
+        if event == "metrics":
+            steps_seen.append(payload["step"])
+            stop.set()
+
+    config = _small_config(tmp_path, max_steps=50, eval_every=0, trace_every=0, comparison_episodes=1)
+    run_path = run_training(config, stop_event=stop, listener=listener)
+    run = RunDir(run_path)
+    status = run.read_status()
+    assert status["status"] == "stopped", status
+    assert steps_seen == [1] and status["step"] == 1
+    assert (run.final_dir / "config.json").exists()
+    assert [c["kind"] for c in run.read("comparison")] == ["pair", "summary"]
+
+
+def test_stop_before_start_marks_stopped(tmp_path):
+    from training.run_dir import RunDir
+    from training.train import run_training
+
+    stop = threading.Event()
+    stop.set()
+    run = RunDir(run_training(_small_config(tmp_path), stop_event=stop))
+    assert run.read_status()["status"] == "stopped"
+    assert not run.final_dir.exists()
+
+
+def test_failed_run_is_marked_with_message(tmp_path):
+    from training.run_dir import RunDir
+    from training.train import run_training
+
+    config = _small_config(tmp_path, model=str(tmp_path / "no-such-model"))
+    with pytest.raises(Exception) as info:
+        run_training(config)
+    status = RunDir(tmp_path / "run").read_status()
+    assert status["status"] == "failed"
+    assert "no-such-model" in status["error"] and str(info.value) in status["error"]
+    assert status["finished_at"]
+
+
+def test_torn_jsonl_line_is_skipped(tmp_path):
+    from training.callbacks import RunRecorder
+    from training.run_dir import RunDir, list_runs
+
+    run = RunDir.create(tmp_path, "torn")
+    recorder = RunRecorder(run)
+    recorder.config({"model": "builtin:tiny", "dataset": "builtin"})
+    recorder.status("running", step=1)
+    recorder.append("metrics", {"step": 1, "reward": 0.5, "bad": float("nan")})
+    with open(run.file("metrics.jsonl"), "a", encoding="utf-8") as f:
+        f.write('{"step": 2, "rew')  # a writer mid-append
+    assert run.read("metrics") == [{"step": 1, "reward": 0.5, "bad": None}]
+    assert list_runs(tmp_path)[0]["run_id"] == "torn"
+
+
+def test_non_main_process_writes_nothing(tmp_path):
+    from training.callbacks import RunRecorder
+    from training.run_dir import RunDir
+
+    run = RunDir(tmp_path / "r")
+    recorder = RunRecorder(run, is_main=False)
+    recorder.config({"a": 1})
+    recorder.status("running")
+    recorder.append("metrics", {"step": 1})
+    assert not run.path.exists()
+
+
+def test_cli_bad_arguments_exit_2_with_one_line(tmp_path):
+    env = {**os.environ, "SQLENV_RUNS_DIR": str(tmp_path)}
+    for args in (["--set", "nosuchkey=1"], ["--config", str(tmp_path / "missing.json")],
+                 ["--set", "num_generations=1"], ["--bogus-flag"]):
+        proc = subprocess.run([sys.executable, "-m", "training.train", *args], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, (args, proc.stderr)
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert not any(tmp_path.iterdir())  # nothing was created
