@@ -12,12 +12,12 @@ REPO = Path(__file__).resolve().parent.parent
 NOTEBOOK = REPO / "notebooks" / "train_grpo.ipynb"
 
 # The tiny config shrunk to a couple of minutes on 2 CPU cores: one GRPO step, a one-step SFT warm-start,
-# one eval episode per split and one comparison pair. The flow, files and plots are what is tested here;
+# one eval episode per split at the end and one comparison pair. The flow, files and plots are what is tested here;
 # learning itself is measured by bench/learning_curve.py.
 SMOKE_OVERRIDES = {
     "max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 2, "step_budget": 3,
     "max_completion_length": 96, "max_turn_tokens": 24, "sft_max_steps": 1, "sft_episodes": 4, "sft_batch_size": 4,
-    "eval_every": 1, "eval_episodes": 1, "trace_every": 0, "plot_every": 1, "comparison_episodes": 1,
+    "eval_every": 0, "eval_episodes": 1, "trace_every": 0, "plot_every": 1, "comparison_episodes": 1,
     "compare_base": False,
 }
 
