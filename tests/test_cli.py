@@ -264,3 +264,10 @@ def test_data_download_then_prepare_then_eval(tmp_path):
     res = _run(["eval", "--dataset", "tiny", "--split", "train", "--policy", "oracle", "--episodes", "4", "--json"], tmp_path / "data")
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["success_rate"] == 1.0
+
+
+def test_eval_json_builds_builtin_on_first_use_and_stays_one_object(tmp_path):
+    res = _run(["eval", "--policy", "random", "--episodes", "2", "--json"], tmp_path / "fresh")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["n_episodes"] == 2  # nothing else on stdout, even while building
+    assert (tmp_path / "fresh" / "builtin" / "dataset.json").exists()
