@@ -232,7 +232,7 @@ Type one action per line:
   DESCRIBE <table>     columns, keys and row count
   SAMPLE <table>       the first rows
   QUERY <sql>          one read-only SELECT
-  ANSWER <value>       ends the episode (lists: a, b, c; tables: one 'a | b' row per line as a JSON list)
+  ANSWER <value>       ends the episode (lists: a, b, c; tables: rows 'a | 1\\nb | 2' with a typed \\n, or JSON)
   help                 this text;  quit   give up and see the gold answer"""
 
 
@@ -281,7 +281,10 @@ def _cmd_play(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
             continue
         if not interactive:
             print(f"> {line}", file=out)
-        obs = env.step(SQLAction(word, rest.strip()))
+        argument = rest.strip()
+        if word.upper() == "ANSWER":
+            argument = argument.replace("\\n", "\n")  # one terminal line can still hold a multi-row table answer
+        obs = env.step(SQLAction(word, argument))
         if obs.error:
             print(f"error: {obs.error}", file=out)
         if obs.result:

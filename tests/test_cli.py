@@ -133,6 +133,16 @@ def test_play_with_piped_input_solves_a_question(data_dir):
     assert q["gold_sql"] in out and "gold answer" in out
 
 
+def test_play_table_answer_on_one_line(data_dir):
+    from sqlenv.verifier import format_answer
+
+    q = next(x for x in _questions(data_dir) if "\n" in format_answer(x["gold_answer"], x["answer_type"]))
+    typed = format_answer(q["gold_answer"], q["answer_type"]).replace("\n", "\\n")  # rows joined by a typed \n
+    res = _run(["play", "--split", "eval", "--question-id", q["question_id"]], data_dir, f"ANSWER {typed}\n")
+    assert res.returncode == 0, res.stderr
+    assert "outcome: correct" in res.stdout
+
+
 def test_play_wrong_answer_quit_and_end_of_input(data_dir):
     q = _questions(data_dir)[1]
     res = _run(["play", "--question-id", q["question_id"], "--split", "eval"], data_dir, "DESCRIBE no_such_table\nANSWER 123456789\n")
