@@ -93,6 +93,9 @@ def _layout(fig: go.Figure, title: str, y_title: str, empty_note: str | None = N
         yaxis_title=y_title,
         hovermode="x unified",
     )
+    xs = [x for trace in fig.data for x in (trace.x or ()) if isinstance(x, (int, float))]
+    if xs and max(xs) - min(xs) < 10:
+        fig.update_xaxes(dtick=1)  # a young run: whole steps, not 1.5
     if empty_note:
         fig.add_annotation(
             text=empty_note, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5,

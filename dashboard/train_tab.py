@@ -118,7 +118,7 @@ def status_html(snap: RunSnapshot | None, note: str | None, runner_error: str | 
     config = snap.config or {}
     return (
         f'<div id="train-status" class="sqe-card sqe-status" data-run="{html.escape(snap.run_id)}" '
-        f'data-status="{html.escape(state)}" data-step="{p["step"]}" '
+        f'data-status="{html.escape(state)}" data-step="{p["step"]}" data-phase="{html.escape(str(status.get("phase", "")))}" '
         f'data-plotted-step="{plotted if plotted is not None else ""}">'
         f'<div><b>{html.escape(snap.run_id)}</b> <span class="sqe-badge sqe-{kind}">{html.escape(state)}</span> '
         f'<span class="sqe-muted">{html.escape(str(config.get("model", "")))} · {html.escape(str(config.get("dataset", "")))}'

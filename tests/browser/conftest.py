@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -23,26 +24,25 @@ CHROMIUM = os.environ.get("SQLENV_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 SCREENSHOTS = REPO_ROOT / "artifacts" / "screenshots"
 
-# A tiny, quick config for the Train form: a few GRPO steps on builtin:tiny with a short SFT warm-start,
-# metrics every step, one eval and one trace early, a two-question comparison at the end.
+# A tiny, quick config for the Train form: GRPO on builtin:tiny with short episodes (short completions keep a
+# step to seconds on 2 busy cores), metrics every step, a trace every 2 steps, no periodic eval, and a
+# two-question comparison at the end. No SFT: the tests check the dashboard, not learning.
 TEST_CONFIG = {
     "model": "builtin:tiny",
     "dataset": "builtin",
-    "step_budget": 6,
+    "step_budget": 2,
     "num_generations": 2,
     "per_device_train_batch_size": 2,
-    "max_steps": 40,
+    "max_steps": 60,
+    "max_completion_length": 48,
+    "max_turn_tokens": 16,
     "plot_every": 1,
     "trace_every": 2,
-    "eval_every": 3,
-    "eval_episodes": 1,
+    "eval_every": 0,
+    "eval_episodes": 0,
     "comparison_episodes": 2,
     "compare_base": False,
-    "sft": True,
-    "sft_max_steps": 4,
-    "sft_episodes": 16,
-    "max_completion_length": 256,
-    "max_turn_tokens": 48,
+    "sft": False,
 }
 
 
@@ -81,10 +81,11 @@ def chromium_path() -> str:
 
 
 @pytest.fixture(scope="session")
-def dashboard(tmp_path_factory, chromium_path):
+def dashboard(chromium_path):
     """(url, runs_dir, data_dir): `python app.py` in a subprocess on a free port with its own runs and data."""
     pytest.importorskip("playwright.sync_api")
-    root = tmp_path_factory.mktemp("dashboard")
+    # Our own temp folder, not pytest's numbered tmp dirs: a concurrent pytest session prunes those.
+    root = Path(tempfile.mkdtemp(prefix="sqlenv-dashboard-"))
     runs, data = root / "runs", root / "data"
     runs.mkdir()
     data.mkdir()
@@ -96,7 +97,9 @@ def dashboard(tmp_path_factory, chromium_path):
     port = free_port()
     env = dict(os.environ, SQLENV_RUNS_DIR=str(runs), SQLENV_DATA_DIR=str(data), GRADIO_ANALYTICS_ENABLED="False",
                PYTHONUNBUFFERED="1")
-    log = open(root / "app.log", "w")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    log_path = SCREENSHOTS.parent / "browser-app.log"  # kept for post-mortems (artifacts/ is gitignored)
+    log = open(log_path, "w")
     proc = subprocess.Popen(
         [sys.executable, str(REPO_ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(port), "--config", str(config)],
         cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -104,7 +107,7 @@ def dashboard(tmp_path_factory, chromium_path):
     url = f"http://127.0.0.1:{port}/"
     try:
         wait_http(url, proc)
-        yield {"url": url, "runs": runs, "data": data, "log": root / "app.log", "proc": proc}
+        yield {"url": url, "runs": runs, "data": data, "log": log_path, "proc": proc}
     finally:
         proc.terminate()
         try:
@@ -113,6 +116,7 @@ def dashboard(tmp_path_factory, chromium_path):
             proc.kill()
             proc.wait()
         log.close()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

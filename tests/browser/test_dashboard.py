@@ -92,9 +92,10 @@ def test_train_live_reload_reattach_and_stop(dashboard, browser, page):
     # A second Start is refused and names the active run.
     page.locator("#train-start").click()
     page.wait_for_function(
-        f"() => (document.querySelector('#train-form-message')||{{}}).innerText?.includes('{run_id}')"
+        f"() => {{ const m = document.querySelector('#train-form-message');"
+        f" return m?.dataset.kind === 'error' && m.innerText.includes('{run_id}'); }}"
     )
-    assert page.locator("#train-form-message").get_attribute("data-kind") == "error"
+    assert "still training" in page.locator("#train-form-message").inner_text()
 
     # Reload: the page holds no state, it reattaches to the live run and keeps plotting.
     page.reload()
@@ -115,6 +116,9 @@ def test_train_live_reload_reattach_and_stop(dashboard, browser, page):
         "() => ['stopped', 'completed'].includes(document.querySelector('#train-status')?.dataset.status)",
         timeout=120_000,
     )
+    # After the weights are saved the stopped run still plays a short random-vs-trained comparison.
+    page.wait_for_function("() => document.querySelector('#train-status')?.dataset.phase === 'done'",
+                           timeout=120_000)
     status = json.loads((dashboard["runs"] / run_id / "status.json").read_text())
     assert status["status"] == "stopped", status
     assert (dashboard["runs"] / run_id / "final").is_dir()
@@ -186,3 +190,72 @@ def test_play_sessions_are_separate(dashboard, browser):
     finally:
         for p in pages:
             p.context.close()
+
+
+def test_compare_shows_random_vs_trained_for_the_run(dashboard, page):
+    run_id = dashboard.get("run_id")
+    if not run_id:
+        pytest.skip("needs the run of test_train_live_reload_reattach_and_stop")
+    page.goto(dashboard["url"])
+    open_tab(page, "Compare")
+    pick(page, "compare-run", run_id)
+    page.wait_for_function("() => document.querySelector('#compare-random .sqe-card') !== null")
+    assert "Random baseline" in page.locator("#compare-random").inner_text()
+    assert "Trained model" in page.locator("#compare-trained").inner_text()
+    # Both sides show the verdict against the same gold answer.
+    assert page.locator("#compare-random .sqe-gold").inner_text() == page.locator("#compare-trained .sqe-gold").inner_text()
+    summary = page.locator("#compare-summary").inner_text()
+    assert "random" in summary and "trained" in summary
+    screenshot(page, "compare")
+
+
+def test_runs_lists_the_run_and_survives_broken_ones(dashboard, page):
+    run_id = dashboard.get("run_id")
+    if not run_id:
+        pytest.skip("needs the run of test_train_live_reload_reattach_and_stop")
+    runs = dashboard["runs"]
+    (runs / "zz-corrupt").mkdir(exist_ok=True)
+    (runs / "zz-corrupt" / "status.json").write_text("{half a status")
+    (runs / "zz-corrupt" / "metrics.jsonl").write_text('{"step": 1, "reward": 0.5, "time": 1}\n{"step": 2, "rew')
+    (runs / "zz-empty").mkdir(exist_ok=True)
+    page.goto(dashboard["url"])
+    open_tab(page, "Runs")
+    table = page.locator("#runs-table")
+    page.wait_for_function("(id) => document.querySelector('#runs-table')?.innerText.includes(id)", arg=run_id)
+    text = table.inner_text()
+    assert "corrupt" in text and "missing" in text and "stopped" in text
+    pick(page, "runs-pick", run_id)
+    page.wait_for_function(f"() => document.querySelector('#runs-detail-status')?.dataset.run === '{run_id}'")
+    assert page.locator("#runs-config").inner_text().count("builtin:tiny") >= 1
+    page.wait_for_function("() => document.querySelector('#runs-trace .sqe-card') !== null")
+    screenshot(page, "runs_detail")
+    # The corrupt run opens as corrupt: its readable metric line is still plotted, nothing crashes.
+    pick(page, "runs-pick", "zz-corrupt")
+    page.wait_for_function("() => document.querySelector('#runs-detail-status')?.dataset.status === 'corrupt'")
+    # Overlay two runs.
+    pick(page, "runs-overlay", run_id)
+    pick(page, "runs-overlay", "zz-corrupt")
+    page.get_by_role("tab", name="Overlay", exact=True).click()
+    page.wait_for_function(
+        "() => (document.querySelector('#runs-overlay-reward .js-plotly-plot')?.data || []).length === 2"
+    )
+    screenshot(page, "runs_overlay")
+
+
+def test_unloadable_model_fails_the_run_with_its_message(dashboard, page):
+    page.goto(dashboard["url"])
+    page.wait_for_function("() => document.querySelector('#train-status') !== null")
+    box = page.locator("#cfg-model input")
+    box.fill("/no/such/model-dir")
+    box.press("Enter")
+    page.locator("#train-start").click()
+    page.wait_for_function("() => document.querySelector('#train-form-message')?.dataset.kind === 'ok'")
+    page.wait_for_function("() => document.querySelector('#train-status')?.dataset.status === 'failed'",
+                           timeout=120_000)
+    message = page.locator("#train-status .sqe-err-box").inner_text()
+    assert "/no/such/model-dir" in message
+    screenshot(page, "train_failed_model")
+    # The app keeps serving: the Play tab still starts an episode.
+    open_tab(page, "Play")
+    page.locator("#play-new").click()
+    page.locator("#play-question").wait_for()

@@ -1,0 +1,176 @@
+"""What the dashboard costs a training run, and how fast a logged metric shows up in its chart.
+
+Trains the same tiny config twice in one invocation: once with the CLI (`python -m training.train`, a plain
+subprocess) and once from the dashboard (the app served in this process, training in the runner's background
+thread, a headless Chromium page open on the Train tab and polling). Both runs log metrics every step;
+GRPO steps/s is measured the same way for both, from their metrics.jsonl (step span / time span of the GRPO
+log lines, so model building and SFT warm-start are not counted). Prints both rates and the ratio
+(target >= 0.9), then the latency from a metrics line being logged (the runner's listener sees the record) to
+the page's chart showing that step (target <= 2 s): median and max over the run.
+
+    python bench/dashboard_tax.py [--config configs/tiny_cpu.json] [--steps 30] [--repeats 1]
+
+The last line is one JSON object with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+CHROMIUM = os.environ.get("SQLENV_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+
+def grpo_rate(metrics: list[dict]) -> float | None:
+    """GRPO optimizer steps per second from metrics lines (each has "step" and "time")."""
+    points = sorted(
+        (float(m["step"]), float(m["time"])) for m in metrics
+        if isinstance(m.get("step"), (int, float)) and isinstance(m.get("time"), (int, float)) and "reward" in m
+    )
+    if len(points) < 2 or points[-1][1] <= points[0][1]:
+        return None
+    return (points[-1][0] - points[0][0]) / (points[-1][1] - points[0][1])
+
+
+def bench_config(path: Path, steps: int, out: Path) -> Path:
+    config = json.loads(path.read_text()) if path.is_file() else {}
+    # Every step logged (plot_every=1) so both runs are measured on the same points; evals/traces at the same
+    # steps in both; no comparison at the end (it runs after GRPO and is not what we time).
+    config.update({"max_steps": steps, "plot_every": 1, "comparison_episodes": 0})
+    config.pop("run_id", None)
+    config.pop("output_dir", None)
+    out.write_text(json.dumps(config, indent=2))
+    return out
+
+
+def run_cli(config_path: Path, runs_root: Path) -> tuple[float | None, float]:
+    from training.run_dir import list_runs, read_jsonl
+
+    before = {r["run_id"] for r in list_runs(runs_root)}
+    env = dict(os.environ, SQLENV_RUNS_DIR=str(runs_root))
+    t0 = time.time()
+    proc = subprocess.run([sys.executable, "-m", "training.train", "--config", str(config_path)], cwd=REPO_ROOT,
+                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wall = time.time() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"CLI run failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    new = [r["run_id"] for r in list_runs(runs_root) if r["run_id"] not in before]
+    if not new:
+        raise SystemExit("CLI run wrote no run directory")
+    return grpo_rate(read_jsonl(runs_root / new[0] / "metrics.jsonl")), wall
+
+
+def run_dashboard(config_path: Path, runs_root: Path, port: int) -> tuple[float | None, float, list[float]]:
+    from playwright.sync_api import sync_playwright
+
+    from dashboard import app as dashboard_app
+    from dashboard.context import AppContext
+    from dashboard.run_data import RunCache
+    from dashboard.runner import TrainingRunner
+    from training.run_dir import read_jsonl
+
+    runner = TrainingRunner(runs_root)
+    ctx = AppContext(runner=runner, runs=RunCache(runs_root), default_config=config_path)
+    demo = dashboard_app.build_app(ctx)
+    dashboard_app.launch(demo, "127.0.0.1", port, prevent_thread_lock=True)
+    seen: dict[int, float] = {}
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+            page.goto(f"http://127.0.0.1:{port}/")
+            page.locator("#train-start").click()
+            page.wait_for_function("() => document.querySelector('#train-form-message')?.dataset.kind === 'ok'",
+                                   timeout=60_000)
+            t0 = time.time()
+            # Watch the newest plotted step the way a person watches the chart: note when each step appears.
+            while True:
+                value = page.locator("#train-status").get_attribute("data-plotted-step")
+                now = time.time()
+                if value:
+                    seen.setdefault(int(value), now)
+                if not runner.is_running:
+                    page.wait_for_timeout(2500)  # let the last poll land
+                    value = page.locator("#train-status").get_attribute("data-plotted-step")
+                    if value:
+                        seen.setdefault(int(value), time.time())
+                    break
+                page.wait_for_timeout(50)
+            wall = time.time() - t0
+            browser.close()
+    finally:
+        demo.close()
+    run_id = runner.last_run_id
+    status = json.loads((runs_root / run_id / "status.json").read_text())
+    if status.get("status") != "completed":
+        raise SystemExit(f"dashboard run ended {status.get('status')}: {status.get('error')}")
+    metrics = read_jsonl(runs_root / run_id / "metrics.jsonl")
+    # A step is "shown" when the page first plots it or any later step (polls can cover several steps).
+    latencies = []
+    for step, logged in runner.metric_times.items():
+        shown = min((t for s, t in seen.items() if s >= step), default=None)
+        if shown is not None:
+            latencies.append(max(0.0, shown - logged))
+    return grpo_rate(metrics), wall, latencies
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, default=REPO_ROOT / "configs" / "tiny_cpu.json")
+    parser.add_argument("--steps", type=int, default=30, help="GRPO steps per run (default 30)")
+    parser.add_argument("--repeats", type=int, default=1, help="CLI/dashboard pairs, alternated (default 1)")
+    parser.add_argument("--port", type=int, default=7877)
+    args = parser.parse_args(argv)
+    if not Path(CHROMIUM).exists():
+        print(f"dashboard_tax.py: Chromium not found at {CHROMIUM}", file=sys.stderr)
+        raise SystemExit(2)
+
+    with tempfile.TemporaryDirectory(prefix="dashboard-tax-") as tmp:
+        tmp = Path(tmp)
+        runs_root = tmp / "runs"
+        runs_root.mkdir()
+        cached = REPO_ROOT / "runs" / "models"
+        if cached.is_dir():  # same tiny model for both, built once
+            import shutil
+
+            shutil.copytree(cached, runs_root / "models")
+        os.environ["SQLENV_RUNS_DIR"] = str(runs_root)
+        config_path = bench_config(args.config, args.steps, tmp / "bench_config.json")
+        cli_rates, dash_rates, latencies = [], [], []
+        for i in range(args.repeats):
+            cli_rate, cli_wall = run_cli(config_path, runs_root)
+            print(f"[{i + 1}] CLI:       {cli_rate:.3f} GRPO steps/s (wall {cli_wall:.0f}s)", flush=True)
+            dash_rate, dash_wall, lat = run_dashboard(config_path, runs_root, args.port + i)
+            print(f"[{i + 1}] dashboard: {dash_rate:.3f} GRPO steps/s (wall {dash_wall:.0f}s, page open, polling)",
+                  flush=True)
+            cli_rates.append(cli_rate)
+            dash_rates.append(dash_rate)
+            latencies.extend(lat)
+    cli_rate, dash_rate = statistics.median(cli_rates), statistics.median(dash_rates)
+    ratio = dash_rate / cli_rate if cli_rate else float("nan")
+    lat_median = statistics.median(latencies) if latencies else float("nan")
+    lat_max = max(latencies) if latencies else float("nan")
+    print(f"GRPO steps/s  CLI {cli_rate:.3f}  dashboard {dash_rate:.3f}  ratio {ratio:.3f}  (target >= 0.9)")
+    print(f"metric logged -> shown in chart: median {lat_median:.2f}s  max {lat_max:.2f}s over {len(latencies)} "
+          f"steps  (target <= 2 s)")
+    print(json.dumps({
+        "cli_steps_per_s": round(cli_rate, 4), "dashboard_steps_per_s": round(dash_rate, 4),
+        "ratio": round(ratio, 4), "latency_median_s": round(lat_median, 3), "latency_max_s": round(lat_max, 3),
+        "n_latency_samples": len(latencies), "steps": args.steps, "repeats": args.repeats,
+    }))
+
+
+if __name__ == "__main__":
+    main()
