@@ -228,3 +228,24 @@ def test_cli_bad_arguments_exit_2_with_one_line(tmp_path):
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert not any(tmp_path.iterdir())  # nothing was created
+
+
+def test_model_policy_matches_batched_evaluation(tiny):
+    """ModelPolicy (one episode at a time through sqlenv.evaluate) and the batched evaluate_model render and
+    decode the same way: greedy decoding gives the same actions on the same seeds."""
+    from sqlenv.environment import SQLEnvironment
+    from sqlenv.evaluation import evaluate
+    from training.policy import ModelPolicy, evaluate_model
+
+    model, tokenizer = tiny
+    env = SQLEnvironment.from_dataset("builtin", split="eval", step_budget=2)
+    try:
+        one = evaluate(env, ModelPolicy(model, tokenizer, max_turn_tokens=8), n_episodes=2, seed=3)
+    finally:
+        env.close()
+    batched = evaluate_model(model, tokenizer, dataset="builtin", split="eval", n_episodes=2, seed=3,
+                             step_budget=2, max_turn_tokens=8)
+    assert [e["question_id"] for e in one.episodes] == [e["question_id"] for e in batched.episodes]
+    assert [[(s["action_type"], s["argument"]) for s in e["steps"]] for e in one.episodes] == \
+        [[(s["action_type"], s["argument"]) for s in e["steps"]] for e in batched.episodes]
+    assert all(e["policy"] == "model" and e["n_steps"] == 2 for e in batched.episodes)

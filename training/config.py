@@ -113,6 +113,9 @@ class TrainConfig:
         device: `"auto"` (default: CUDA if present, else CPU), `"cpu"`, `"cuda"` or `"mps"`.
         precision: `"auto"` (default: bf16 on a GPU that supports it, fp32 otherwise; fp16 only when asked,
             as GRPO's ratios are fragile in fp16), `"bf16"`, `"fp16"` or `"fp32"`.
+        cpu_threads: torch threads when training on CPU. `None` (default) = auto: 1 for `builtin:tiny` (its
+            matrices are too small to split, and on a busy machine two spinning threads per process measured
+            10x slower per forward than one), torch's default otherwise.
     """
 
     # --- model and data ---
@@ -157,6 +160,7 @@ class TrainConfig:
     # --- hardware ---
     device: str = "auto"
     precision: str = "auto"
+    cpu_threads: int | None = None
 
     def __post_init__(self) -> None:
         self._coerce_types()
@@ -266,6 +270,8 @@ class TrainConfig:
             fail(f"precision must be one of {PRECISIONS} (got {self.precision!r})")
         if self.precision in ("bf16", "fp16") and self.device == "cpu":
             fail(f"precision={self.precision} needs a GPU; use precision='fp32' (or 'auto') with device='cpu'")
+        if self.cpu_threads is not None and self.cpu_threads < 1:
+            fail(f"cpu_threads must be at least 1 or null (got {self.cpu_threads})")
         if self.run_id is not None:
             from training.run_dir import RUN_ID_PATTERN
 
@@ -345,6 +351,11 @@ class TrainConfig:
 
             return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
         return "fp32"
+
+    def resolved_cpu_threads(self) -> int | None:
+        if self.cpu_threads is not None:
+            return self.cpu_threads
+        return 1 if self.is_builtin_model else None
 
     def resolved_compare_base(self) -> bool:
         if self.compare_base is not None:

@@ -66,7 +66,7 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
     """
     if isinstance(config, dict):
         config = TrainConfig.from_dict(config)
-    config = config.resolved()
+    config = _shared_across_ranks(config.resolved())
     run = RunDir(Path(config.output_dir))
     is_main = _is_main_process()
     if is_main:
@@ -77,6 +77,7 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
                     model=config.model, dataset=config.dataset, phase="queued")
     started = time.time()
     model = trainer = tokenizer = None
+    threads_before = _set_cpu_threads(config)
     try:
         recorder.status("running", started_at=now_iso(), phase="loading model")
         _check_stop(stop_event)
@@ -146,12 +147,28 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
     finally:
         del trainer, model, tokenizer
         _free_memory()
+        if threads_before is not None:
+            import torch
+
+            torch.set_num_threads(threads_before)
 
 
 # ------------------------------------------------------------------------------------------- phases
 def _check_stop(stop_event: threading.Event | None) -> None:
     if stop_event is not None and stop_event.is_set():
         raise RunStopped()
+
+
+def _set_cpu_threads(config: TrainConfig) -> int | None:
+    """Apply `cpu_threads` on CPU runs; returns the previous thread count to restore (None: unchanged)."""
+    threads = config.resolved_cpu_threads()
+    if threads is None or config.resolved_device() != "cpu":
+        return None
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    return before
 
 
 def _seed_everything(seed: int) -> None:
@@ -171,14 +188,36 @@ def _device_kwargs(config: TrainConfig) -> dict[str, Any]:
     return {"device": device, "dtype": dtype}
 
 
+def _shared_across_ranks(config: TrainConfig) -> TrainConfig:
+    """Under `accelerate launch`, every rank must use the main process's run id and directory."""
+    if _world_size() <= 1:
+        return config
+    import dataclasses
+
+    from accelerate import PartialState
+    from accelerate.utils import broadcast_object_list
+
+    PartialState()  # initialises the process group
+    shared = broadcast_object_list([config.run_id, config.output_dir], from_process=0)
+    return dataclasses.replace(config, run_id=shared[0], output_dir=shared[1])
+
+
 def _save_final(run: RunDir, trainer: Any, tokenizer: Any, is_main: bool, model: Any = None) -> None:
-    """Save model + tokenizer to a temp folder beside final/, then swap it in (never a half-written final/)."""
+    """Save model + tokenizer to a temp folder beside final/, then swap it in (never a half-written final/).
+
+    With a trainer every rank takes part (sharded models are gathered), into one folder the main rank commits.
+    """
+    import shutil
+
     if trainer is not None:
-        if not is_main:
-            trainer.accelerator.wait_for_everyone()
-            return
-        tmp = run.final_tmp_dir()
+        tmp = run.path / ".final-tmp"
+        if is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        trainer.accelerator.wait_for_everyone()
         trainer.save_model(str(tmp))
+        trainer.accelerator.wait_for_everyone()
+        if not is_main:
+            return
     else:
         if not is_main:
             return
@@ -187,8 +226,6 @@ def _save_final(run: RunDir, trainer: Any, tokenizer: Any, is_main: bool, model:
     if tokenizer is not None:
         tokenizer.save_pretrained(str(tmp))
     run.commit_final(tmp)
-    if trainer is not None:
-        trainer.accelerator.wait_for_everyone()
 
 
 def _cleanup_trainer_dir(run: RunDir) -> None:
