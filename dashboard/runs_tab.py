@@ -17,15 +17,31 @@ from dashboard.context import AppContext
 from dashboard.run_data import fmt_duration, progress
 from dashboard.transcripts import esc, transcript_html
 
-TABLE_HEADERS = ["run", "status", "model", "dataset", "steps", "eval success", "started"]
+TABLE_HEADERS = ["run", "status", "model", "dataset", "steps", "final success", "started"]
 
 
-def runs_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
+def final_success(row: dict[str, Any], runs_root) -> float | None:
+    """The last eval-split success rate, else the trained model's success in the final comparison."""
+    success = charts.as_float(row.get("eval_success"))
+    if success is None and runs_root is not None:
+        from training.run_dir import read_jsonl
+
+        try:
+            records = read_jsonl(runs_root / row["run_id"] / "comparison.jsonl")
+        except OSError:
+            records = []
+        summary = next((r for r in reversed(records) if isinstance(r, dict) and r.get("kind") == "summary"), None)
+        trained = summary.get("trained") if isinstance(summary, dict) else None
+        success = charts.as_float(trained.get("success_rate")) if isinstance(trained, dict) else None
+    return success
+
+
+def runs_table(rows: list[dict[str, Any]], runs_root=None) -> pd.DataFrame:
     data = []
     for r in rows:
         step, total = r.get("step"), r.get("total_steps")
         steps = f"{step if step is not None else '?'} / {total if total is not None else '?'}"
-        success = charts.as_float(r.get("eval_success"))
+        success = final_success(r, runs_root)
         started = r.get("started_at")
         if isinstance(started, str):
             started = started.replace("T", " ")[:19]
@@ -105,7 +121,7 @@ def build(ctx: AppContext) -> dict[str, Any]:
         healthy = [r["run_id"] for r in rows if r.get("status") not in ("missing", "corrupt")]
         value = current if current in names else next(iter(healthy or names), None)
         keep = [n for n in (current_overlay or []) if n in names]
-        return runs_table(rows), gr.update(choices=names, value=value), gr.update(choices=names, value=keep)
+        return runs_table(rows, ctx.runs.runs_root), gr.update(choices=names, value=value), gr.update(choices=names, value=keep)
 
     def show(name):
         snap, err = ctx.runs.try_snapshot(name)

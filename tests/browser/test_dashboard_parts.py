@@ -1,0 +1,127 @@
+"""The dashboard's parts without a browser: chart builders, transcript HTML, run reading, the runner.
+
+Fast checks of the pure pieces on real run directories (written with `RunDir`), plus the runner driving the
+real training entry point into a clear failure.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from dashboard import charts
+from dashboard.run_data import RunCache, progress
+from dashboard.runner import ConfigInvalid, RunnerBusy, TrainingRunner, build_config
+from dashboard.transcripts import transcript_html
+from training.run_dir import RunDir, now_iso
+
+STEP = {"step": 1, "action_type": "QUERY", "argument": "SELECT '<b>x</b>'", "observation": "<script>x</script>",
+        "error": "", "reward": 0.16, "layers": {"operational": 0.01, "progress": 0.15, "terminal": 0.0, "total": 0.16},
+        "budget_remaining": 9, "done": False}
+TRANSCRIPT = {"question_id": "q1", "question": "How many?", "database": "db", "difficulty": "easy",
+              "answer_type": "integer", "gold_sql": "SELECT 1", "gold_answer": 4, "policy": "random", "seed": 0,
+              "steps": [STEP], "answer": "7", "correct": False, "outcome": "wrong_answer", "total_reward": 0.16,
+              "reward_breakdown": {"operational": 0.01, "progress": 0.15, "correctness": 0.0, "total": 0.16},
+              "n_steps": 1}
+
+
+def test_reward_chart_has_mean_band_and_each_component():
+    metrics = [{"step": s, "reward": 0.1 * s, "reward_std": 0.05, "rewards/reward_correctness/mean": 0.0,
+                "rewards/reward_progress/mean": 0.2} for s in (1, 2, 3)]
+    metrics.append({"step": 4, "reward": float("nan")})  # skipped, not a crash
+    metrics.append({"step": "x", "reward": "junk"})
+    fig = charts.reward_figure(metrics)
+    names = [t.name for t in fig.data]
+    assert names == ["± std", "reward (mean)", "correctness", "progress"]
+    assert list(fig.data[1].y) == pytest.approx([0.1, 0.2, 0.3])
+    assert charts.last_step(metrics) == 4
+
+
+def test_success_and_tool_health_charts():
+    evals = [{"step": 5, "split": "train", "success_rate": 0.5}, {"step": 5, "split": "eval", "success_rate": 0.25}]
+    fig = charts.success_figure(evals)
+    assert {t.name for t in fig.data} == {"train split", "eval split"}
+    health = charts.tool_health_figure([{"step": 1, "tools/call_frequency": 2.5, "tools/failure_frequency": 0.1,
+                                         "completions/clipped_ratio": 0.0, "frac_reward_zero_std": 0.5}])
+    assert len(health.data) == 4
+    assert not charts.reward_figure([]).data  # empty run: an empty chart with a note
+
+
+def test_transcript_html_escapes_and_shows_layers_and_verdict():
+    page = transcript_html(TRANSCRIPT, title="Random baseline")
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert "prog +0.150" in page and "wrong answer" in page and "SELECT 1" in page
+    assert "no transcript" in transcript_html(None)
+
+
+def test_run_cache_refuses_names_outside_runs(tmp_path):
+    cache = RunCache(tmp_path / "runs")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "secret").mkdir()
+    for name in ("../secret", "/etc", "..", "a/../../secret"):
+        snap, err = cache.try_snapshot(name)
+        assert snap is None and "Refused" in err
+
+
+def test_run_cache_reads_half_written_runs_and_rereads_on_change(tmp_path):
+    run = RunDir.create(tmp_path, "r1")
+    run.write_status("running", started_at=now_iso(), step=2, total_steps=10)
+    run.append("metrics", {"step": 1, "reward": 0.5})
+    with open(run.file("metrics.jsonl"), "a") as f:
+        f.write('{"step": 2, "rew')  # torn last line
+    cache = RunCache(tmp_path)
+    snap = cache.snapshot("r1")
+    assert [m["step"] for m in snap.metrics] == [1] and snap.config is None and "config.json" in snap.config_error
+    assert cache.snapshot("r1") is snap  # unchanged files: cached
+    time.sleep(0.01)
+    with open(run.file("metrics.jsonl"), "a") as f:
+        f.write('ard": 0.7}\n')
+    assert [m["step"] for m in cache.snapshot("r1").metrics] == [1, 2]
+    p = progress(snap.status)
+    assert p["step"] == 2 and p["total"] == 10 and p["elapsed"] is not None
+
+
+def test_build_config_names_the_field():
+    with pytest.raises(ConfigInvalid) as err:
+        build_config({"num_generations": 1})
+    assert err.value.field == "num_generations"
+    with pytest.raises(ConfigInvalid) as err:
+        build_config({"no_such_field": 1})
+    assert err.value.field == "no_such_field"
+
+
+def test_runner_refuses_a_second_run_and_stops_the_first(tmp_path):
+    started = threading.Event()
+
+    def train_until_stopped(config, stop_event=None, listener=None):
+        run = RunDir(config.output_dir)
+        run.write_status("running", started_at=now_iso())
+        started.set()
+        stop_event.wait(30)
+        run.write_status("stopped", finished_at=now_iso())
+
+    runner = TrainingRunner(tmp_path, train_fn=train_until_stopped)
+    run_id = runner.start(build_config({"max_steps": 3}))
+    assert started.wait(10)
+    with pytest.raises(RunnerBusy, match=run_id):
+        runner.start(build_config({"max_steps": 3}))
+    assert "Stopping" in runner.stop()
+    assert runner.join(10)
+    assert json.loads((tmp_path / run_id / "status.json").read_text())["status"] == "stopped"
+    assert runner.active_run_id is None and runner.current_run_id == run_id
+
+
+@pytest.mark.slow
+def test_runner_marks_an_unloadable_model_failed_and_keeps_going(tmp_path):
+    runner = TrainingRunner(tmp_path)  # the real training entry point
+    run_id = runner.start(build_config({"model": str(tmp_path / "no-such-model"), "max_steps": 2, "sft": False}))
+    assert runner.join(120)
+    status = json.loads((tmp_path / run_id / "status.json").read_text())
+    assert status["status"] == "failed"
+    assert "no-such-model" in status["error"] and "no-such-model" in runner.last_error
+    # The runner is free again.
+    second = runner.start(build_config({"model": str(tmp_path / "still-missing"), "max_steps": 2, "sft": False}))
+    assert second != run_id and runner.join(120)
