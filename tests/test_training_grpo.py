@@ -23,6 +23,17 @@ REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_cpu_thread():
+    """The tiny model's ops are too small to split; two threads per process crawl on a busy machine."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def tiny():
     from training.models import load_model_and_tokenizer

@@ -537,4 +537,7 @@ def build_trainer(config: Any, model: Any, tokenizer: Any, *, output_dir: str | 
         else:
             rows = train_rows(dataset=config.dataset, split=config.train_split)
             trainer = GRPOTrainer(train_dataset=rows, environment_factory=SQLEnvTRL, **common)
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # raw log dicts on stdout; progress goes through the run callback
     return trainer
