@@ -27,11 +27,14 @@ def main() -> None:
     parser.add_argument("--step-budget", type=int, default=3)
     parser.add_argument("--turn-tokens", type=int, default=32)
     parser.add_argument("--dataset", default="builtin")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1, as training uses)")
     args = parser.parse_args()
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
     import torch
     import transformers
+
+    torch.set_num_threads(args.threads)
 
     transformers.logging.set_verbosity_error()
     from training.config import TrainConfig

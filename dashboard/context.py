@@ -10,7 +10,7 @@ from dashboard.runner import TrainingRunner
 
 # How often the pages poll the runner and run directories (seconds): the "logged → plotted" latency is at
 # most this plus one render, and each idle tick costs a few stat() calls.
-POLL_SECONDS = 1.0
+POLL_SECONDS = 0.5
 
 
 @dataclass

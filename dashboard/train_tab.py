@@ -224,6 +224,12 @@ def build(ctx: AppContext) -> dict[str, Any]:
 
     outputs = [status, reward_plot, success_plot, health_plot, trace, seen]
 
+    names = [f[0] for f in fields]
+
+    def marks(bad: str | None = None) -> list:
+        """Outline the offending field in red (and clear the outline on the others)."""
+        return [gr.update(elem_classes=["sqe-invalid"] if n == bad else []) for n in names]
+
     def start(*args):
         *values, last_seen = args
         base = default_values(ctx.default_config)
@@ -242,19 +248,21 @@ def build(ctx: AppContext) -> dict[str, Any]:
         except ConfigInvalid as exc:
             label = dict((f[0], f[1]) for f in fields).get(exc.field or "", exc.field)
             where = f"<b>{html.escape(str(label))}</b> (<code>{html.escape(exc.field)}</code>): " if exc.field else ""
-            return (form_message("error", f"Invalid config — {where}{html.escape(str(exc))}"), *refresh(None))
+            return (form_message("error", f"Invalid config — {where}{html.escape(str(exc))}"), *refresh(None),
+                    *marks(exc.field))
         except Exception as exc:  # training package missing or broken
-            return (form_message("error", f"Cannot build the config: {html.escape(str(exc))}"), *refresh(None))
+            return (form_message("error", f"Cannot build the config: {html.escape(str(exc))}"), *refresh(None),
+                    *marks())
         try:
             run_id = ctx.runner.start(config)
         except RunnerBusy as exc:
-            return (form_message("error", html.escape(str(exc))), *refresh(last_seen))
-        return (form_message("ok", f"Started <b>{html.escape(run_id)}</b>."), *refresh(None))
+            return (form_message("error", html.escape(str(exc))), *refresh(last_seen), *marks())
+        return (form_message("ok", f"Started <b>{html.escape(run_id)}</b>."), *refresh(None), *marks())
 
     def stop(last_seen):
         return (form_message("ok", html.escape(ctx.runner.stop())), *refresh(last_seen))
 
-    start_btn.click(start, inputs=[*inputs, seen], outputs=[message, *outputs], show_progress="hidden")
+    start_btn.click(start, inputs=[*inputs, seen], outputs=[message, *outputs, *inputs], show_progress="hidden")
     stop_btn.click(stop, inputs=[seen], outputs=[message, *outputs], show_progress="hidden")
     timer.tick(refresh, inputs=[seen], outputs=outputs, show_progress="hidden", queue=False)
 

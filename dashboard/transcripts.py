@@ -202,6 +202,8 @@ table.sqe-steps { border: 0 !important; }
 .sqe-progress > div { height: 100%; background: linear-gradient(90deg, #6366f1, #4f46e5); transition: width .4s; }
 .sqe-err-box { color: #991b1b; background: #fef2f2; border: 1px solid #fecaca; border-radius: 8px;
   padding: 6px 10px; }
+.sqe-invalid { outline: 2px solid #dc2626 !important; outline-offset: -2px; border-radius: 6px; }
+.sqe-invalid [data-testid="block-info"] { color: #b91c1c !important; }
 .sqe-ok-box { color: #166534; background: #f0fdf4; border: 1px solid #bbf7d0; border-radius: 8px;
   padding: 6px 10px; }
 """

@@ -64,6 +64,8 @@ def test_invalid_form_value_names_the_field(dashboard, page):
     page.wait_for_function(
         "() => (document.querySelector('#train-form-message')||{}).innerText?.includes('num_generations')"
     )
+    assert "sqe-invalid" in (page.locator("#cfg-num_generations").get_attribute("class") or "")
+    assert "sqe-invalid" not in (page.locator("#cfg-learning_rate").get_attribute("class") or "")
     assert status_attr(page, "data-status") == "none"  # nothing started
     screenshot(page, "train_invalid_field")
 

@@ -1,0 +1,197 @@
+"""Learning curve of the built-in tiny model on SQLEnv: random baseline, SFT warm-start, then GRPO.
+
+    nice python bench/learning_curve.py                       # built-in dataset, targets below
+    nice python bench/learning_curve.py --dataset spider10    # honest train/eval figures, no target
+
+Everything runs offline on CPU: build the tokenizer and the tiny Qwen3 model, evaluate the random policy, SFT on
+oracle episodes, evaluate, GRPO with TRL's `environment_factory` (SQLEnvTRL), evaluating every few steps.
+Evaluations are greedy episodes on the eval split (held-out question instances), the same questions for every
+point of the curve. Targets on the built-in dataset (2 CPU cores, <= 15 minutes in all): eval success >= 60%,
+GRPO >= SFT-only + 5 points, random ~0%. The last line printed is one JSON object with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+DEFAULTS = {
+    # SFT warm-start on oracle episodes (query, then answer: short episodes learn fastest).
+    "sft_epochs": 2.0, "sft_learning_rate": 1e-3, "sft_batch_size": 8, "sft_describe": False,
+    # GRPO through TRL's environment_factory (SQLEnvTRL) with the three reward functions.
+    "grpo_steps": 40, "grpo_learning_rate": 2e-4, "num_generations": 8, "batch_size": 32, "temperature": 1.0,
+    "max_turn_tokens": 64, "max_completion_length": 256, "step_budget": 10,
+    # Evaluation: greedy episodes on the eval split, the same seeds at every point.
+    "eval_episodes": 200, "curve_every": 10, "curve_episodes": 64, "train_episodes": 64, "seed": 0,
+}
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+def evaluate_split(model, tokenizer, dataset: str, split: str, n: int, seed: int, step_budget: int,
+                   max_turn_tokens: int) -> float:
+    from training.policy import evaluate_model
+
+    result = evaluate_model(model, tokenizer, dataset=dataset, split=split, n_episodes=n, seed=seed,
+                            step_budget=step_budget, max_turn_tokens=max_turn_tokens, batch_size=64)
+    return result.success_rate
+
+
+def random_success(dataset: str, split: str, n: int, seed: int, step_budget: int) -> float:
+    from sqlenv.environment import SQLEnvironment
+    from sqlenv.evaluation import evaluate
+    from sqlenv.policies import RandomPolicy
+
+    env = SQLEnvironment.from_dataset(dataset, split=split, step_budget=step_budget)
+    try:
+        return evaluate(env, RandomPolicy(seed=seed), n_episodes=n, seed=seed).success_rate
+    finally:
+        env.close()
+
+
+def run(dataset: str, p: dict, *, threads: int | None) -> dict:
+    import tempfile
+
+    import torch
+    from transformers import TrainerCallback
+
+    from training.config import TrainConfig
+    from training.models import load_model_and_tokenizer
+    from training.rollout import build_trainer
+    from training.sft import SFTSettings, run_sft
+
+    if threads:
+        torch.set_num_threads(threads)
+    torch.manual_seed(p["seed"])
+    start = time.perf_counter()
+    minutes = lambda: (time.perf_counter() - start) / 60  # noqa: E731
+    eval_split = "eval"
+    ev = dict(dataset=dataset, step_budget=p["step_budget"], max_turn_tokens=p["max_turn_tokens"])
+    scratch = Path(tempfile.mkdtemp(prefix="sqlenv-curve-"))
+    out: dict = {"dataset": dataset, "model": "builtin:tiny"}
+
+    # 1. Tokenizer + tiny model, built from scratch (a fresh cache dir: the build counts in the time).
+    model, tokenizer = load_model_and_tokenizer("builtin:tiny", seed=p["seed"], dataset=dataset,
+                                                cache_dir=scratch / "models", device="cpu")
+    out["parameters"] = sum(t.numel() for t in model.parameters())
+    log(f"[{minutes():5.2f} min] built builtin:tiny: {out['parameters']:,} parameters, vocab {len(tokenizer)}")
+
+    # 2. Random baseline on the same eval questions (episode i = reset(seed=seed + i)).
+    out["random_eval_success"] = random_success(dataset, eval_split, p["eval_episodes"], p["seed"], p["step_budget"])
+    log(f"[{minutes():5.2f} min] random policy: eval success {out['random_eval_success']:.3f}")
+
+    # 3. SFT warm-start on oracle episodes of the train split.
+    sft = run_sft(model, tokenizer, SFTSettings(
+        dataset=dataset, step_budget=p["step_budget"], epochs=p["sft_epochs"], learning_rate=p["sft_learning_rate"],
+        batch_size=p["sft_batch_size"], describe=p["sft_describe"], seed=p["seed"], logging_steps=50))
+    out["sft"] = {"episodes": sft.n_examples, "steps": sft.steps, "first_loss": sft.first_loss,
+                  "final_loss": sft.final_loss, "seconds": round(sft.seconds, 1)}
+    log(f"[{minutes():5.2f} min] SFT: {sft.steps} steps on {sft.n_examples} oracle episodes, "
+        f"loss {sft.first_loss:.3f} -> {sft.final_loss:.3f}")
+    out["sft_eval_success"] = evaluate_split(model, tokenizer, split=eval_split, n=p["eval_episodes"],
+                                             seed=p["seed"], **ev)
+    out["sft_train_success"] = evaluate_split(model, tokenizer, split="train", n=p["train_episodes"],
+                                              seed=p["seed"], **ev)
+    curve = [{"phase": "sft", "step": 0, "minutes": round(minutes(), 2), "eval_success": out["sft_eval_success"],
+              "train_success": out["sft_train_success"]}]
+    log(f"[{minutes():5.2f} min] curve step 0 (SFT only): eval success {out['sft_eval_success']:.3f}, "
+        f"train success {out['sft_train_success']:.3f}")
+
+    # 4. GRPO with TRL's environment_factory, evaluating every `curve_every` steps.
+    if p["grpo_steps"] > 0:
+        config = TrainConfig(
+            model="builtin:tiny", dataset=dataset, step_budget=p["step_budget"], num_generations=p["num_generations"],
+            per_device_train_batch_size=p["batch_size"], learning_rate=p["grpo_learning_rate"],
+            max_steps=p["grpo_steps"], max_completion_length=p["max_completion_length"],
+            max_turn_tokens=p["max_turn_tokens"], temperature=p["temperature"], seed=p["seed"],
+            plot_every=1, device="cpu", precision="fp32", sft=False, output_dir=str(scratch / "grpo"))
+
+        class Curve(TrainerCallback):
+            def on_log(self, args, state, control, logs=None, **kwargs):
+                if logs and "reward" in logs:
+                    rewards = {k.split("/")[1]: round(v, 3) for k, v in logs.items()
+                               if k.startswith("rewards/") and k.endswith("/mean")}
+                    log(f"[{minutes():5.2f} min]   grpo step {state.global_step}: reward {logs['reward']:.3f} "
+                        f"{rewards}")
+
+            def on_step_end(self, args, state, control, model=None, **kwargs):
+                step = state.global_step
+                if p["curve_every"] and step % p["curve_every"] == 0 and step < p["grpo_steps"]:
+                    rate = evaluate_split(model, tokenizer, split=eval_split, n=p["curve_episodes"],
+                                          seed=p["seed"], **ev)
+                    curve.append({"phase": "grpo", "step": step, "minutes": round(minutes(), 2),
+                                  "eval_success_subset": rate})
+                    log(f"[{minutes():5.2f} min] curve step {step}: eval success on the first "
+                        f"{p['curve_episodes']} episodes {rate:.3f}")
+
+        trainer = build_trainer(config, model, tokenizer, output_dir=str(scratch / "grpo"), callbacks=[Curve()])
+        trainer.train()
+        model = trainer.model
+    out["grpo_eval_success"] = evaluate_split(model, tokenizer, split=eval_split, n=p["eval_episodes"],
+                                              seed=p["seed"], **ev)
+    out["grpo_train_success"] = evaluate_split(model, tokenizer, split="train", n=p["train_episodes"],
+                                               seed=p["seed"], **ev)
+    curve.append({"phase": "grpo", "step": p["grpo_steps"], "minutes": round(minutes(), 2),
+                  "eval_success": out["grpo_eval_success"], "train_success": out["grpo_train_success"]})
+    log(f"[{minutes():5.2f} min] curve step {p['grpo_steps']} (SFT + GRPO): eval success "
+        f"{out['grpo_eval_success']:.3f}, train success {out['grpo_train_success']:.3f}")
+    out["grpo_minus_sft_points"] = round(100 * (out["grpo_eval_success"] - out["sft_eval_success"]), 1)
+    out["curve"] = curve
+    out["params"] = p
+    out["minutes"] = round(minutes(), 2)
+    import shutil
+
+    shutil.rmtree(scratch, ignore_errors=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dataset", default="builtin", help="builtin (default, with targets) or spider10 (no target)")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help=f"override a setting; defaults: {json.dumps(DEFAULTS)}")
+    args = parser.parse_args(argv)
+    p = dict(DEFAULTS)
+    for item in args.set:
+        key, _, value = item.partition("=")
+        if key not in p or not _:
+            parser.error(f"--set {item!r}: expected KEY=VALUE with KEY one of {sorted(p)}")
+        p[key] = type(p[key])(json.loads(value)) if not isinstance(p[key], str) else value
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    if args.dataset != "builtin":
+        from sqlenv.datasets import DatasetNotFoundError, resolve_dataset
+
+        try:
+            resolve_dataset(args.dataset)
+        except DatasetNotFoundError as exc:
+            print(f"learning_curve: {exc}", file=sys.stderr)
+            return 2
+    out = run(args.dataset, p, threads=args.threads)
+    if args.dataset == "builtin":
+        out["targets"] = {"eval_success>=0.60": out["grpo_eval_success"] >= 0.60,
+                          "grpo_minus_sft>=5_points": out["grpo_minus_sft_points"] >= 5.0,
+                          "random~0": out["random_eval_success"] <= 0.02, "minutes<=15": out["minutes"] <= 15}
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
