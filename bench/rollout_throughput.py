@@ -62,7 +62,7 @@ def main() -> None:
                 tokens += sum(sum(mask) for mask in out["env_mask"])
             return time.perf_counter() - start, tokens
 
-        timed([prompts[:2]])  # warm-up
+        timed([prompts])  # warm-up: the environment pool and caches, as in a running trainer
         batched_s, batched_tokens = timed([prompts])
         single_s, single_tokens = timed([[p] for p in prompts])
     n = args.episodes

@@ -88,7 +88,8 @@ class ModelPolicy:
         self.model.eval()
         try:
             new = _generate(self.model, [self._ids], pad, self.max_turn_tokens,
-                            sample=self.temperature > 0, temperature=self.temperature or 1.0)[0]
+                            sample=self.temperature > 0, temperature=self.temperature or 1.0,
+                            eos_ids=set(self.renderer.eos_token_ids))[0]
         finally:
             if was_training:
                 self.model.train()

@@ -203,10 +203,84 @@ class Episode:
         return self.prompt_ids + self.completion_ids
 
 
-def _generate(model: Any, sequences: list[list[int]], pad_id: int, max_new_tokens: int,
-              generation_config: Any = None, sample: bool = True, temperature: float = 1.0) -> list[list[int]]:
-    """One batched `generate` over left-padded `sequences`; returns the new tokens of each (untrimmed)."""
+def _plain_sampling(generation_config: Any) -> float | None:
+    """The temperature when `generation_config` only samples with a temperature (what TRL uses by default),
+    so the lean decoder reproduces it; None when it asks for more (top-p/k, min-p, penalties...)."""
+    if generation_config is None:
+        return None
+    top_k = getattr(generation_config, "top_k", None)
+    neutral = (
+        getattr(generation_config, "do_sample", False)
+        and getattr(generation_config, "top_p", None) in (None, 1.0)
+        and top_k in (None, 0)
+        and getattr(generation_config, "min_p", None) in (None, 0.0)
+        and getattr(generation_config, "repetition_penalty", None) in (None, 1.0)
+        and not getattr(generation_config, "suppress_tokens", None)
+    )
+    return float(generation_config.temperature or 1.0) if neutral else None
+
+
+def _generate_lean(model: Any, sequences: list[list[int]], pad_id: int, max_new_tokens: int,
+                   eos_ids: set[int], sample: bool, temperature: float) -> list[list[int]]:
+    """Batched decoding with a KV cache that drops each row as soon as it ends (EOS), so short turns stop
+    costing compute while long ones finish — what makes batching many episodes pay. Greedy or plain
+    temperature sampling. Returns each row's new tokens, up to and including its EOS."""
     import torch
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    n, width = len(sequences), max(len(s) for s in sequences)
+    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
+    attention = torch.zeros((n, width), dtype=torch.long)
+    for i, seq in enumerate(sequences):
+        input_ids[i, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
+        attention[i, width - len(seq):] = 1
+    input_ids, attention = input_ids.to(device), attention.to(device)
+    eos = torch.tensor(sorted(eos_ids), device=device)
+    results: list[list[int]] = [[] for _ in range(n)]
+    rows = torch.arange(n, device=device)
+    cache = DynamicCache()
+    with torch.no_grad():
+        logits = model(input_ids=input_ids, attention_mask=attention, past_key_values=cache, use_cache=True,
+                       logits_to_keep=1).logits[:, -1, :]
+        for step in range(max_new_tokens):
+            if sample:
+                probs = torch.softmax(logits.float() / temperature, dim=-1)
+                token = torch.multinomial(probs, 1).squeeze(1)
+            else:
+                token = logits.argmax(dim=-1)
+            for row, value in zip(rows.tolist(), token.tolist()):
+                results[row].append(value)
+            finished = torch.isin(token, eos)
+            if step == max_new_tokens - 1 or bool(finished.all()):
+                break
+            if bool(finished.any()):
+                keep = (~finished).nonzero().squeeze(1)
+                for layer in cache.layers:
+                    layer.batch_select_indices(keep)
+                rows, token, attention = rows[keep], token[keep], attention[keep]
+            attention = torch.cat([attention, attention.new_ones((attention.shape[0], 1))], dim=1)
+            logits = model(input_ids=token[:, None], attention_mask=attention, past_key_values=cache,
+                           use_cache=True).logits[:, -1, :]
+    return results
+
+
+def _generate(model: Any, sequences: list[list[int]], pad_id: int, max_new_tokens: int,
+              generation_config: Any = None, sample: bool = True, temperature: float = 1.0,
+              eos_ids: set[int] | None = None) -> list[list[int]]:
+    """One batched generation over left-padded `sequences`; returns the new tokens of each.
+
+    Uses the lean decoder for greedy or plain temperature sampling (TRL's default settings), and
+    `model.generate` with `generation_config` for anything else.
+    """
+    import torch
+
+    if eos_ids:
+        if generation_config is None:
+            return _generate_lean(model, sequences, pad_id, max_new_tokens, eos_ids, sample, temperature)
+        plain = _plain_sampling(generation_config)
+        if plain is not None:
+            return _generate_lean(model, sequences, pad_id, max_new_tokens, eos_ids, True, plain)
 
     device = next(model.parameters()).device
     width = max(len(s) for s in sequences)
@@ -276,7 +350,8 @@ def play_batched(
         if not pairs:
             break
         outputs = _generate(model, [e.input_ids() for e, _ in pairs], pad_id, max(r for _, r in pairs),
-                            generation_config=generation_config, sample=sample, temperature=temperature)
+                            generation_config=generation_config, sample=sample, temperature=temperature,
+                            eos_ids=eos)
         for (e, room), new in zip(pairs, outputs):
             new = new[:room]
             stop = next((i for i, t in enumerate(new) if t in eos), None)
@@ -345,20 +420,21 @@ _TABLES_LINE = re.compile(r"^Tables: (.*)$", re.M)
 
 
 class _QuestionIndex:
-    """Finds the question a rollout prompt asks (rollout_func receives only the prompts)."""
+    """Finds the question a rollout prompt asks (rollout_func receives only the prompts): by its question
+    text, and by its table list when two databases share a question text. Built once per questions file."""
 
     def __init__(self) -> None:
         self._key = None
         self._by_text: dict[str, list[Any]] = {}
+        self._tables: dict[str, str] = {}
 
     def lookup(self, env: Any, user_text: str) -> str | None:
         from training.trl_env import SQLEnvTRL
 
-        settings = SQLEnvTRL.settings()
-        key = settings["questions_path"]
+        key = SQLEnvTRL.settings()["questions_path"]
         inner = env._environment()
         if key != self._key:
-            self._by_text = {}
+            self._by_text, self._tables = {}, {}
             for q in inner.questions:
                 self._by_text.setdefault(q.question_text.strip(), []).append(q)
             self._key = key
@@ -366,14 +442,17 @@ class _QuestionIndex:
         if not m:
             return None
         candidates = self._by_text.get(m.group(1).strip(), [])
-        if len(candidates) > 1:
+        databases = {q.database_name for q in candidates}
+        if len(databases) > 1:
             tables = _TABLES_LINE.search(user_text)
             for q in candidates:
-                try:
-                    if tables and ", ".join(inner.sandbox.table_names(q.database_name)) == tables.group(1).strip():
-                        return q.question_id
-                except Exception:  # noqa: BLE001 - a broken database just doesn't match
-                    continue
+                if q.database_name not in self._tables:
+                    try:
+                        self._tables[q.database_name] = ", ".join(inner.sandbox.table_names(q.database_name))
+                    except Exception:  # noqa: BLE001 - a broken database just doesn't match
+                        self._tables[q.database_name] = ""
+                if tables and self._tables[q.database_name] == tables.group(1).strip():
+                    return q.question_id
         return candidates[0].question_id if candidates else None
 
 

@@ -100,16 +100,33 @@ class SQLEnvTRL:
             raise RuntimeError("SQLEnvTRL.configure(...) must be called before episodes start")
         return dict(cls._settings)
 
+    _questions_cache: dict[tuple, list] = {}
+
+    @classmethod
+    def _questions(cls, path: Path) -> list:
+        """The questions of `path`, parsed once per file version and shared by every instance."""
+        from sqlenv.datasets import load_questions
+
+        stat = path.stat()
+        key = (str(path), stat.st_mtime_ns, stat.st_size)
+        with cls._lock:
+            questions = SQLEnvTRL._questions_cache.get(key)
+            if questions is None:
+                questions = load_questions(path)
+                SQLEnvTRL._questions_cache = {key: questions}  # only the latest file version is kept
+        return questions
+
     def _environment(self):
         settings = self.settings()
-        key = (settings["questions_path"], settings["db_dir"], settings["step_budget"])
+        questions = self._questions(settings["questions_path"])
+        key = (id(questions), settings["db_dir"], settings["step_budget"])
         if self._env is None or getattr(self, "_env_key", None) != key:
             from sqlenv.environment import SQLEnvironment
 
             if self._env is not None:
                 self._env.close()
             self._env = SQLEnvironment(
-                settings["questions_path"],
+                questions,
                 settings["db_dir"],
                 step_budget=settings["step_budget"],
                 reward_config=settings["reward_config"],
@@ -131,10 +148,6 @@ class SQLEnvTRL:
         self._tool_calls = 0
         question_id = row.get("question_id")
         if question_id is not None:
-            if not any(q.question_id == str(question_id) for q in env.questions):  # file rebuilt: reload once
-                self._env.close()
-                self._env = None
-                env = self._environment()
             self._observation = env.reset(question_id=str(question_id))
         else:
             seed = row.get("seed")
