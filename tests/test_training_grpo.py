@@ -260,3 +260,67 @@ def test_model_policy_matches_batched_evaluation(tiny):
     assert [[(s["action_type"], s["argument"]) for s in e["steps"]] for e in one.episodes] == \
         [[(s["action_type"], s["argument"]) for s in e["steps"]] for e in batched.episodes]
     assert all(e["policy"] == "model" and e["n_steps"] == 2 for e in batched.episodes)
+
+
+def _scripted(tokenizer, text: str, anchor: list[int]) -> dict:
+    """Generation kwargs that make any model write `text` after `anchor` (the end of the generation prompt):
+    a +100 logit bias on each next token of `text` given everything since the anchor. The model, TRL's
+    tool loop and the environment stay real; only what the model says is fixed, so outcomes are exact."""
+    target = tokenizer(text, add_special_tokens=False)["input_ids"]
+    bias = {}
+    for i, token in enumerate(target):
+        bias[tuple(anchor + target[:i] + [token])] = 100.0
+    return {"sequence_bias": bias}
+
+
+def test_environment_path_runs_tool_calls_within_the_budget(tiny, tmp_path):
+    """A model that always calls query("SELECT 1"): TRL runs exactly step_budget calls per episode through
+    SQLEnvTRL, then stops; the rewards are the environment's: +0.01 (ran, new) then -0.03 (repeat)."""
+    from training.rollout import ChatRenderer, build_trainer
+
+    config = _small_config(tmp_path, max_completion_length=400, max_turn_tokens=40)
+    model, tokenizer = _fresh(tiny)
+    renderer = ChatRenderer(tokenizer, chat_template_kwargs={"enable_thinking": False})
+    anchor = renderer.prompt_ids([{"role": "user", "content": "x"}])[-4:]
+    call = '<tool_call>\n{"name": "query", "arguments": {"sql": "SELECT 1"}}\n</tool_call><|im_end|>'
+    generation = {"max_new_tokens": 40, **_scripted(tokenizer, call, anchor)}
+    trainer = build_trainer(config, model, tokenizer, output_dir=str(tmp_path / "trainer"),
+                            generation_kwargs=generation, max_steps=1)
+    trainer.train()
+    log = next(h for h in trainer.state.log_history if "reward" in h)
+    assert log["tools/call_frequency"] == pytest.approx(config.step_budget)
+    assert log["tools/failure_frequency"] == 0.0
+    assert log["rewards/reward_operational/mean"] == pytest.approx(0.01 - 0.03)
+    assert log["rewards/reward_correctness/mean"] == 0.0
+    for env in trainer.environments:
+        assert env.done and env.tool_calls == config.step_budget and env.post_episode_calls == 0
+        assert [s["argument"] for s in env.transcript["steps"]] == ["SELECT 1"] * config.step_budget
+
+
+def test_rollout_path_runs_tool_calls_within_the_budget(tiny, tmp_path):
+    """The same scripted model on the rollout_func path: the episode ends when the budget is spent, the
+    reward fields and env_mask say so."""
+    from training.rollout import ChatRenderer, build_trainer, rollout_func
+
+    config = _small_config(tmp_path, rollout="rollout_func", max_completion_length=400, max_turn_tokens=40)
+    model, tokenizer = _fresh(tiny)
+    renderer = ChatRenderer(tokenizer, chat_template_kwargs={"enable_thinking": False})
+    anchor = renderer.prompt_ids([{"role": "user", "content": "x"}])[-4:]
+    call = '<tool_call>\n{"name": "query", "arguments": {"sql": "SELECT 1"}}\n</tool_call><|im_end|>'
+    generation = {"max_new_tokens": 40, **_scripted(tokenizer, call, anchor)}
+    trainer = build_trainer(config, model, tokenizer, output_dir=str(tmp_path / "trainer"),
+                            generation_kwargs=generation, max_steps=1)
+    prompts = [trainer.train_dataset[i]["prompt"] for i in (0, 0)]
+    out = rollout_func(prompts, trainer)
+    assert out["operational"] == pytest.approx([0.01 - 0.03] * 2) and out["correctness"] == [0.0, 0.0]
+    for ids, mask in zip(out["completion_ids"], out["env_mask"]):
+        text = tokenizer.decode(ids)
+        assert text.count("<tool_call>") == config.step_budget and text.endswith("<|im_end|>")
+        # model tokens, then the tool result (masked), then model tokens again
+        assert mask[0] == 1 and mask[-1] == 1 and 0 in mask
+        masked = tokenizer.decode([t for t, m in zip(ids, mask) if m == 0])
+        assert "<tool_response>" in masked and "1 step left" in masked
+    trainer.train()
+    log = next(h for h in trainer.state.log_history if "reward" in h)
+    assert log["tools/call_frequency"] == pytest.approx(config.step_budget)
+    assert log["rewards/reward_operational/mean"] == pytest.approx(0.01 - 0.03)

@@ -215,7 +215,10 @@ def _plain_sampling(generation_config: Any) -> float | None:
         and top_k in (None, 0)
         and getattr(generation_config, "min_p", None) in (None, 0.0)
         and getattr(generation_config, "repetition_penalty", None) in (None, 1.0)
-        and not getattr(generation_config, "suppress_tokens", None)
+        and not any(getattr(generation_config, name, None) for name in (
+            "suppress_tokens", "begin_suppress_tokens", "sequence_bias", "bad_words_ids", "no_repeat_ngram_size",
+            "forced_bos_token_id", "forced_eos_token_id", "min_new_tokens", "typical_p", "epsilon_cutoff",
+            "eta_cutoff"))
     )
     return float(generation_config.temperature or 1.0) if neutral else None
 
