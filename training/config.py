@@ -108,6 +108,8 @@ class TrainConfig:
         sft_learning_rate: SFT learning rate (default 1e-3, for the tiny model; use ~1e-5 for Hub models).
         sft_batch_size: conversations per SFT step (default 8).
         sft_episodes: oracle episodes rendered for SFT. `None` (default) = one per train question.
+        sft_describe: the oracle DESCRIBEs the tables before querying (default True, the strategy the system
+            prompt advises). False makes episodes shorter, which the tiny model learns faster.
 
     Hardware:
         device: `"auto"` (default: CUDA if present, else CPU), `"cpu"`, `"cuda"` or `"mps"`.
@@ -157,6 +159,7 @@ class TrainConfig:
     sft_learning_rate: float = 1e-3
     sft_batch_size: int = 8
     sft_episodes: int | None = None
+    sft_describe: bool = True
     # --- hardware ---
     device: str = "auto"
     precision: str = "auto"
