@@ -324,3 +324,32 @@ def test_rollout_path_runs_tool_calls_within_the_budget(tiny, tmp_path):
     log = next(h for h in trainer.state.log_history if "reward" in h)
     assert log["tools/call_frequency"] == pytest.approx(config.step_budget)
     assert log["rewards/reward_operational/mean"] == pytest.approx(0.01 - 0.03)
+
+
+def test_an_existing_run_is_never_overwritten(tmp_path):
+    from training.run_dir import RunDir
+    from training.train import run_training
+
+    run = RunDir.create(tmp_path, "taken")
+    run.write_status("completed", step=5)
+    with pytest.raises(FileExistsError, match="already holds a run"):
+        run_training(_small_config(tmp_path, output_dir=str(run.path)))
+    assert run.read_status()["status"] == "completed" and run.read_status()["step"] == 5
+
+
+def test_cli_trains_and_prints_progress(tmp_path):
+    out = tmp_path / "cli-run"
+    args = ["--config", str(REPO / "configs" / "tiny_cpu.json"), "--set", f"output_dir={out}"]
+    for key, value in dict(max_steps=1, num_generations=2, per_device_train_batch_size=2, step_budget=2,
+                           max_completion_length=64, max_turn_tokens=12, sft="false", eval_every=0,
+                           trace_every=0, comparison_episodes=1, compare_base="false").items():
+        args += ["--set", f"{key}={value}"]
+    proc = subprocess.run([sys.executable, "-m", "training.train", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "step 1/1" in proc.stdout and "trained:" in proc.stdout
+    last = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert last == {"run_dir": str(out), "status": "completed"}
+    again = subprocess.run([sys.executable, "-m", "training.train", *args], cwd=REPO, capture_output=True,
+                           text=True, timeout=300)
+    assert again.returncode == 2 and "already holds a run" in again.stderr

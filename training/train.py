@@ -70,6 +70,8 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
     run = RunDir(Path(config.output_dir))
     is_main = _is_main_process()
     if is_main:
+        if (run.path / "status.json").exists():
+            raise FileExistsError(f"{run.path} already holds a run: choose another run_id or output_dir")
         run.path.mkdir(parents=True, exist_ok=True)
     recorder = RunRecorder(run, listener, is_main=is_main)
     recorder.config(config.to_dict())
@@ -358,6 +360,9 @@ def main(argv: list[str] | None = None) -> int:
     listener = None if args.quiet or not _is_main_process() else _cli_listener(config.max_steps)
     try:
         run_dir = run_training(config, listener=listener)
+    except FileExistsError as exc:  # a taken run_id/output_dir is a bad argument: nothing was written
+        print(f"python -m training.train: error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted: run marked failed", file=sys.stderr)
         return 130
