@@ -8,7 +8,7 @@ log lines, so model building and SFT warm-start are not counted). Prints both ra
 (target >= 0.9), then the latency from a metrics line being logged (the runner's listener sees the record) to
 the page's chart showing that step (target <= 2 s): median and max over the run.
 
-    python bench/dashboard_tax.py [--config configs/tiny_cpu.json] [--steps 30] [--repeats 1]
+    python bench/dashboard_tax.py [--config configs/tiny_cpu.json] [--steps 20] [--repeats 2] [--set k=v ...]
 
 The last line is one JSON object with the figures.
 """
@@ -52,8 +52,14 @@ def median_step_rate(metrics: list[dict]) -> float | None:
     return 1.0 / statistics.median(times) if times else None
 
 
-def bench_config(path: Path, steps: int, out: Path) -> Path:
+def bench_config(path: Path, steps: int, out: Path, overrides: list[str] = ()) -> Path:
     config = json.loads(path.read_text()) if path.is_file() else {}
+    for item in overrides:
+        key, _, value = item.partition("=")
+        try:
+            config[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            config[key.strip()] = value
     # Every step logged (plot_every=1) so both runs are measured on the same points; evals/traces at the same
     # steps in both; no comparison at the end (it runs after GRPO and is not what we time).
     config.update({"max_steps": steps, "plot_every": 1, "comparison_episodes": 0})
@@ -140,6 +146,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", type=Path, default=REPO_ROOT / "configs" / "tiny_cpu.json")
     parser.add_argument("--steps", type=int, default=20, help="GRPO steps per run (default 20)")
     parser.add_argument("--repeats", type=int, default=2, help="CLI/dashboard pairs, alternated (default 2)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override for both runs (JSON value), e.g. --set sft_max_steps=60")
     parser.add_argument("--port", type=int, default=7877)
     args = parser.parse_args(argv)
     if not Path(CHROMIUM).exists():
@@ -156,7 +164,7 @@ def main(argv: list[str] | None = None) -> None:
 
             shutil.copytree(cached, runs_root / "models")
         os.environ["SQLENV_RUNS_DIR"] = str(runs_root)
-        config_path = bench_config(args.config, args.steps, tmp / "bench_config.json")
+        config_path = bench_config(args.config, args.steps, tmp / "bench_config.json", args.set)
         cli, dash, latencies = [], [], []
         for i in range(args.repeats):  # alternate, so drifting load on a shared machine hits both alike
             rate, median_rate, wall = run_cli(config_path, runs_root)

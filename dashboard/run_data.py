@@ -158,8 +158,10 @@ def progress(status: dict[str, Any], now: dt.datetime | None = None) -> dict[str
     finished = parse_time(status.get("finished_at")) if status.get("status") in ("completed", "failed", "stopped") else None
     elapsed = ((finished or now) - started).total_seconds() if started else None
     remaining = None
-    if status.get("status") == "running" and elapsed is not None and step and total:
-        remaining = elapsed / step * max(total - step, 0)
+    # Rate from the GRPO phase alone when the run says when it began (model loading and SFT are not steps).
+    grpo_started = parse_time(status.get("grpo_started_at")) or started
+    if status.get("status") == "running" and grpo_started is not None and step and total:
+        remaining = (now - grpo_started).total_seconds() / step * max(total - step, 0)
     elif status.get("status") in ("completed", "failed", "stopped"):
         remaining = 0.0
     return {"step": int(step), "total": int(total) if total else None, "elapsed": elapsed, "remaining": remaining}

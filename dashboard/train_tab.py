@@ -111,18 +111,23 @@ def status_html(snap: RunSnapshot | None, note: str | None, runner_error: str | 
         pct = 100.0
     kind = {"running": "ok", "completed": "ok", "queued": "warn", "stopped": "warn"}.get(state, "bad")
     total = p["total"] if p["total"] is not None else "?"
-    remaining = fmt_duration(p["remaining"]) if p["remaining"] is not None else "estimating…"
-    phase = status.get("phase") or status.get("message") or ""
+    if state in ("stopped", "failed"):
+        remaining = "— (ended)"
+    else:
+        remaining = fmt_duration(p["remaining"]) if p["remaining"] is not None else "estimating…"
+    phase = str(status.get("phase") or status.get("message") or "")
+    if phase and isinstance(status.get("phase_step"), int) and isinstance(status.get("phase_total"), int):
+        phase += f" {status['phase_step']}/{status['phase_total']}"  # e.g. SFT warm-start progress
     error = status.get("error") or (runner_error if state == "failed" else None)
     err = f'<div class="sqe-err-box">{html.escape(str(error))}</div>' if error else ""
     config = snap.config or {}
+    parts = (config.get("model") or status.get("model"), config.get("dataset") or status.get("dataset"), phase)
     return (
         f'<div id="train-status" class="sqe-card sqe-status" data-run="{html.escape(snap.run_id)}" '
         f'data-status="{html.escape(state)}" data-step="{p["step"]}" data-phase="{html.escape(str(status.get("phase", "")))}" '
         f'data-plotted-step="{plotted if plotted is not None else ""}">'
         f'<div><b>{html.escape(snap.run_id)}</b> <span class="sqe-badge sqe-{kind}">{html.escape(state)}</span> '
-        f'<span class="sqe-muted">{html.escape(str(config.get("model", "")))} · {html.escape(str(config.get("dataset", "")))}'
-        f'{" · " + html.escape(str(phase)) if phase else ""}</span></div>'
+        f'<span class="sqe-muted">{html.escape(" · ".join(str(v) for v in parts if v))}</span></div>'
         f'<div class="sqe-progress"><div style="width:{pct:.1f}%"></div></div>'
         f'<div class="sqe-progress-text">step <b>{p["step"]} / {total}</b> · elapsed {fmt_duration(p["elapsed"])}'
         f' · remaining {remaining}</div>'

@@ -149,8 +149,11 @@ def summary_rows(summary: dict[str, Any]) -> list[list[Any]]:
             success = as_float(stats.get("success_rate"))
             reward = as_float(stats.get("avg_reward"))
             steps = as_float(stats.get("avg_steps"))
+            label = name
+            if name == "base" and summary.get("base_label"):
+                label = f"base: {summary['base_label']}"
             rows.append([
-                name,
+                label,
                 f"{success:.0%}" if success is not None else "–",
                 f"{reward:.3f}" if reward is not None else "–",
                 f"{steps:.1f}" if steps is not None else "–",
