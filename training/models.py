@@ -152,7 +152,7 @@ def _from_pretrained(name: str, dtype: Any, device: Any):
         tokenizer = AutoTokenizer.from_pretrained(name)
         model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype)
     except (OSError, ValueError, EnvironmentError) as exc:
-        offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
+        offline = _offline()
         if looks_local:
             hint = "check that it holds a model and tokenizer written by save_pretrained"
         elif offline:
@@ -172,6 +172,18 @@ def _from_pretrained(name: str, dtype: Any, device: Any):
     model.to(device)
     model.train()
     return model, tokenizer
+
+
+def _offline() -> bool:
+    """HF_HUB_OFFLINE as huggingface_hub sees it (read at its import) or as the environment says now."""
+    try:
+        from huggingface_hub import constants
+
+        if constants.is_offline_mode():
+            return True
+    except ImportError:  # pragma: no cover - huggingface_hub comes with transformers
+        pass
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
 
 
 # --------------------------------------------------------------------------------------------- built-in tiny

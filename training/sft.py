@@ -25,7 +25,7 @@ import inspect
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any
 
 __all__ = ["SFTResult", "SFTSettings", "build_sft_dataset", "oracle_conversations", "run_sft", "tool_schemas"]
@@ -50,6 +50,8 @@ class SFTSettings:
         max_length: longest tokenized episode; longer ones are truncated (2048).
         episodes: oracle episodes to imitate (None = one per question of the split).
         describe: the oracle DESCRIBEs the tables involved before querying (True), as the system prompt advises.
+        gradient_checkpointing: recompute activations in the backward pass (False). TRL turns it on by default;
+            it saves memory on big models but costs ~20-30% time, which the tiny model does not need.
         seed: data order and dropout seed (0).
         logging_steps: how often the trainer logs the loss (10).
         output_dir: scratch directory for the trainer (nothing is saved there unless you save the model).
@@ -69,6 +71,7 @@ class SFTSettings:
     max_length: int | None = 2048
     episodes: int | None = None
     describe: bool = True
+    gradient_checkpointing: bool = False
     seed: int = 0
     logging_steps: int = 10
     output_dir: str | None = None
@@ -84,21 +87,28 @@ class SFTSettings:
             return config
         if config is None:
             return cls()
-        data = dict(config) if isinstance(config, dict) else {
-            k: getattr(config, k) for k in dir(config) if not k.startswith("_") and not callable(getattr(config, k))
-        }
+        if isinstance(config, dict):
+            data = dict(config)
+        elif is_dataclass(config):
+            data = {f.name: getattr(config, f.name) for f in fields(config)}
+        else:
+            data = dict(vars(config))
         names = {f.name for f in fields(cls)}
-        values: dict[str, Any] = {}
-        for key, value in data.items():
-            if key in names and not key.startswith("sft_"):
-                values[key] = value
-        for key, value in data.items():
-            if key.startswith("sft_") and key[4:] in names:
-                values[key[4:]] = value
-        if "dataset" in values and not isinstance(values["dataset"], str):
+        if any(key.startswith("sft_") for key in data):
+            # A training config: only these shared fields apply to SFT (its learning_rate, max_steps, ... are GRPO's).
+            values = {key: data[key] for key in ("dataset", "step_budget", "seed") if data.get(key) is not None}
+            if data.get("train_split") is not None:
+                values["split"] = data["train_split"]
+            for key, value in data.items():
+                if key.startswith("sft_") and key[4:] in names and value is not None:
+                    values[key[4:]] = value
+        else:
+            unknown = sorted(set(data) - names)
+            if unknown:
+                raise ValueError(f"unknown SFT settings {unknown}; known: {sorted(names)}")
+            values = data
+        if not isinstance(values.get("dataset", ""), str):
             values["dataset"] = str(values["dataset"])
-        if "train_split" in data and "split" not in values:
-            values["split"] = data["train_split"]
         return cls(**values)
 
 
@@ -258,11 +268,14 @@ def run_sft(
             save_strategy="no",
             report_to="none",
             seed=settings.seed,
+            gradient_checkpointing=settings.gradient_checkpointing,
             use_cpu=on_cpu,
             bf16=param.dtype == torch.bfloat16,
             fp16=param.dtype == torch.float16,
             dataloader_pin_memory=not on_cpu,
             disable_tqdm=True,
+            # Batches of similar lengths waste less compute on padding.
+            train_sampling_strategy="group_by_length",
         )
         trainer = SFTTrainer(
             model=model, args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=callbacks

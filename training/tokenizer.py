@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import collections
 import json
+import os
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -74,13 +76,21 @@ def find_phrases(
       `prefix_fraction` of the texts: the head of each tool call, e.g. `{"name": "query", "arguments": {"sql": "`,
       so choosing a tool and its argument is one token for the model.
 
-    Both need `min_chars` or more. Special and added tokens are cut out first, so a phrase never contains one.
+    - The longest run of text that starts every text's first segment (between special tokens): the whole
+      system turn (system prompt, Qwen3's tool header, every tool schema) becomes one token.
+
+    All need `min_chars` or more. Special and added tokens are cut out first, so a phrase never contains one
+    (TRL finds turn boundaries by the `<|im_end|>` token, so it must stay a token of its own).
     """
     lines: collections.Counter[str] = collections.Counter()
     prefixes: collections.Counter[str] = collections.Counter()
+    shared: str | None = None
     for text in texts:
-        for token in SPECIAL_TOKENS + ADDED_TOKENS:
-            text = text.replace(token, "\n")
+        segments = _split_on_added_tokens(text)
+        if segments:
+            first = max(segments[:2], key=len)  # the system turn's text, after `<|im_start|>`
+            shared = first if shared is None else os.path.commonprefix([shared, first])
+        text = "\n".join(segments)
         seen_lines = {line for line in text.split("\n") if len(line.strip()) >= min_chars}
         lines.update(seen_lines)
         seen_prefixes = set()
@@ -95,7 +105,16 @@ def find_phrases(
     prefix_threshold = max(2, int(prefix_fraction * len(texts)))
     found = {line for line, n in lines.items() if n >= line_threshold}
     found |= {p for p, n in prefixes.items() if n >= prefix_threshold and p not in found}
+    # Prefixes of kept lines are never used (the longest match wins), so drop them.
+    found = {p for p in found if not any(q != p and q.startswith(p) for q in found)}
+    if shared and len(texts) >= 2 and len(shared.strip()) >= min_chars:
+        found.add(shared)
     return sorted(found)
+
+
+def _split_on_added_tokens(text: str) -> list[str]:
+    pattern = "|".join(re.escape(t) for t in SPECIAL_TOKENS + ADDED_TOKENS)
+    return [segment for segment in re.split(pattern, text) if segment]
 
 
 def train_tokenizer(
