@@ -119,7 +119,8 @@ def test_reset_clears_state_and_instances_are_isolated(questions):
     assert b.observation.question == qb.question_text
     a.query("SELECT 1")  # post-episode penalty
     a.reset(question_id=qb.question_id)
-    assert a.breakdown.total == 0.0 and a.post_episode_calls == 0 and not a.done
+    assert a.breakdown.total == pytest.approx(a.unfinished_penalty) == pytest.approx(4 * -0.02)
+    assert a.post_episode_calls == 0 and not a.done and a.breakdown.correctness == 0.0
     assert a.observation.question == qb.question_text
 
 
@@ -158,8 +159,22 @@ def test_reward_functions_on_environment_path(questions):
     operational = reward_operational(prompts_, completions, environments=envs)
     assert correctness == [1.0, 0.0, 0.0]
     assert 0.0 < progress[0] <= 1.0 and progress[1] == 0.0 and progress[2] == 0.0
-    assert operational[1] < 0 and operational[2] == 0.0
+    # envs[1] erred once then stopped, envs[2] never acted: both pay the step cost of the whole budget (4 steps)
+    assert operational[1] == pytest.approx(-0.08) and operational[2] == pytest.approx(-0.08)
     assert operational == [e.breakdown.operational for e in envs]
+
+
+def test_giving_up_never_beats_trying(questions):
+    """An episode the model abandons is charged its unused steps: silence scores like spending the budget."""
+    silent, wrong, spent = SQLEnvTRL(), SQLEnvTRL(), SQLEnvTRL()
+    for env in (silent, wrong, spent):
+        env.reset(question_id=questions[2].question_id)
+    assert silent.unfinished_penalty == pytest.approx(4 * -0.02)
+    wrong.answer("not it")
+    for _ in range(4):
+        spent.sample(questions[2].tables_involved[0])
+    assert wrong.unfinished_penalty == 0.0 and spent.unfinished_penalty == 0.0 and spent.done
+    assert silent.reward <= spent.reward < wrong.reward
 
 
 def test_reward_functions_on_rollout_fields():

@@ -60,8 +60,9 @@ def reward_progress(prompts: list, completions: list, **kwargs: Any) -> list[flo
 
 
 def reward_operational(prompts: list, completions: list, **kwargs: Any) -> list[float]:
-    """Sum of the episode's layer-1 signals: executed without error, new information, repeats, step cost
-    (plus the penalty for tool calls after the episode ended)."""
+    """Sum of the episode's layer-1 signals: executed without error, new information, repeats, step cost;
+    plus the adapter's charges: tool calls after the episode ended, and the step cost of the unused budget
+    when the model stopped before answering (see `SQLEnvTRL.unfinished_penalty`)."""
     return _from_kwargs("operational", len(completions), kwargs)
 
 

@@ -14,8 +14,10 @@ every public method except `reset` becomes a tool: helpers here are private or p
 
 The episode ends at ANSWER or when the step budget is spent; the tool result then says so, the model replies
 without a tool call and TRL's loop stops (`max_tool_calling_iterations` is set to the step budget as a cap).
-A call after the end runs nothing and costs `post_episode_penalty`. Rewards accumulate per instance and are
-read by the reward functions in `training.rewards` through `kwargs["environments"]`.
+A call after the end runs nothing and costs `POST_EPISODE_PENALTY`; an episode the model abandons (a turn
+without a tool call before ANSWER) is charged the step cost of its unused steps, so giving up never scores
+better than trying. Rewards accumulate per instance and are read by the reward functions in
+`training.rewards` through `kwargs["environments"]`.
 """
 
 from __future__ import annotations
@@ -216,13 +218,25 @@ class SQLEnvTRL:
         return bool(self._observation is not None and self._observation.done)
 
     @property
+    def unfinished_penalty(self) -> float:
+        """Operational charge of an episode the model left unfinished (it stopped calling tools before ANSWER
+        and before the budget ran out): the step cost of every unused step. Without it, saying nothing
+        (reward 0) beats trying and failing (step costs), and GRPO learns to stop calling tools."""
+        if self._env is None or self._observation is None or self._observation.done:
+            return 0.0
+        return self._env.reward_config.step_cost * self._observation.budget_remaining
+
+    @property
     def breakdown(self) -> RewardBreakdown:
-        """This episode's reward so far by layer; the post-episode penalty counts as operational."""
+        """This episode's reward by layer, as GRPO scores it: the environment's breakdown, with the post-episode
+        penalty and the unfinished-episode charge counted as operational."""
         if self._env is None or self._observation is None:
             return RewardBreakdown()
         rb = self._env.reward_breakdown
         return RewardBreakdown(
-            operational=rb.operational + self._penalty, progress=rb.progress, correctness=rb.correctness
+            operational=rb.operational + self._penalty + self.unfinished_penalty,
+            progress=rb.progress,
+            correctness=rb.correctness,
         )
 
     @property
