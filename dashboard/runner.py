@@ -115,12 +115,13 @@ class TrainingRunner:
                     "before starting another."
                 )
             run_id = new_run_id()
-            run = RunDir.create(self.runs_root, run_id)
+            while (self.runs_root / run_id).exists():
+                run_id = new_run_id()
+            # The runner names the run, so the page knows which directory to show before training writes it.
+            # The training entry point creates the directory (it refuses one that already holds a run).
+            run = RunDir(self.runs_root / run_id)
             if dataclasses.is_dataclass(config):
-                # The runner names the run, so it knows which directory to show before training writes to it.
                 config = dataclasses.replace(config, run_id=run_id, output_dir=str(run.path))
-            total = getattr(config, "max_steps", None)
-            run.write_status("queued", created_at=now_iso(), step=0, total_steps=total, source="dashboard")
             self._stop = threading.Event()
             self.active_run_id = run_id
             self.last_run_id = run_id
@@ -166,15 +167,18 @@ class TrainingRunner:
                 from training.train import run_training as train_fn
             train_fn(config, stop_event=self._stop, listener=self._listener)
             status = run.read_status(default={})
-            if status.get("status") in (None, "queued", "running"):
+            if status.get("status") in ("queued", "running"):
                 # The entry point returned without saying how it ended: trust the stop flag.
                 run.write_status("stopped" if self._stop.is_set() else "completed", finished_at=now_iso())
         except BaseException as exc:  # noqa: BLE001 - a crash marks the run failed; the app keeps serving
             message = f"{type(exc).__name__}: {exc}"
             self.last_error = message
-            status = run.read_status(default={})
-            if status.get("status") != "failed" or not status.get("error"):
-                run.write_status("failed", error=message, finished_at=now_iso())
+            # The entry point marks the runs it started failed itself; a run that never got that far (no
+            # status.json yet: e.g. the training package failed to import) is marked here.
+            if not run.file("status.json").exists():
+                run.path.mkdir(parents=True, exist_ok=True)
+                run.write_status("failed", error=message, created_at=now_iso(), finished_at=now_iso(),
+                                 source="dashboard")
             print(f"[dashboard] run {run.run_id} failed: {message}", file=sys.stderr)
             traceback.print_exc()
         finally:

@@ -207,6 +207,9 @@ def build(ctx: AppContext) -> dict[str, Any]:
             # Nothing started in this process (the Runs tab shows older runs).
             return status_html(None, None), gr.skip(), gr.skip(), gr.skip(), gr.skip(), last_seen
         snap, err = ctx.runs.try_snapshot(run_id)
+        if snap is None and runner.is_running and runner.active_run_id == run_id:
+            # Started a moment ago: training has not written its directory yet.
+            snap = RunSnapshot(run_id, {"status": "queued", "phase": "starting"}, None, None)
         if snap is None:
             return status_html(None, err), gr.skip(), gr.skip(), gr.skip(), gr.skip(), None
         key = (snap.run_id, snap.signature)

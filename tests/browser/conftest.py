@@ -138,8 +138,14 @@ def page(browser):
     context.close()
 
 
-def screenshot(page, name: str) -> Path:
+def _screenshot(page, name: str) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+@pytest.fixture(scope="session")
+def screenshot():
+    """`screenshot(page, name)` saves a full-page PNG under artifacts/screenshots/ (gitignored)."""
+    return _screenshot

@@ -12,8 +12,6 @@ import time
 
 import pytest
 
-from tests.browser.conftest import screenshot
-
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 RUN_ID = re.compile(r"^run-")
@@ -49,7 +47,7 @@ def plotted_points(page, elem_id: str) -> int:
 
 
 # ----------------------------------------------------------------------------------------------- Train
-def test_invalid_form_value_names_the_field(dashboard, page):
+def test_invalid_form_value_names_the_field(dashboard, page, screenshot):
     page.goto(dashboard["url"])
     page.locator("#cfg-learning_rate textarea, #cfg-learning_rate input").first.fill("fast please")
     page.locator("#train-start").click()
@@ -70,7 +68,7 @@ def test_invalid_form_value_names_the_field(dashboard, page):
     screenshot(page, "train_invalid_field")
 
 
-def test_train_live_reload_reattach_and_stop(dashboard, browser, page):
+def test_train_live_reload_reattach_and_stop(dashboard, browser, page, screenshot):
     page.goto(dashboard["url"])
     page.locator("#train-start").click()
     page.wait_for_function("() => document.querySelector('#train-form-message')?.dataset.kind === 'ok'")
@@ -145,7 +143,7 @@ def play_step(page, action: str, argument: str) -> None:
     )
 
 
-def test_play_an_episode_to_a_correct_answer(dashboard, page):
+def test_play_an_episode_to_a_correct_answer(dashboard, page, screenshot):
     from sqlenv.verifier import format_answer
 
     page.goto(dashboard["url"])
@@ -194,7 +192,7 @@ def test_play_sessions_are_separate(dashboard, browser):
             p.context.close()
 
 
-def test_compare_shows_random_vs_trained_for_the_run(dashboard, page):
+def test_compare_shows_random_vs_trained_for_the_run(dashboard, page, screenshot):
     run_id = dashboard.get("run_id")
     if not run_id:
         pytest.skip("needs the run of test_train_live_reload_reattach_and_stop")
@@ -211,7 +209,7 @@ def test_compare_shows_random_vs_trained_for_the_run(dashboard, page):
     screenshot(page, "compare")
 
 
-def test_runs_lists_the_run_and_survives_broken_ones(dashboard, page):
+def test_runs_lists_the_run_and_survives_broken_ones(dashboard, page, screenshot):
     run_id = dashboard.get("run_id")
     if not run_id:
         pytest.skip("needs the run of test_train_live_reload_reattach_and_stop")
@@ -244,7 +242,7 @@ def test_runs_lists_the_run_and_survives_broken_ones(dashboard, page):
     screenshot(page, "runs_overlay")
 
 
-def test_unloadable_model_fails_the_run_with_its_message(dashboard, page):
+def test_unloadable_model_fails_the_run_with_its_message(dashboard, page, screenshot):
     page.goto(dashboard["url"])
     page.wait_for_function("() => document.querySelector('#train-status') !== null")
     box = page.locator("#cfg-model input")
