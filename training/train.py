@@ -5,11 +5,16 @@ One function for the CLI, the notebook and the dashboard (which calls it in a th
     run_dir = run_training(TrainConfig.from_json("configs/tiny_cpu.json"))
 
 It writes `runs/<run_id>/` (format in `training/run_dir.py`): config.json, status.json (queued → running →
-completed | stopped | failed, with the error message), then loads the model (`training.models`), warm-starts
+completed | stopped | failed, with the error message, and a `phase`: loading model, sft, base eval, grpo,
+saving, comparison, done), then loads the model (`training.models`), warm-starts
 it with SFT when enabled (`training.sft`), trains with GRPO (`training.rollout.build_trainer`; live files by
 `training.callbacks.RunCallback`), saves `final/` (temp dir, then renamed), and plays the comparison: the
 random policy, the trained model (and the model as GRPO found it, when cheap) on the same eval questions with
 the same seeds → comparison.jsonl. Any exception marks the run failed with its message and is re-raised.
+
+Stopping (`stop_event.set()`): training ends after the current step, final/ is saved and the run is marked
+`stopped` at once; a short comparison (at most 5 episodes) still follows, so a stopped run can be compared,
+and status.json says `phase: done` when it is over.
 
 CLI (`python -m training.train --config configs/tiny_cpu.json --set max_steps=20 ...`) prints progress lines;
 bad arguments print one line and exit with code 2. Under `accelerate launch` every rank trains and only the
@@ -81,7 +86,8 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
     model = trainer = tokenizer = None
     threads_before = _set_cpu_threads(config)
     try:
-        recorder.status("running", started_at=now_iso(), phase="loading model")
+        recorder.status("running", started_at=now_iso(), phase="loading model", device=config.resolved_device(),
+                        precision=config.resolved_precision(), cpu_threads=config.resolved_cpu_threads())
         _check_stop(stop_event)
         _seed_everything(config.seed)
         from training.models import load_model_and_tokenizer
@@ -126,7 +132,7 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
         if is_main and config.comparison_episodes > 0:
             recorder.status(phase="comparison")
             n = min(config.comparison_episodes, 5) if stopped else config.comparison_episodes
-            _comparison(recorder, model, tokenizer, config, n, None if stopped else base_result)
+            _comparison(recorder, model, tokenizer, config, n, base_result)
         recorder.status("stopped" if stopped else "completed", finished_at=now_iso(), phase="done",
                         final_dir=str(run.final_dir), seconds=round(time.time() - started, 2))
         return run.path
