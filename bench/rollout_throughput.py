@@ -1,6 +1,6 @@
 """Rollout throughput: batched `rollout_func` vs one episode at a time, same 32 episodes, tiny model.
 
-    python bench/rollout_throughput.py [--episodes 32] [--step-budget 3] [--turn-tokens 32]
+    python bench/rollout_throughput.py [--episodes 32] [--step-budget 3] [--turn-tokens 32] [--model DIR]
 
 Both sides call the real `training.rollout.rollout_func` through a real GRPOTrainer (rollout path): once with
 all episodes in one call (one `generate` per turn for every live episode), once per episode. Same prompts, same
@@ -27,6 +27,8 @@ def main() -> None:
     parser.add_argument("--step-budget", type=int, default=3)
     parser.add_argument("--turn-tokens", type=int, default=32)
     parser.add_argument("--dataset", default="builtin")
+    parser.add_argument("--model", default="builtin:tiny",
+                        help="builtin:tiny (default, untrained) or a run's final/ (e.g. after SFT: realistic turns)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1, as training uses)")
     args = parser.parse_args()
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -41,7 +43,7 @@ def main() -> None:
     from training.models import load_model_and_tokenizer
     from training.rollout import build_trainer, rollout_func
 
-    model, tokenizer = load_model_and_tokenizer("builtin:tiny", device="cpu")
+    model, tokenizer = load_model_and_tokenizer(args.model, device="cpu")
     config = TrainConfig(
         dataset=args.dataset, rollout="rollout_func", step_budget=args.step_budget, num_generations=2,
         per_device_train_batch_size=2, max_steps=1, max_turn_tokens=args.turn_tokens,
@@ -67,7 +69,7 @@ def main() -> None:
         single_s, single_tokens = timed([[p] for p in prompts])
     n = args.episodes
     batched_eps, single_eps = n / batched_s, n / single_s
-    print(f"episodes: {n}  step budget: {args.step_budget}  turn tokens: {args.turn_tokens}  "
+    print(f"model: {args.model}  episodes: {n}  step budget: {args.step_budget}  turn tokens: {args.turn_tokens}  "
           f"threads: {torch.get_num_threads()}")
     print(f"one at a time: {single_eps:8.2f} episodes/s  ({single_s:.1f} s, {single_tokens} generated tokens)")
     print(f"batched      : {batched_eps:8.2f} episodes/s  ({batched_s:.1f} s, {batched_tokens} generated tokens)")
