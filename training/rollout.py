@@ -22,13 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from sqlenv.types import ACTION_TYPES, SQLAction, SQLObservation
-from training.prompts import (
-    episode_over_message,
-    fit_context,
-    format_tool_result,
-    initial_messages,
-    tool_call_to_action,
-)
+from training.prompts import episode_over_message, fit_context, initial_messages, tool_call_to_action
 
 __all__ = [
     "parse_model_output",
