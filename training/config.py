@@ -114,7 +114,8 @@ class TrainConfig:
     Hardware:
         device: `"auto"` (default: CUDA if present, else CPU), `"cpu"`, `"cuda"` or `"mps"`.
         precision: `"auto"` (default: bf16 on a GPU that supports it, fp32 otherwise; fp16 only when asked,
-            as GRPO's ratios are fragile in fp16), `"bf16"`, `"fp16"` or `"fp32"`.
+            as GRPO's ratios are fragile in fp16), `"bf16"`, `"fp16"` or `"fp32"`. Mixed precision: weights
+            and optimizer state stay fp32 (tiny GRPO updates survive), compute runs in bf16/fp16 autocast.
         cpu_threads: torch threads when training on CPU. `None` (default) = auto: 1 for `builtin:tiny` (its
             matrices are too small to split, and on a busy machine two spinning threads per process measured
             10x slower per forward than one), torch's default otherwise.

@@ -189,8 +189,9 @@ def _device_kwargs(config: TrainConfig) -> dict[str, Any]:
     import torch
 
     device = config.resolved_device()
-    precision = config.resolved_precision()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float32  # fp16: fp32 weights + autocast
+    # Master weights stay fp32 whatever the precision: bf16/fp16 is autocast (GRPOConfig.bf16/fp16), as TRL does
+    # by default. Pure bf16 weights would round GRPO's ~1e-6 updates away.
+    dtype = torch.float32
     if _world_size() > 1:
         device = "cpu"  # the Trainer moves each rank's copy to its own GPU
     return {"device": device, "dtype": dtype}
