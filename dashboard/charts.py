@@ -1,5 +1,11 @@
 """Plotly figures built from run-directory records (pure functions: records in, figure out).
 
+A figure is plotly's own JSON form, `{"data": [traces], "layout": {...}}`, built as plain dicts: the pages
+rebuild charts while a run trains in the same process, and constructing `plotly.graph_objects.Figure`s
+(which validates every property) cost ~200 ms of the GIL per chart, a tax on the training thread; plain
+dicts cost well under a millisecond. `go.Figure(fig)` turns one into a Figure when wanted; `plot_data(fig)`
+hands it to `gr.Plot`.
+
 Every builder takes the plain dicts that `training.run_dir.RunDir.read(...)` returns and never raises on odd
 records: a value that is missing, None, NaN or not a number is skipped, so a half-written or hand-edited run
 still plots what it can.
@@ -7,10 +13,11 @@ still plots what it can.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Iterable
 
-import plotly.graph_objects as go
+Figure = dict[str, Any]
 
 # One colour per concept, reused across charts so "eval" or "correctness" always looks the same.
 COLORS = {
@@ -82,70 +89,85 @@ def last_step(records: Iterable[dict[str, Any]]) -> int | None:
     return int(max(steps)) if steps else None
 
 
-def _layout(fig: go.Figure, title: str, y_title: str, empty_note: str | None = None) -> go.Figure:
-    fig.update_layout(
-        title={"text": title, "x": 0.01, "font": {"size": 15}},
-        template="plotly_white",
-        height=CHART_HEIGHT,
-        margin={"l": 55, "r": 15, "t": 70, "b": 45},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 0.0, "font": {"size": 11}},
-        xaxis_title="step",
-        yaxis_title=y_title,
-        hovermode="x unified",
-    )
-    xs = [x for trace in fig.data for x in (trace.x or ()) if isinstance(x, (int, float))]
+# plotly_white, inlined: a named template only exists in Python, the browser gets the JSON.
+_AXIS = {"gridcolor": "#EBF0F8", "zerolinecolor": "#EBF0F8", "linecolor": "#EBF0F8", "automargin": True,
+         "ticks": "", "zerolinewidth": 2, "title": {"standoff": 8}}
+
+
+def scatter(x, y, name: str, **props: Any) -> dict[str, Any]:
+    return {"type": "scatter", "x": list(x), "y": list(y), "name": name, **props}
+
+
+def _layout(data: list[dict], title: str, y_title: str, empty_note: str | None = None,
+            **extra: Any) -> Figure:
+    layout: dict[str, Any] = {
+        "title": {"text": title, "x": 0.01, "font": {"size": 15}},
+        "height": CHART_HEIGHT,
+        "margin": {"l": 55, "r": 15, "t": 70, "b": 45},
+        "paper_bgcolor": "white",
+        "plot_bgcolor": "white",
+        "font": {"color": "#2a3f5f"},
+        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 0.0, "font": {"size": 11}},
+        "hovermode": "x unified",
+        "xaxis": {**_AXIS, "title": {"text": "step"}},
+        "yaxis": {**_AXIS, "title": {"text": y_title}},
+    }
+    xs = [x for trace in data for x in trace.get("x", ()) if isinstance(x, (int, float))]
     if xs and max(xs) - min(xs) < 10:
-        fig.update_xaxes(dtick=1)  # a young run: whole steps, not 1.5
+        layout["xaxis"]["dtick"] = 1  # a young run: whole steps, not 1.5
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(layout.get(key), dict):
+            layout[key] = {**layout[key], **value}
+        else:
+            layout[key] = value
     if empty_note:
-        fig.add_annotation(
-            text=empty_note, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5,
-            font={"size": 13, "color": "#64748b"},
-        )
-        fig.update_xaxes(showticklabels=False)
-        fig.update_yaxes(showticklabels=False)
-    return fig
+        layout["annotations"] = [{
+            "text": empty_note, "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
+            "font": {"size": 13, "color": "#64748b"},
+        }]
+        layout["xaxis"]["showticklabels"] = False
+        layout["yaxis"]["showticklabels"] = False
+    return {"data": data, "layout": layout}
 
 
-def reward_figure(metrics: list[dict[str, Any]], title: str = "Reward") -> go.Figure:
+def plot_data(fig: Figure):
+    """The figure as Gradio's plot payload (plotly JSON, no Figure object in between)."""
+    from gradio.components.plot import PlotData
+
+    return PlotData(type="plotly", plot=json.dumps(fig, allow_nan=False, default=str))
+
+
+def reward_figure(metrics: list[dict[str, Any]], title: str = "Reward") -> Figure:
     """Mean reward per logged step with a ± std band, plus each reward function's mean."""
-    fig = go.Figure()
+    data = []
     x, mean = series(metrics, "reward")
     if x:
         std_by_x = dict(zip(*series(metrics, "reward_std")))
         upper = [m + std_by_x.get(xi, 0.0) for xi, m in zip(x, mean)]
         lower = [m - std_by_x.get(xi, 0.0) for xi, m in zip(x, mean)]
-        fig.add_trace(go.Scatter(
-            x=x + x[::-1], y=upper + lower[::-1], fill="toself", fillcolor="rgba(79,70,229,0.14)",
-            line={"width": 0}, hoverinfo="skip", name="± std", showlegend=True,
-        ))
-        fig.add_trace(go.Scatter(
-            x=x, y=mean, mode="lines+markers", name="reward (mean)",
-            line={"color": COLORS["reward"], "width": 2.5}, marker={"size": 5},
-        ))
+        data.append(scatter(x + x[::-1], upper + lower[::-1], "± std", fill="toself",
+                            fillcolor="rgba(79,70,229,0.14)", line={"width": 0}, hoverinfo="skip"))
+        data.append(scatter(x, mean, "reward (mean)", mode="lines+markers",
+                            line={"color": COLORS["reward"], "width": 2.5}, marker={"size": 5}))
     for i, name in enumerate(reward_components(metrics)):
         cx, cy = series(metrics, f"rewards/{name}/mean")
         if cx:
-            short = name.removeprefix("reward_")
-            fig.add_trace(go.Scatter(
-                x=cx, y=cy, mode="lines", name=short,
-                line={"color": COLORS.get(name, PALETTE[(i + 2) % len(PALETTE)]), "width": 1.5, "dash": "dot"},
-            ))
-    return _layout(fig, title, "reward", None if fig.data else "waiting for the first logged step…")
+            data.append(scatter(cx, cy, name.removeprefix("reward_"), mode="lines", line={
+                "color": COLORS.get(name, PALETTE[(i + 2) % len(PALETTE)]), "width": 1.5, "dash": "dot"}))
+    return _layout(data, title, "reward", None if data else "waiting for the first logged step…")
 
 
 def success_figure(
     evals: list[dict[str, Any]], metrics: list[dict[str, Any]] | None = None, title: str = "Success rate"
-) -> go.Figure:
+) -> Figure:
     """Greedy-episode success rate per split (train vs eval) from evals.jsonl; the rollouts' correctness
     reward (a sampled, noisier view of the same thing) is drawn faintly behind when metrics are given."""
-    fig = go.Figure()
+    data = []
     if metrics:
         rx, ry = series(metrics, "rewards/reward_correctness/mean")
         if rx:
-            fig.add_trace(go.Scatter(
-                x=rx, y=ry, mode="lines", name="rollouts (sampled)",
-                line={"color": COLORS["rollout"], "width": 1, "dash": "dot"},
-            ))
+            data.append(scatter(rx, ry, "rollouts (sampled)", mode="lines",
+                                line={"color": COLORS["rollout"], "width": 1, "dash": "dot"}))
     splits: list[str] = []
     for record in evals:
         split = record.get("split") if isinstance(record, dict) else None
@@ -154,62 +176,54 @@ def success_figure(
     for i, split in enumerate(splits):
         sx, sy = series([r for r in evals if isinstance(r, dict) and r.get("split") == split], "success_rate")
         if sx:
-            fig.add_trace(go.Scatter(
-                x=sx, y=sy, mode="lines+markers", name=f"{split} split",
-                line={"color": COLORS.get(split, PALETTE[i % len(PALETTE)]), "width": 2.5}, marker={"size": 7},
-            ))
-    fig.update_yaxes(range=[-0.03, 1.03], tickformat=".0%")
-    return _layout(fig, title, "success", None if fig.data else "no evaluation yet")
+            data.append(scatter(sx, sy, f"{split} split", mode="lines+markers", marker={"size": 7},
+                                line={"color": COLORS.get(split, PALETTE[i % len(PALETTE)]), "width": 2.5}))
+    return _layout(data, title, "success", None if data else "no evaluation yet",
+                   yaxis={"range": [-0.03, 1.03], "tickformat": ".0%"})
 
 
-def tool_health_figure(metrics: list[dict[str, Any]], title: str = "Tool health") -> go.Figure:
+def tool_health_figure(metrics: list[dict[str, Any]], title: str = "Tool health") -> Figure:
     """The signals that say why a run is not learning: tool calls per sample, tool failure rate, clipped
     completions, and the fraction of groups whose rewards all tie (no GRPO advantage)."""
-    fig = go.Figure()
+    data = []
     for key, label in TOOL_HEALTH_KEYS:
         x, y = series(metrics, key)
         if x:
             # Calls per sample is a count (0..budget); the others are fractions: give it the right-hand axis.
             count = key == "tools/call_frequency"
-            fig.add_trace(go.Scatter(
-                x=x, y=y, mode="lines+markers", name=label + (" (right axis)" if count else ""),
-                line={"color": COLORS[key], "width": 2, "dash": "dash" if count else "solid"}, marker={"size": 4},
-                yaxis="y2" if count else "y",
-            ))
-    fig = _layout(fig, title, "fraction", None if fig.data else "no tool metrics logged yet")
-    fig.update_yaxes(range=[-0.03, 1.03], tickformat=".0%")
-    if fig.data:
-        fig.update_layout(yaxis2={"title": "calls / sample", "overlaying": "y", "side": "right", "rangemode": "tozero",
-                                  "showgrid": False})
-        fig.update_layout(margin={"r": 55})
-    return fig
+            data.append(scatter(x, y, label + (" (right axis)" if count else ""), mode="lines+markers",
+                                line={"color": COLORS[key], "width": 2, "dash": "dash" if count else "solid"},
+                                marker={"size": 4}, yaxis="y2" if count else "y"))
+    extra: dict[str, Any] = {"yaxis": {"range": [-0.03, 1.03], "tickformat": ".0%"}}
+    if data:
+        extra["yaxis2"] = {"title": {"text": "calls / sample"}, "overlaying": "y", "side": "right",
+                           "rangemode": "tozero", "showgrid": False, "automargin": True}
+        extra["margin"] = {"r": 55}
+    return _layout(data, title, "fraction", None if data else "no tool metrics logged yet", **extra)
 
 
 def overlay_figure(
     runs: dict[str, list[dict[str, Any]]], key: str, title: str, y_title: str,
     split: str | None = None, as_percent: bool = False,
-) -> go.Figure:
+) -> Figure:
     """One line per run for `key` (records filtered to `split` when given): compare runs at a glance."""
-    fig = go.Figure()
+    data = []
     for i, (name, records) in enumerate(runs.items()):
         if split is not None:
             records = [r for r in records if isinstance(r, dict) and r.get("split") == split]
         x, y = series(records, key)
         if x:
-            fig.add_trace(go.Scatter(
-                x=x, y=y, mode="lines+markers", name=name,
-                line={"color": PALETTE[i % len(PALETTE)], "width": 2}, marker={"size": 4},
-            ))
-    if as_percent:
-        fig.update_yaxes(range=[-0.03, 1.03], tickformat=".0%")
-    return _layout(fig, title, y_title, None if fig.data else "nothing to overlay: select runs with data")
+            data.append(scatter(x, y, name, mode="lines+markers", marker={"size": 4},
+                                line={"color": PALETTE[i % len(PALETTE)], "width": 2}))
+    extra = {"yaxis": {"range": [-0.03, 1.03], "tickformat": ".0%"}} if as_percent else {}
+    return _layout(data, title, y_title, None if data else "nothing to overlay: select runs with data", **extra)
 
 
-def reward_overlay(runs_metrics: dict[str, list[dict[str, Any]]]) -> go.Figure:
+def reward_overlay(runs_metrics: dict[str, list[dict[str, Any]]]) -> Figure:
     return overlay_figure(runs_metrics, "reward", "Reward (mean) by run", "reward")
 
 
-def success_overlay(runs_evals: dict[str, list[dict[str, Any]]], split: str = "eval") -> go.Figure:
+def success_overlay(runs_evals: dict[str, list[dict[str, Any]]], split: str = "eval") -> Figure:
     return overlay_figure(
         runs_evals, "success_rate", f"Success rate on the {split} split by run", "success", split=split,
         as_percent=True,

@@ -100,9 +100,9 @@ def build(ctx: AppContext) -> dict[str, Any]:
         with gr.Tab("Run detail", id="runs-detail"):
             detail = gr.HTML('<div class="sqe-muted">Pick a run above.</div>', elem_id="runs-detail")
             with gr.Row():
-                reward_plot = gr.Plot(charts.reward_figure([]), show_label=False, elem_id="runs-chart-reward")
-                success_plot = gr.Plot(charts.success_figure([]), show_label=False, elem_id="runs-chart-success")
-            health_plot = gr.Plot(charts.tool_health_figure([]), show_label=False, elem_id="runs-chart-health")
+                reward_plot = gr.Plot(charts.plot_data(charts.reward_figure([])), show_label=False, elem_id="runs-chart-reward")
+                success_plot = gr.Plot(charts.plot_data(charts.success_figure([])), show_label=False, elem_id="runs-chart-success")
+            health_plot = gr.Plot(charts.plot_data(charts.tool_health_figure([])), show_label=False, elem_id="runs-chart-health")
             with gr.Row(equal_height=False):
                 with gr.Column(scale=1, min_width=260):
                     config = gr.Code("", language="json", label="config.json", elem_id="runs-config",
@@ -112,8 +112,8 @@ def build(ctx: AppContext) -> dict[str, Any]:
                     trace = gr.HTML("", elem_id="runs-trace")
         with gr.Tab("Overlay", id="runs-overlay-tab"):
             with gr.Row():
-                overlay_reward = gr.Plot(charts.reward_overlay({}), show_label=False, elem_id="runs-overlay-reward")
-                overlay_success = gr.Plot(charts.success_overlay({}), show_label=False, elem_id="runs-overlay-success")
+                overlay_reward = gr.Plot(charts.plot_data(charts.reward_overlay({})), show_label=False, elem_id="runs-overlay-reward")
+                overlay_success = gr.Plot(charts.plot_data(charts.success_overlay({})), show_label=False, elem_id="runs-overlay-success")
 
     def refresh(current, current_overlay):
         rows = ctx.runs.list()
@@ -127,15 +127,15 @@ def build(ctx: AppContext) -> dict[str, Any]:
         snap, err = ctx.runs.try_snapshot(name)
         if snap is None:
             empty = f'<div class="sqe-muted">{esc(err or "")}</div>'
-            return (empty, charts.reward_figure([]), charts.success_figure([]), charts.tool_health_figure([]), "",
+            return (empty, charts.plot_data(charts.reward_figure([])), charts.plot_data(charts.success_figure([])), charts.plot_data(charts.tool_health_figure([])), "",
                     gr.update(choices=[], value=None), "")
         choices = transcript_choices(snap)
         first = choices[0][1] if choices else None
         return (
             detail_header(snap),
-            charts.reward_figure(snap.metrics),
-            charts.success_figure(snap.evals, snap.metrics),
-            charts.tool_health_figure(snap.metrics),
+            charts.plot_data(charts.reward_figure(snap.metrics)),
+            charts.plot_data(charts.success_figure(snap.evals, snap.metrics)),
+            charts.plot_data(charts.tool_health_figure(snap.metrics)),
             json.dumps(snap.config, indent=2, default=str) if snap.config is not None else f"// {snap.config_error}",
             gr.update(choices=choices, value=first),
             show_trace(name, first),
@@ -157,7 +157,7 @@ def build(ctx: AppContext) -> dict[str, Any]:
             snap, _ = ctx.runs.try_snapshot(name)
             if snap is not None:
                 metrics[snap.run_id], evals[snap.run_id] = snap.metrics, snap.evals
-        return charts.reward_overlay(metrics), charts.success_overlay(evals)
+        return charts.plot_data(charts.reward_overlay(metrics)), charts.plot_data(charts.success_overlay(evals))
 
     detail_outputs = [detail, reward_plot, success_plot, health_plot, config, trace_pick, trace]
     refresh_btn.click(refresh, inputs=[pick, overlay], outputs=[table, pick, overlay]).then(

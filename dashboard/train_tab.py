@@ -188,10 +188,10 @@ def build(ctx: AppContext) -> dict[str, Any]:
         with gr.Column(scale=3):
             status = gr.HTML(status_html(None, None), elem_id="train-status-box")
             with gr.Row():
-                reward_plot = gr.Plot(charts.reward_figure([]), show_label=False, elem_id="chart-reward")
-                success_plot = gr.Plot(charts.success_figure([]), show_label=False, elem_id="chart-success")
+                reward_plot = gr.Plot(charts.plot_data(charts.reward_figure([])), show_label=False, elem_id="chart-reward")
+                success_plot = gr.Plot(charts.plot_data(charts.success_figure([])), show_label=False, elem_id="chart-success")
             with gr.Row():
-                health_plot = gr.Plot(charts.tool_health_figure([]), show_label=False, elem_id="chart-health")
+                health_plot = gr.Plot(charts.plot_data(charts.tool_health_figure([])), show_label=False, elem_id="chart-health")
             gr.Markdown("### Latest trace")
             trace = gr.HTML('<div class="sqe-muted">No trace yet.</div>', elem_id="train-trace")
     seen = gr.State(None)  # per session: (run id, file signature) last sent to this page
@@ -223,9 +223,9 @@ def build(ctx: AppContext) -> dict[str, Any]:
         )
         return (
             bar,
-            charts.reward_figure(snap.metrics),
-            charts.success_figure(snap.evals, snap.metrics),
-            charts.tool_health_figure(snap.metrics),
+            charts.plot_data(charts.reward_figure(snap.metrics)),
+            charts.plot_data(charts.success_figure(snap.evals, snap.metrics)),
+            charts.plot_data(charts.tool_health_figure(snap.metrics)),
             trace_value,
             key,
         )

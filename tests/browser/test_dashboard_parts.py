@@ -34,20 +34,24 @@ def test_reward_chart_has_mean_band_and_each_component():
     metrics.append({"step": 4, "reward": float("nan")})  # skipped, not a crash
     metrics.append({"step": "x", "reward": "junk"})
     fig = charts.reward_figure(metrics)
-    names = [t.name for t in fig.data]
+    names = [t["name"] for t in fig["data"]]
     assert names == ["± std", "reward (mean)", "correctness", "progress"]
-    assert list(fig.data[1].y) == pytest.approx([0.1, 0.2, 0.3])
+    assert fig["data"][1]["y"] == pytest.approx([0.1, 0.2, 0.3])
     assert charts.last_step(metrics) == 4
+    go = pytest.importorskip("plotly.graph_objects")
+    go.Figure(fig)  # valid plotly JSON (plotly validates every property)
+    assert json.loads(charts.plot_data(fig).plot)["data"][1]["name"] == "reward (mean)"
 
 
 def test_success_and_tool_health_charts():
     evals = [{"step": 5, "split": "train", "success_rate": 0.5}, {"step": 5, "split": "eval", "success_rate": 0.25}]
     fig = charts.success_figure(evals)
-    assert {t.name for t in fig.data} == {"train split", "eval split"}
+    assert {t["name"] for t in fig["data"]} == {"train split", "eval split"}
     health = charts.tool_health_figure([{"step": 1, "tools/call_frequency": 2.5, "tools/failure_frequency": 0.1,
                                          "completions/clipped_ratio": 0.0, "frac_reward_zero_std": 0.5}])
-    assert len(health.data) == 4
-    assert not charts.reward_figure([]).data  # empty run: an empty chart with a note
+    assert len(health["data"]) == 4 and health["data"][0]["yaxis"] == "y2"
+    empty = charts.reward_figure([])  # empty run: an empty chart with a note
+    assert not empty["data"] and empty["layout"]["annotations"]
 
 
 def test_transcript_html_escapes_and_shows_layers_and_verdict():
