@@ -21,9 +21,9 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get install -y -q chromium >/dev/null; } || \
 		echo "chromium not installed: browser tests will be skipped (install Debian's chromium package)"
 
+# The dashboard on the offline default (built-in data, builtin:tiny): http://127.0.0.1:7860
 demo: install
-	$(PY) -m sqlenv eval --dataset builtin --split eval --policy oracle --episodes 50 --seed 0
-	$(PY) -m sqlenv eval --dataset builtin --split eval --policy random --episodes 50 --seed 0
+	$(PY) app.py
 
 test: install browser
 	$(PY) -m pytest -q
