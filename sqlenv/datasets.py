@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,3 +149,14 @@ def resolve_dataset(name_or_path: str | Path, data_root: Path | str | None = Non
     raise DatasetNotFoundError(
         f"unknown dataset {text!r}: not a prepared directory nor a name under {root}; available: {', '.join(available)}"
     )
+
+
+def swap_into_place(new: Path, target: Path) -> None:
+    """Rename `new` to `target`, moving an old `target` aside first (rename is atomic on one filesystem)."""
+    if target.exists():
+        trash = Path(tempfile.mkdtemp(prefix=f".{target.name}-old-", dir=target.parent))
+        os.replace(target, trash / target.name)
+        os.replace(new, target)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(new, target)

@@ -35,7 +35,7 @@ from typing import Any, Iterable, Sequence
 import sqlglot
 from sqlglot import exp
 
-from sqlenv.datasets import DatasetInfo
+from sqlenv.datasets import DatasetInfo, swap_into_place
 from sqlenv.difficulty import HardnessError, spider_hardness
 from sqlenv.types import Question
 
@@ -326,13 +326,7 @@ def prepare_spider(
         }
         (tmp / "dataset.json").write_text(json.dumps(meta, indent=1))
         os.chmod(tmp, 0o755)
-        if out.exists():
-            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}-old-", dir=out.parent))
-            os.replace(out, trash / out.name)
-            os.replace(tmp, out)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
+        swap_into_place(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

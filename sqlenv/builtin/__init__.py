@@ -29,7 +29,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
-from sqlenv.datasets import DatasetInfo
+from sqlenv.datasets import DatasetInfo, swap_into_place
 from sqlenv.difficulty import spider_hardness
 from sqlenv.types import Question
 
@@ -216,22 +216,11 @@ def build_builtin(out_dir: Path | str, seed: int = 0) -> DatasetInfo:
         }
         (tmp / "dataset.json").write_text(json.dumps(meta, indent=1))
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; the dataset is meant to be shared
-        _swap_into_place(tmp, out_dir)
+        swap_into_place(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return DatasetInfo.from_dir(out_dir)
-
-
-def _swap_into_place(new: Path, target: Path) -> None:
-    """Rename `new` to `target`, moving an old `target` aside first (rename is atomic on one filesystem)."""
-    if target.exists():
-        trash = Path(tempfile.mkdtemp(prefix=f".{target.name}-old-", dir=target.parent))
-        os.replace(target, trash / target.name)
-        os.replace(new, target)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.replace(new, target)
 
 
 def _is_current(root: Path, seed: int | None) -> bool:
