@@ -28,7 +28,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 DEFAULTS = {
     # SFT warm-start on oracle episodes (query, then answer: short episodes learn fastest).
-    "sft_epochs": 2.0, "sft_learning_rate": 1e-3, "sft_batch_size": 8, "sft_describe": False,
+    "sft_steps": 2000, "sft_learning_rate": 3e-3, "sft_batch_size": 8, "sft_describe": False,
     # GRPO through TRL's environment_factory (SQLEnvTRL) with the three reward functions.
     "grpo_steps": 40, "grpo_learning_rate": 2e-4, "num_generations": 8, "batch_size": 32, "temperature": 1.0,
     "max_turn_tokens": 64, "max_completion_length": 256, "step_budget": 10,
@@ -95,7 +95,7 @@ def run(dataset: str, p: dict, *, threads: int | None) -> dict:
 
     # 3. SFT warm-start on oracle episodes of the train split.
     sft = run_sft(model, tokenizer, SFTSettings(
-        dataset=dataset, step_budget=p["step_budget"], epochs=p["sft_epochs"], learning_rate=p["sft_learning_rate"],
+        dataset=dataset, step_budget=p["step_budget"], max_steps=p["sft_steps"], learning_rate=p["sft_learning_rate"],
         batch_size=p["sft_batch_size"], describe=p["sft_describe"], seed=p["seed"], logging_steps=50))
     out["sft"] = {"episodes": sft.n_examples, "steps": sft.steps, "first_loss": sft.first_loss,
                   "final_loss": sft.final_loss, "seconds": round(sft.seconds, 1)}

@@ -49,7 +49,10 @@ class SFTSettings:
         max_steps: optimizer steps; overrides `epochs` when > 0 (-1).
         max_length: longest tokenized episode; longer ones are truncated (2048).
         episodes: oracle episodes to imitate (None = one per question of the split).
-        describe: the oracle DESCRIBEs the tables involved before querying (True), as the system prompt advises.
+        describe: the oracle DESCRIBEs the tables involved before querying. `None` (default) = auto: off for a
+            small model trained from scratch (< 20M parameters: the shortest successful path, query then answer,
+            is learned several times faster), on for pretrained models (the careful analyst's path the system
+            prompt advises).
         gradient_checkpointing: recompute activations in the backward pass (False). TRL turns it on by default;
             it saves memory on big models but costs ~20-30% time, which the tiny model does not need.
         seed: data order and dropout seed (0).
@@ -70,7 +73,7 @@ class SFTSettings:
     max_steps: int = -1
     max_length: int | None = 2048
     episodes: int | None = None
-    describe: bool = True
+    describe: bool | None = None
     gradient_checkpointing: bool = False
     seed: int = 0
     logging_steps: int = 10
@@ -229,6 +232,7 @@ def run_sft(
     """
     import tempfile
     import time
+    import warnings
 
     import torch
     from trl import SFTConfig, SFTTrainer
@@ -236,12 +240,15 @@ def run_sft(
     settings = SFTSettings.from_config(config)
     start = time.perf_counter()
     if conversations is None:
+        describe = settings.describe
+        if describe is None:
+            describe = sum(p.numel() for p in model.parameters()) >= 20_000_000
         conversations = oracle_conversations(
             settings.dataset,
             settings.split,
             step_budget=settings.step_budget,
             episodes=settings.episodes,
-            describe=settings.describe,
+            describe=describe,
             seed=settings.seed,
         )
     if not conversations:
@@ -249,7 +256,9 @@ def run_sft(
     dataset = build_sft_dataset(conversations)
     param = next(model.parameters())
     on_cpu = param.device.type == "cpu"
-    with tempfile.TemporaryDirectory(prefix="sqlenv-sft-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="sqlenv-sft-") as scratch, warnings.catch_warnings():
+        # TRL's config sets the deprecated `gradient_checkpointing` alias itself; its FutureWarning is noise here.
+        warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*", category=FutureWarning)
         args = SFTConfig(
             output_dir=settings.output_dir or scratch,
             num_train_epochs=settings.epochs,

@@ -33,9 +33,10 @@ ADDED_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_respon
 EOS_TOKEN = "<|im_end|>"
 PAD_TOKEN = "<|endoftext|>"
 
-# Letter runs (with `_`, so identifiers stay whole), one digit, whitespace, punctuation runs. No leading space
-# glued to words: see the module docstring.
-PRETOKENIZE_PATTERN = r"[\p{L}\p{M}_]+|\p{N}|\s+|[^\s\p{L}\p{M}\p{N}_]+"
+# Letter runs (with `_`, so identifiers stay whole), one digit, whitespace, a single quote on its own (so the
+# quote that closes an SQL string never fuses with what follows), other punctuation runs. No leading space glued
+# to words: see the module docstring.
+PRETOKENIZE_PATTERN = r"[\p{L}\p{M}_]+|\p{N}|\s+|'|[^\s\p{L}\p{M}\p{N}_']+"
 
 
 def qwen3_chat_template() -> str:

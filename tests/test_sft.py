@@ -1,0 +1,133 @@
+"""SFT warm-start: oracle episodes rendered as GRPO renders them, assistant-only loss, a few real SFTTrainer steps."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+
+from training.sft import SFTSettings, build_sft_dataset, oracle_conversations, run_sft
+
+
+@pytest.fixture(scope="module")
+def conversations():
+    return oracle_conversations("builtin", "train", episodes=24, seed=1)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, conversations):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from training.models import build_tiny_model
+    from training.tokenizer import render_conversations
+
+    path = build_tiny_model(tmp_path_factory.mktemp("sft") / "tiny", render_conversations(conversations), seed=0)
+    return path
+
+
+def _load(path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+
+
+def test_oracle_conversation_matches_what_grpo_renders(conversations, tiny):
+    """The SFT text starts with exactly the prompt TRL renders in GRPO: train row + reset() text, bound tools."""
+    from trl.chat_template_utils import qwen3_training_chat_template
+
+    from training.prompts import FINAL_MESSAGE
+    from training.trl_env import SQLEnvTRL, tool_methods, train_rows
+
+    _, tokenizer = _load(tiny)
+    conv = conversations[0]
+    messages = conv["messages"]
+    assert [m["role"] for m in messages[:2]] == ["system", "user"]
+    assert messages[-1] == {"role": "assistant", "content": FINAL_MESSAGE}
+    roles = [m["role"] for m in messages[2:-1]]
+    assert roles == ["assistant", "tool"] * (len(roles) // 2)
+    names = [m["tool_calls"][0]["function"]["name"] for m in messages[2:-1:2]]
+    assert names[-2:] == ["query", "answer"] and set(names[:-2]) <= {"describe"}
+
+    # What GRPO does: configure, reset(**row), append the text to the row's user turn, tools = bound methods.
+    SQLEnvTRL.configure(dataset="builtin", split="train", step_budget=10)
+    rows = {r["question_id"]: r for r in train_rows(dataset="builtin", split="train").to_list()}
+    row = rows[conv["question_id"]]
+    env = SQLEnvTRL()
+    prompt = copy.deepcopy(row["prompt"])
+    prompt[-1]["content"] += env.reset(**row)
+    grpo_prompt = tokenizer.apply_chat_template(prompt, tools=tool_methods(env), chat_template=qwen3_training_chat_template,
+                                                add_generation_prompt=True, tokenize=False)
+    sft_text = tokenizer.apply_chat_template(messages, tools=json.loads(conv["tools"]),
+                                             chat_template=qwen3_training_chat_template, tokenize=False)
+    assert sft_text.startswith(grpo_prompt)
+    # The oracle's answer is correct and the tool results are the environment's own texts.
+    assert "correct" in messages[-2]["content"].lower()
+
+
+def test_assistant_mask_covers_assistant_turns_only(conversations, tiny):
+    from trl import SFTConfig, SFTTrainer
+
+    model, tokenizer = _load(tiny)
+    args = SFTConfig(output_dir="/tmp/unused", assistant_only_loss=True, report_to="none", use_cpu=True,
+                     max_steps=1, save_strategy="no", disable_tqdm=True)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=build_sft_dataset(conversations[:4]),
+                         processing_class=tokenizer)
+    example = trainer.train_dataset[0]
+    ids, labels = example["input_ids"], example.get("labels")
+    mask = example["assistant_masks"] if labels is None else [int(label != -100) for label in labels]
+    trained = tokenizer.decode([t for t, m in zip(ids, mask) if m])
+    ignored = tokenizer.decode([t for t, m in zip(ids, mask) if not m])
+    messages = conversations[0]["messages"]
+    for message in messages[2:]:
+        if message["role"] == "assistant" and message.get("tool_calls"):
+            arguments = message["tool_calls"][0]["function"]["arguments"]
+            assert arguments in trained and arguments not in ignored
+        elif message["role"] == "tool":
+            assert message["content"] in ignored and message["content"] not in trained
+    assert messages[1]["content"] in ignored and "You answer a question" not in trained
+    assert trained.count("<|im_end|>") == sum(m["role"] == "assistant" for m in messages)
+    assert "<|im_start|>" not in trained  # the role header is context, not target
+
+
+def test_few_sft_steps_reduce_assistant_loss(conversations, tiny):
+    from trl import SFTConfig, SFTTrainer
+
+    model, tokenizer = _load(tiny)
+
+    def assistant_loss() -> float:
+        from trl.chat_template_utils import qwen3_training_chat_template
+
+        total, count = 0.0, 0
+        model.eval()
+        with torch.no_grad():
+            for conv in conversations[:6]:
+                out = tokenizer.apply_chat_template(conv["messages"], tools=json.loads(conv["tools"]),
+                                                    chat_template=qwen3_training_chat_template, tokenize=True,
+                                                    return_dict=True, return_assistant_tokens_mask=True)
+                ids = torch.tensor([out["input_ids"]])
+                labels = ids.clone()
+                labels[0, torch.tensor(out["assistant_masks"]) == 0] = -100
+                n = int((labels[0, 1:] != -100).sum())
+                total += model(input_ids=ids, labels=labels).loss.item() * n
+                count += n
+        model.train()
+        return total / count
+
+    before = assistant_loss()
+    result = run_sft(model, tokenizer, SFTSettings(max_steps=12, batch_size=4, learning_rate=2e-3, logging_steps=4),
+                     conversations=conversations)
+    after = assistant_loss()
+    assert result.steps == 12 and result.n_examples == len(conversations)
+    assert after < before - 1.0, (before, after)
+    assert result.final_loss < result.first_loss
+
+
+def test_settings_from_train_config_fields():
+    settings = SFTSettings.from_config(
+        {"dataset": "builtin", "step_budget": 7, "seed": 3, "sft_epochs": 2.0, "sft_learning_rate": 5e-4,
+         "sft_batch_size": 4, "sft_max_steps": 9, "sft_episodes": 100, "model": "builtin:tiny"}
+    )
+    assert (settings.step_budget, settings.seed, settings.epochs, settings.learning_rate) == (7, 3, 2.0, 5e-4)
+    assert (settings.batch_size, settings.max_steps, settings.episodes) == (4, 9, 100)
