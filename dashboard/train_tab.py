@@ -212,20 +212,29 @@ def build(ctx: AppContext) -> dict[str, Any]:
             snap = RunSnapshot(run_id, {"status": "queued", "phase": "starting"}, None, None)
         if snap is None:
             return status_html(None, err), gr.skip(), gr.skip(), gr.skip(), gr.skip(), None
-        key = (snap.run_id, snap.signature)
+        # Send only what changed since this page's last poll (per file: metrics, evals, transcripts): every
+        # chart sent is re-rendered by the browser, on the same cores as the training.
+        sig = snap.signature
+        key = {"run": snap.run_id, "metrics": sig[2:3], "evals": sig[2:4], "transcripts": sig[4:5]}
+        old = last_seen if isinstance(last_seen, dict) and last_seen.get("run") == snap.run_id else {}
+
+        def changed(part: str) -> bool:
+            return old.get(part) != key[part]
+
         bar = status_html(snap, None, runner.last_error)
-        if key == last_seen:
-            return bar, gr.skip(), gr.skip(), gr.skip(), gr.skip(), last_seen
-        latest = snap.latest_transcript
-        trace_value = (
-            transcript_html(latest["transcript"], title=f"Trace at step {latest.get('step', '?')}")
-            if latest else '<div class="sqe-muted">No trace yet (one is played every trace_every steps).</div>'
-        )
+        metrics_changed = changed("metrics")
+        trace_value = gr.skip()
+        if changed("transcripts"):
+            latest = snap.latest_transcript
+            trace_value = (
+                transcript_html(latest["transcript"], title=f"Trace at step {latest.get('step', '?')}")
+                if latest else '<div class="sqe-muted">No trace yet (one is played every trace_every steps).</div>'
+            )
         return (
             bar,
-            charts.plot_data(charts.reward_figure(snap.metrics)),
-            charts.plot_data(charts.success_figure(snap.evals, snap.metrics)),
-            charts.plot_data(charts.tool_health_figure(snap.metrics)),
+            charts.plot_data(charts.reward_figure(snap.metrics)) if metrics_changed else gr.skip(),
+            charts.plot_data(charts.success_figure(snap.evals, snap.metrics)) if changed("evals") else gr.skip(),
+            charts.plot_data(charts.tool_health_figure(snap.metrics)) if metrics_changed else gr.skip(),
             trace_value,
             key,
         )

@@ -175,7 +175,9 @@ CSS = """
 .sqe-steps th:nth-child(4) { width: 9.5em; }
 .sqe-arg { margin-top: 3px !important; color: #0f172a; }
 .sqe-rew .sqe-chip { display: block; width: fit-content; }
-table.sqe-steps { border: 0 !important; }
+table.sqe-steps, .sqe-steps tr { border: 0 !important; }
+.sqe-steps td { border-bottom: 1px solid #eef2f7 !important; }
+.sqe-steps th { border-bottom: 2px solid #e2e8f0 !important; }
 .sqe-steps th, .sqe-steps td { border-left: 0 !important; border-right: 0 !important; border-top: 0 !important; }
 .sqe-steps td { vertical-align: top; border-bottom: 1px solid #f1f5f9; padding: 4px; }
 .sqe-steps pre, .sqe-inline { white-space: pre-wrap; word-break: break-word; margin: 0; font-size: 0.92em;
