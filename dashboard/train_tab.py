@@ -205,7 +205,9 @@ def build(ctx: AppContext) -> dict[str, Any]:
         run_id = runner.current_run_id
         if run_id is None:
             # Nothing started in this process (the Runs tab shows older runs).
-            return status_html(None, None), gr.skip(), gr.skip(), gr.skip(), gr.skip(), last_seen
+            if last_seen == "none":
+                return (gr.skip(),) * 6
+            return status_html(None, None), gr.skip(), gr.skip(), gr.skip(), gr.skip(), "none"
         snap, err = ctx.runs.try_snapshot(run_id)
         if snap is None and runner.is_running and runner.active_run_id == run_id:
             # Started a moment ago: training has not written its directory yet.
@@ -222,6 +224,9 @@ def build(ctx: AppContext) -> dict[str, Any]:
             return old.get(part) != key[part]
 
         bar = status_html(snap, None, runner.last_error)
+        key["bar"] = bar
+        if all(old.get(part) == key[part] for part in key):
+            return (gr.skip(),) * 6  # nothing new: send nothing (a poll then costs the browser no work)
         metrics_changed = changed("metrics")
         trace_value = gr.skip()
         if changed("transcripts"):
@@ -231,7 +236,7 @@ def build(ctx: AppContext) -> dict[str, Any]:
                 if latest else '<div class="sqe-muted">No trace yet (one is played every trace_every steps).</div>'
             )
         return (
-            bar,
+            bar if changed("bar") else gr.skip(),
             charts.plot_data(charts.reward_figure(snap.metrics)) if metrics_changed else gr.skip(),
             charts.plot_data(charts.success_figure(snap.evals, snap.metrics)) if changed("evals") else gr.skip(),
             charts.plot_data(charts.tool_health_figure(snap.metrics)) if metrics_changed else gr.skip(),
