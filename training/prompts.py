@@ -134,7 +134,7 @@ def fit_context(
     """
     if count_tokens(messages) <= max_tokens:
         return messages
-    system, first_user, rest = messages[0], messages[1], messages[2:]
+    system, rest = messages[0], messages[2:]  # the first user turn is rebuilt below
     turns: list[list[dict[str, Any]]] = []
     for message in rest:
         if message["role"] == "assistant" or not turns:
