@@ -28,7 +28,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 DEFAULTS = {
     # SFT warm-start on oracle episodes (query, then answer: short episodes learn fastest).
-    "sft_steps": 2000, "sft_learning_rate": 3e-3, "sft_batch_size": 8, "sft_describe": False,
+    "sft_steps": 4000, "sft_learning_rate": 3e-3, "sft_batch_size": 4, "sft_describe": False,
+    "sft_weight_decay": 0.0,
     # GRPO through TRL's environment_factory (SQLEnvTRL) with the three reward functions.
     "grpo_steps": 40, "grpo_learning_rate": 2e-4, "num_generations": 8, "batch_size": 32, "temperature": 1.0,
     "max_turn_tokens": 64, "max_completion_length": 256, "step_budget": 10,
@@ -42,12 +43,17 @@ def log(message: str) -> None:
 
 
 def evaluate_split(model, tokenizer, dataset: str, split: str, n: int, seed: int, step_budget: int,
-                   max_turn_tokens: int) -> float:
+                   max_turn_tokens: int, subset: int | None = None):
+    """Greedy success rate on `n` episodes (episode i = reset(seed=seed + i)); with `subset`, also the rate on the
+    first `subset` of them (the episodes the cheaper curve points replay)."""
     from training.policy import evaluate_model
 
     result = evaluate_model(model, tokenizer, dataset=dataset, split=split, n_episodes=n, seed=seed,
                             step_budget=step_budget, max_turn_tokens=max_turn_tokens, batch_size=64)
-    return result.success_rate
+    if subset is None:
+        return result.success_rate
+    first = result.episodes[:subset]
+    return result.success_rate, sum(bool(e.get("correct")) for e in first) / max(1, len(first))
 
 
 def random_success(dataset: str, split: str, n: int, seed: int, step_budget: int) -> float:
@@ -96,19 +102,20 @@ def run(dataset: str, p: dict, *, threads: int | None) -> dict:
     # 3. SFT warm-start on oracle episodes of the train split.
     sft = run_sft(model, tokenizer, SFTSettings(
         dataset=dataset, step_budget=p["step_budget"], max_steps=p["sft_steps"], learning_rate=p["sft_learning_rate"],
-        batch_size=p["sft_batch_size"], describe=p["sft_describe"], seed=p["seed"], logging_steps=50))
+        batch_size=p["sft_batch_size"], describe=p["sft_describe"], weight_decay=p["sft_weight_decay"],
+        seed=p["seed"], logging_steps=500))
     out["sft"] = {"episodes": sft.n_examples, "steps": sft.steps, "first_loss": sft.first_loss,
                   "final_loss": sft.final_loss, "seconds": round(sft.seconds, 1)}
     log(f"[{minutes():5.2f} min] SFT: {sft.steps} steps on {sft.n_examples} oracle episodes, "
         f"loss {sft.first_loss:.3f} -> {sft.final_loss:.3f}")
-    out["sft_eval_success"] = evaluate_split(model, tokenizer, split=eval_split, n=p["eval_episodes"],
-                                             seed=p["seed"], **ev)
+    out["sft_eval_success"], sft_subset = evaluate_split(model, tokenizer, split=eval_split, n=p["eval_episodes"],
+                                                         seed=p["seed"], subset=p["curve_episodes"], **ev)
     out["sft_train_success"] = evaluate_split(model, tokenizer, split="train", n=p["train_episodes"],
                                               seed=p["seed"], **ev)
     curve = [{"phase": "sft", "step": 0, "minutes": round(minutes(), 2), "eval_success": out["sft_eval_success"],
-              "train_success": out["sft_train_success"]}]
-    log(f"[{minutes():5.2f} min] curve step 0 (SFT only): eval success {out['sft_eval_success']:.3f}, "
-        f"train success {out['sft_train_success']:.3f}")
+              "eval_success_subset": sft_subset, "train_success": out["sft_train_success"]}]
+    log(f"[{minutes():5.2f} min] curve step 0 (SFT only): eval success {out['sft_eval_success']:.3f} "
+        f"(first {p['curve_episodes']}: {sft_subset:.3f}), train success {out['sft_train_success']:.3f}")
 
     # 4. GRPO with TRL's environment_factory, evaluating every `curve_every` steps.
     if p["grpo_steps"] > 0:
@@ -140,14 +147,16 @@ def run(dataset: str, p: dict, *, threads: int | None) -> dict:
         trainer = build_trainer(config, model, tokenizer, output_dir=str(scratch / "grpo"), callbacks=[Curve()])
         trainer.train()
         model = trainer.model
-    out["grpo_eval_success"] = evaluate_split(model, tokenizer, split=eval_split, n=p["eval_episodes"],
-                                              seed=p["seed"], **ev)
+    out["grpo_eval_success"], grpo_subset = evaluate_split(model, tokenizer, split=eval_split, n=p["eval_episodes"],
+                                                           seed=p["seed"], subset=p["curve_episodes"], **ev)
     out["grpo_train_success"] = evaluate_split(model, tokenizer, split="train", n=p["train_episodes"],
                                                seed=p["seed"], **ev)
     curve.append({"phase": "grpo", "step": p["grpo_steps"], "minutes": round(minutes(), 2),
-                  "eval_success": out["grpo_eval_success"], "train_success": out["grpo_train_success"]})
+                  "eval_success": out["grpo_eval_success"], "eval_success_subset": grpo_subset,
+                  "train_success": out["grpo_train_success"]})
     log(f"[{minutes():5.2f} min] curve step {p['grpo_steps']} (SFT + GRPO): eval success "
-        f"{out['grpo_eval_success']:.3f}, train success {out['grpo_train_success']:.3f}")
+        f"{out['grpo_eval_success']:.3f} (first {p['curve_episodes']}: {grpo_subset:.3f}), "
+        f"train success {out['grpo_train_success']:.3f}")
     out["grpo_minus_sft_points"] = round(100 * (out["grpo_eval_success"] - out["sft_eval_success"]), 1)
     out["curve"] = curve
     out["params"] = p
@@ -181,13 +190,23 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     if args.dataset != "builtin":
-        from sqlenv.datasets import DatasetNotFoundError, resolve_dataset
+        from sqlenv.datasets import DatasetNotFoundError, data_root, resolve_dataset
 
         try:
             resolve_dataset(args.dataset)
         except DatasetNotFoundError as exc:
-            print(f"learning_curve: {exc}", file=sys.stderr)
-            return 2
+            if args.dataset != "spider10":
+                print(f"learning_curve: {exc}", file=sys.stderr)
+                return 2
+            # Prepare spider10 from the local Spider copy ($SQLENV_SPIDER_DIR, default ../shared/spider).
+            from sqlenv.spider import prepare_spider
+
+            source = Path(os.environ.get("SQLENV_SPIDER_DIR", Path(__file__).resolve().parents[2] / "shared" / "spider"))
+            if not (source / "tables.json").exists():
+                print(f"learning_curve: {exc}; no Spider copy at {source} to prepare it from "
+                      "(set SQLENV_SPIDER_DIR)", file=sys.stderr)
+                return 2
+            prepare_spider(source, data_root() / "spider10", preset="spider10")
     out = run(args.dataset, p, threads=args.threads)
     if args.dataset == "builtin":
         out["targets"] = {"eval_success>=0.60": out["grpo_eval_success"] >= 0.60,

@@ -44,7 +44,7 @@ def test_tiny_model_builds_with_qwen3_format(tiny_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_dir)
     assert isinstance(model, Qwen3ForCausalLM)
     n_params = sum(p.numel() for p in model.parameters())
-    assert 1_000_000 <= n_params <= 5_000_000, n_params
+    assert 400_000 <= n_params <= 5_000_000, n_params
     assert tokenizer.chat_template == trl_qwen3 == qwen3_chat_template()
     assert tokenizer.eos_token == "<|im_end|>" and tokenizer.pad_token == "<|endoftext|>"
     assert model.config.eos_token_id == tokenizer.eos_token_id
