@@ -38,10 +38,13 @@ class SFTSettings:
         dataset: dataset whose oracle episodes are imitated (`builtin`, a prepared name or a path).
         split: split to take the episodes from (`train`; never an eval split).
         step_budget: the environment's step budget, as in GRPO (10), so the observations match.
-        epochs: passes over the oracle episodes (3). The tiny model needs several to learn to copy values.
-        learning_rate: peak learning rate (1e-3 suits a ~2M-parameter model from scratch; use ~1e-5 for a
-            pretrained Qwen3).
-        batch_size: episodes per optimizer step (8).
+        epochs: passes over the oracle episodes (3). The tiny model needs many more steps than that to copy
+            values from the question (measured on the built-in data: ~4000 steps of 4 episodes, i.e. ~13
+            epochs, for 69% train / 26% eval greedy success; 3 epochs teach the protocol and the SQL shapes only).
+        learning_rate: peak learning rate (3e-3 suits the tiny model from scratch; use ~1e-5 for a pretrained
+            Qwen3).
+        batch_size: episodes per optimizer step (4: on CPU the step cost is proportional to the batch, and the
+            tiny model learns more per second from more, smaller steps).
         gradient_accumulation_steps: 1.
         warmup: linear warm-up, as a fraction of the steps when < 1, else a number of steps (0.05).
         weight_decay: 0.0.
@@ -64,8 +67,8 @@ class SFTSettings:
     split: str = "train"
     step_budget: int = 10
     epochs: float = 3.0
-    learning_rate: float = 1e-3
-    batch_size: int = 8
+    learning_rate: float = 3e-3
+    batch_size: int = 4
     gradient_accumulation_steps: int = 1
     warmup: float = 0.05
     weight_decay: float = 0.0
