@@ -6,7 +6,6 @@ each other's episode; the environment is closed when the session ends.
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 import gradio as gr

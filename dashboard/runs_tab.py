@@ -5,7 +5,6 @@ overlaid. Broken runs (missing or corrupt files) are listed as such; names from 
 from __future__ import annotations
 
 import datetime as dt
-import html
 import json
 from typing import Any
 

@@ -15,7 +15,7 @@ from training.models import (
     load_model_and_tokenizer,
     resolve_device_dtype,
 )
-from training.tokenizer import find_phrases, qwen3_chat_template, render_conversations, train_tokenizer
+from training.tokenizer import find_phrases, qwen3_chat_template, render_conversations
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,6 @@ def conversations():
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, conversations):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from training.models import build_tiny_model
     from training.tokenizer import render_conversations
@@ -92,7 +91,6 @@ def test_assistant_mask_covers_assistant_turns_only(conversations, tiny):
 
 
 def test_few_sft_steps_reduce_assistant_loss(conversations, tiny):
-    from trl import SFTConfig, SFTTrainer
 
     model, tokenizer = _load(tiny)
 

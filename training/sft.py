@@ -21,14 +21,12 @@ result = run_sft(model, tokenizer, SFTSettings(epochs=3))
 from __future__ import annotations
 
 import copy
-import inspect
 import json
-import math
 import os
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any
 
-__all__ = ["SFTResult", "SFTSettings", "build_sft_dataset", "oracle_conversations", "run_sft", "tool_schemas"]
+__all__ = ["SFTResult", "SFTSettings", "build_sft_dataset", "oracle_conversations", "run_sft"]
 
 @dataclass
 class SFTSettings:
