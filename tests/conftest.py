@@ -27,3 +27,21 @@ def spider_source() -> Path:
             pytest.fail(f"Spider data not found at {path} (set SQLENV_SPIDER_DIR)")
         pytest.skip(f"Spider data not found at {path} (set SQLENV_SPIDER_DIR)")
     return path
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    """(questions_path, db_dir) of the small real toy dataset every answer type is covered by."""
+    from sqlenv.checker import build_toy_dataset
+
+    return build_toy_dataset(tmp_path_factory.mktemp("toy"))
+
+
+@pytest.fixture()
+def env(toy):
+    """A fresh SQLEnvironment on the toy dataset, closed after the test."""
+    from sqlenv.environment import SQLEnvironment
+
+    e = SQLEnvironment(*toy)
+    yield e
+    e.close()

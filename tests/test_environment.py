@@ -7,24 +7,12 @@ import threading
 
 import pytest
 
-from sqlenv.checker import EnvCheckError, build_toy_dataset, check_env
+from sqlenv.checker import EnvCheckError, check_env
 from sqlenv.environment import SQLEnvironment
 from sqlenv.sandbox import SandboxSettings
 from sqlenv.transcript import render_transcript_text, validate_transcript
 from sqlenv.types import EpisodeState, Question, RewardBreakdown, SQLAction, SQLObservation
 from sqlenv.verifier import format_answer
-
-
-@pytest.fixture(scope="module")
-def toy(tmp_path_factory):
-    return build_toy_dataset(tmp_path_factory.mktemp("toy"))
-
-
-@pytest.fixture()
-def env(toy):
-    e = SQLEnvironment(*toy)
-    yield e
-    e.close()
 
 
 def test_reset_shows_question_and_table_names_only(env):

@@ -6,23 +6,10 @@ import random
 
 import pytest
 
-from sqlenv.checker import build_toy_dataset
 from sqlenv.environment import SQLEnvironment
 from sqlenv.rewards import GoldProfile, RewardConfig, progress_score
 from sqlenv.types import SQLAction
 from sqlenv.verifier import format_answer
-
-
-@pytest.fixture(scope="module")
-def toy(tmp_path_factory):
-    return build_toy_dataset(tmp_path_factory.mktemp("toy"))
-
-
-@pytest.fixture()
-def env(toy):
-    e = SQLEnvironment(*toy)
-    yield e
-    e.close()
 
 
 def test_defaults_match_the_design():
