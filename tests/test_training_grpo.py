@@ -273,12 +273,11 @@ def _scripted(tokenizer, text: str, anchor: list[int]) -> dict:
     return {"sequence_bias": bias}
 
 
-def test_environment_path_runs_tool_calls_within_the_budget(tiny, tmp_path):
-    """A model that always calls query("SELECT 1"): TRL runs exactly step_budget calls per episode through
-    SQLEnvTRL, then stops; the rewards are the environment's: +0.01 (ran, new) then -0.03 (repeat)."""
+def _scripted_query_trainer(tiny, tmp_path, **config_overrides):
+    """(config, trainer, tokenizer) whose model always calls query("SELECT 1"), steered by a logit bias."""
     from training.rollout import ChatRenderer, build_trainer
 
-    config = _small_config(tmp_path, max_completion_length=400, max_turn_tokens=40)
+    config = _small_config(tmp_path, max_completion_length=400, max_turn_tokens=40, **config_overrides)
     model, tokenizer = _fresh(tiny)
     renderer = ChatRenderer(tokenizer, chat_template_kwargs={"enable_thinking": False})
     anchor = renderer.prompt_ids([{"role": "user", "content": "x"}])[-4:]
@@ -286,6 +285,13 @@ def test_environment_path_runs_tool_calls_within_the_budget(tiny, tmp_path):
     generation = {"max_new_tokens": 40, **_scripted(tokenizer, call, anchor)}
     trainer = build_trainer(config, model, tokenizer, output_dir=str(tmp_path / "trainer"),
                             generation_kwargs=generation, max_steps=1)
+    return config, trainer, tokenizer
+
+
+def test_environment_path_runs_tool_calls_within_the_budget(tiny, tmp_path):
+    """A model that always calls query("SELECT 1"): TRL runs exactly step_budget calls per episode through
+    SQLEnvTRL, then stops; the rewards are the environment's: +0.01 (ran, new) then -0.03 (repeat)."""
+    config, trainer, _ = _scripted_query_trainer(tiny, tmp_path)
     trainer.train()
     log = next(h for h in trainer.state.log_history if "reward" in h)
     assert log["tools/call_frequency"] == pytest.approx(config.step_budget)
@@ -300,16 +306,9 @@ def test_environment_path_runs_tool_calls_within_the_budget(tiny, tmp_path):
 def test_rollout_path_runs_tool_calls_within_the_budget(tiny, tmp_path):
     """The same scripted model on the rollout_func path: the episode ends when the budget is spent, the
     reward fields and env_mask say so."""
-    from training.rollout import ChatRenderer, build_trainer, rollout_func
+    from training.rollout import rollout_func
 
-    config = _small_config(tmp_path, rollout="rollout_func", max_completion_length=400, max_turn_tokens=40)
-    model, tokenizer = _fresh(tiny)
-    renderer = ChatRenderer(tokenizer, chat_template_kwargs={"enable_thinking": False})
-    anchor = renderer.prompt_ids([{"role": "user", "content": "x"}])[-4:]
-    call = '<tool_call>\n{"name": "query", "arguments": {"sql": "SELECT 1"}}\n</tool_call><|im_end|>'
-    generation = {"max_new_tokens": 40, **_scripted(tokenizer, call, anchor)}
-    trainer = build_trainer(config, model, tokenizer, output_dir=str(tmp_path / "trainer"),
-                            generation_kwargs=generation, max_steps=1)
+    config, trainer, tokenizer = _scripted_query_trainer(tiny, tmp_path, rollout="rollout_func")
     prompts = [trainer.train_dataset[i]["prompt"] for i in (0, 0)]
     out = rollout_func(prompts, trainer)
     assert out["operational"] == pytest.approx([0.01 - 0.03] * 2) and out["correctness"] == [0.0, 0.0]
