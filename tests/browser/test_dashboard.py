@@ -101,6 +101,11 @@ def test_train_live_reload_reattach_and_stop(dashboard, browser, page, screensho
     page.wait_for_function(f"() => document.querySelector('#train-status')?.dataset.run === '{run_id}'")
     assert status_attr(page, "data-status") == "running"
     page.wait_for_function("() => +(document.querySelector('#train-status')?.dataset.plottedStep || 0) >= 1")
+    # Plotly draws after the status bar updates: wait for the drawn trace, then check it.
+    page.wait_for_function(
+        "() => (document.querySelector('#chart-reward .js-plotly-plot')?.data || [])"
+        ".some(t => t.name === 'reward (mean)' && t.x && t.x.length >= 1)"
+    )
     assert plotted_points(page, "chart-reward") >= 1
 
     # A second browser (fresh context = another person) sees the same run.
