@@ -63,10 +63,19 @@ def test_tokenizer_round_trips_and_copies_values_consistently(corpus, tiny_dir):
     for text in corpus[:10]:
         assert tokenizer.decode(tokenizer(text)["input_ids"]) == text
     # A literal value is the same token ids in the question, in SQL and in the answer.
-    value = tokenizer("Portugal", add_special_tokens=False)["input_ids"]
-    for context in ("country Portugal?", "country = 'Portugal'", '{"value": "Portugal"}'):
-        ids = tokenizer(context, add_special_tokens=False)["input_ids"]
-        assert any(ids[i:i + len(value)] == value for i in range(len(ids))), context
+    for value_text, contexts in {
+        "Portugal": ("country Portugal?", "country = 'Portugal'", '{"value": "Portugal"}'),
+        "Gil Novak": ("the member Gil Novak?", "by Gil Novak whose", "name = 'Gil Novak'", "name\nGil Novak\n",
+                      '{"value": "Gil Novak, Ana Silva"}'),
+        "1099": ("budget over 1099?", "budget > 1099 AND", "budget\n1099.5\n", '{"value": "1099"}'),
+    }.items():
+        value = tokenizer(value_text, add_special_tokens=False)["input_ids"]
+        for context in contexts:
+            ids = tokenizer(context, add_special_tokens=False)["input_ids"]
+            assert any(ids[i:i + len(value)] == value for i in range(len(ids))), (value_text, context)
+    # A multi-word value's words are adjacent pieces (no separate space token to look past when copying).
+    pieces = [p for p, _ in tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str("member Gil Novak whose")]
+    assert pieces == ["memberĠ", "GilĠ", "Novak", "Ġ", "whose"], pieces  # byte-level: Ġ is the space
     # Boilerplate costs a handful of tokens: every tool schema line is one token.
     assert any(p.startswith('{"type": "function"') for p in find_phrases(corpus))
     assert len(tokenizer(corpus[0])["input_ids"]) < len(corpus[0]) / 4

@@ -41,7 +41,7 @@ __all__ = [
 
 BUILTIN_TINY = "builtin:tiny"
 #: Bump when the build recipe changes, so stale caches are not reused.
-TINY_MODEL_VERSION = 2
+TINY_MODEL_VERSION = 3
 
 
 class ModelLoadError(ValueError):

@@ -8,10 +8,14 @@ variant and parses tool calls from what the model generates.
 
 Two choices make a small model learn faster here:
 
-- **Copy-friendly pre-tokenization.** Letter runs, single digits, whitespace and punctuation are separate
-  pre-tokens, so a literal value is split the same way wherever it appears (`Sales` in the question, in
-  `name = 'Sales'` and in the answer are the same token ids). The model then learns "copy that token" once,
-  instead of a mapping between `" Sales"` and `"Sales"` for every value.
+- **Copy-friendly pre-tokenization.** A literal value is split the same way wherever it appears, so the
+  question's `Gil Novak`, the SQL's `name = 'Gil Novak'`, the result row and the answer hold the same token ids
+  (`Gil `, `Novak`), and the model learns "copy these tokens" once instead of a mapping between `" Novak"` and
+  `"Novak"` for every value. Words carry no leading space (a value's first word follows a space in the
+  question but a quote in SQL); a word keeps the single space that joins it to a capitalised next word, so a
+  multi-word name copies token by token (after `Gil ` comes `Novak`: a plain induction lookup, where a
+  separate space token would leave the model to look two tokens back); numbers go in runs of up to three
+  digits, so `1099` is `109`, `9` everywhere.
 - **Boilerplate phrases.** Lines that recur in most conversations (the system prompt, the tool schemas, Qwen3's
   tool header) become single added tokens, so the fixed prompt costs tens of tokens instead of hundreds: shorter
   sequences train and generate faster and dilute the small model's attention less.
@@ -33,10 +37,10 @@ ADDED_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_respon
 EOS_TOKEN = "<|im_end|>"
 PAD_TOKEN = "<|endoftext|>"
 
-# Letter runs (with `_`, so identifiers stay whole), one digit, whitespace, a single quote on its own (so the
-# quote that closes an SQL string never fuses with what follows), other punctuation runs. No leading space glued
-# to words: see the module docstring.
-PRETOKENIZE_PATTERN = r"[\p{L}\p{M}_]+|\p{N}|\s+|'|[^\s\p{L}\p{M}\p{N}_']+"
+# A letter run (with `_`, so identifiers stay whole) with the one space before a capitalised word; a letter run;
+# up to three digits; whitespace; a single quote on its own (so the quote that closes an SQL string never fuses
+# with what follows); other punctuation runs. See the module docstring for why.
+PRETOKENIZE_PATTERN = r"[\p{L}\p{M}_]+ (?=\p{Lu})|[\p{L}\p{M}_]+|\p{N}{1,3}|\s+|'|[^\s\p{L}\p{M}\p{N}_']+"
 
 
 def qwen3_chat_template() -> str:
