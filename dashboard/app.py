@@ -11,6 +11,7 @@ import gradio as gr
 
 from dashboard import compare_tab, play_tab, runs_tab, train_tab
 from dashboard.context import AppContext
+from dashboard.live_plot import plotly_js_path
 from dashboard.transcripts import CSS as TRANSCRIPT_CSS
 
 TITLE = "SQLEnv — teach a small model to answer questions about databases"
@@ -89,9 +90,10 @@ def tune_queue(demo: gr.Blocks) -> None:
 def launch(demo: gr.Blocks, host: str, port: int, prevent_thread_lock: bool = False):
     demo.queue(default_concurrency_limit=4)
     tune_queue(demo)
+    plotly_js = plotly_js_path()  # the live charts' plotly.js, served from the installed package (offline)
     return demo.launch(
         server_name=host, server_port=port, prevent_thread_lock=prevent_thread_lock, css=CSS,
-        theme=THEME, show_error=True, footer_links=[],
+        theme=THEME, show_error=True, footer_links=[], allowed_paths=[str(plotly_js)] if plotly_js else None,
     )
 
 

@@ -8,10 +8,12 @@ from pathlib import Path
 from dashboard.run_data import RunCache
 from dashboard.runner import TrainingRunner
 
-# How often the Train tab polls the runner and the run directory (seconds). The "logged -> plotted" latency is
-# at most this plus one render (bench: median 0.7 s, max 1.6 s); each tick costs the server a few stat()
-# calls, but costs the browser a re-render pass, which competes with training when both share a small CPU.
-POLL_SECONDS = 1.0
+# The Train tab's gr.Timer interval (seconds). Each tick is a long poll (train_tab.poll) that answers when the
+# run has news or after LONG_POLL_SECONDS; ticks while one is waiting are skipped in the browser at no cost.
+# So this bounds the gap between one answer and the next poll (part of the "logged -> plotted" latency), and
+# LONG_POLL_SECONDS is how often an idle page updates its status bar's clock.
+POLL_SECONDS = 0.5
+LONG_POLL_SECONDS = 5.0
 
 
 @dataclass
@@ -21,6 +23,7 @@ class AppContext:
     data_root: Path | None = None
     default_config: Path | None = None  # the Train form's starting values (default configs/tiny_cpu.json)
     poll_seconds: float = POLL_SECONDS
+    long_poll_seconds: float = LONG_POLL_SECONDS
 
     @classmethod
     def create(cls, runs_root: Path | None = None, data_root: Path | None = None,

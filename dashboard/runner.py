@@ -82,6 +82,9 @@ class TrainingRunner:
         # Wall-clock time each metrics step reached the runner (listener), for the latency benchmark.
         self.metric_times: dict[int, float] = {}
         self._listeners: list[Callable[[str, dict], None]] = []
+        # Notified whenever the training writes a record or ends: pages waiting for news wake up at once.
+        self._news = threading.Condition()
+        self._news_count = 0
 
     @classmethod
     def instance(cls, runs_root: Path | None = None) -> "TrainingRunner":
@@ -102,6 +105,22 @@ class TrainingRunner:
 
     def add_listener(self, listener: Callable[[str, dict], None]) -> None:
         self._listeners.append(listener)
+
+    @property
+    def news_count(self) -> int:
+        """How many records the runs started here have written (plus starts and ends); grows on any news."""
+        return self._news_count
+
+    def wait_for_news(self, since: int, timeout: float) -> int:
+        """Block until `news_count` moves past `since` or `timeout` seconds pass; returns the count."""
+        with self._news:
+            self._news.wait_for(lambda: self._news_count != since, timeout=timeout)
+            return self._news_count
+
+    def _announce(self) -> None:
+        with self._news:
+            self._news_count += 1
+            self._news.notify_all()
 
     # --- control ------------------------------------------------------------------------------------
     def start(self, config: Any) -> str:
@@ -132,6 +151,7 @@ class TrainingRunner:
                 target=self._run, args=(config, run), name=f"train-{run_id}", daemon=True
             )
             self._thread.start()
+            self._announce()
             return run_id
 
     def stop(self) -> str:
@@ -159,6 +179,7 @@ class TrainingRunner:
                 listener(event, payload)
             except Exception:  # a broken UI listener must never kill training
                 traceback.print_exc()
+        self._announce()
 
     def _run(self, config: Any, run: RunDir) -> None:
         try:
@@ -185,6 +206,7 @@ class TrainingRunner:
             with self._lock:
                 self.active_run_id = None
             self._free_memory()
+            self._announce()
 
     @staticmethod
     def _free_memory() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import gradio as gr
 
 from dashboard import charts
 from dashboard.context import AppContext, dataset_choices, dataset_splits
+from dashboard.live_plot import LivePlot, live_value
 from dashboard.run_data import RunSnapshot, fmt_duration, progress
 from dashboard.runner import ConfigInvalid, RunnerBusy, build_config
 from dashboard.transcripts import transcript_html
@@ -39,6 +41,10 @@ FORM_FIELDS: list[tuple[str, str, str, str]] = [
     ("sft", "SFT warm-start", "sft", "auto = on for builtin:tiny"),
 ]
 SFT_CHOICES = ["auto", "on", "off"]
+# While a page long-polls, how often it also re-checks the run's files (news normally comes from the runner).
+FILE_CHECK_S = 0.5
+# The least time between two updates of one page while a run trains fast (see poll).
+MIN_UPDATE_S = 1.2
 
 
 def default_values(config_file: Path | None = None) -> dict[str, Any]:
@@ -188,10 +194,10 @@ def build(ctx: AppContext) -> dict[str, Any]:
         with gr.Column(scale=3):
             status = gr.HTML(status_html(None, None), elem_id="train-status-box")
             with gr.Row():
-                reward_plot = gr.Plot(charts.plot_data(charts.reward_figure([])), show_label=False, elem_id="chart-reward")
-                success_plot = gr.Plot(charts.plot_data(charts.success_figure([])), show_label=False, elem_id="chart-success")
+                reward_plot = LivePlot(charts.reward_figure([]), elem_id="chart-reward")
+                success_plot = LivePlot(charts.success_figure([]), elem_id="chart-success")
             with gr.Row():
-                health_plot = gr.Plot(charts.plot_data(charts.tool_health_figure([])), show_label=False, elem_id="chart-health")
+                health_plot = LivePlot(charts.tool_health_figure([]), elem_id="chart-health")
             gr.Markdown("### Latest trace")
             trace = gr.HTML('<div class="sqe-muted">No trace yet.</div>', elem_id="train-trace")
     seen = gr.State(None)  # per session: (run id, file signature) last sent to this page
@@ -200,13 +206,19 @@ def build(ctx: AppContext) -> dict[str, Any]:
     split_inputs = [c for c, f in zip(inputs, fields) if f[2] == "split"]
     dataset_input = next((c for c, f in zip(inputs, fields) if f[2] == "dataset"), None)
 
-    def refresh(last_seen):
+    nothing = (gr.skip(),) * 6  # send nothing (a poll then costs the browser no work)
+
+    def refresh(last_seen, heartbeat: bool = True):
+        """What this page lacks, given `last_seen` (the key of what it was last sent).
+
+        With `heartbeat` False only new data counts (a record written, the status changing); with it True the
+        status bar's clock counts too (elapsed / remaining)."""
         runner = ctx.runner
         run_id = runner.current_run_id
         if run_id is None:
             # Nothing started in this process (the Runs tab shows older runs).
             if last_seen == "none":
-                return (gr.skip(),) * 6
+                return nothing
             return status_html(None, None), gr.skip(), gr.skip(), gr.skip(), gr.skip(), "none"
         snap, err = ctx.runs.try_snapshot(run_id)
         if snap is None and runner.is_running and runner.active_run_id == run_id:
@@ -215,18 +227,22 @@ def build(ctx: AppContext) -> dict[str, Any]:
         if snap is None:
             return status_html(None, err), gr.skip(), gr.skip(), gr.skip(), gr.skip(), None
         # Send only what changed since this page's last poll (per file: metrics, evals, transcripts): every
-        # chart sent is re-rendered by the browser, on the same cores as the training.
+        # chart sent is redrawn by the browser, on the same cores as the training.
         sig = snap.signature
-        key = {"run": snap.run_id, "metrics": sig[2:3], "evals": sig[2:4], "transcripts": sig[4:5]}
+        key = {"run": snap.run_id, "status": sig[0:2], "metrics": sig[2:3], "evals": sig[2:4],
+               "transcripts": sig[4:5]}
         old = last_seen if isinstance(last_seen, dict) and last_seen.get("run") == snap.run_id else {}
 
         def changed(part: str) -> bool:
             return old.get(part) != key[part]
 
+        same_data = not any(changed(part) for part in key)
+        if same_data and not heartbeat:
+            return nothing
         bar = status_html(snap, None, runner.last_error)
         key["bar"] = bar
-        if all(old.get(part) == key[part] for part in key):
-            return (gr.skip(),) * 6  # nothing new: send nothing (a poll then costs the browser no work)
+        if same_data and not changed("bar"):
+            return nothing
         metrics_changed = changed("metrics")
         trace_value = gr.skip()
         if changed("transcripts"):
@@ -237,12 +253,33 @@ def build(ctx: AppContext) -> dict[str, Any]:
             )
         return (
             bar if changed("bar") else gr.skip(),
-            charts.plot_data(charts.reward_figure(snap.metrics)) if metrics_changed else gr.skip(),
-            charts.plot_data(charts.success_figure(snap.evals, snap.metrics)) if changed("evals") else gr.skip(),
-            charts.plot_data(charts.tool_health_figure(snap.metrics)) if metrics_changed else gr.skip(),
+            live_value(charts.reward_figure(snap.metrics)) if metrics_changed else gr.skip(),
+            live_value(charts.success_figure(snap.evals, snap.metrics)) if changed("evals") else gr.skip(),
+            live_value(charts.tool_health_figure(snap.metrics)) if metrics_changed else gr.skip(),
             trace_value,
-            key,
+            {**key, "sent_at": time.monotonic()},
         )
+
+    def poll(last_seen) -> None:
+        """A long poll: return as soon as the run has news (the runner wakes us when training writes a
+        record; the run's files are also checked every FILE_CHECK_S), else after `ctx.long_poll_seconds`
+        (the status bar's clock). It has no outputs: a pending event's outputs each run a per-frame timer in
+        the browser's status tracker, so the waiting event must have none. The short `refresh` chained after
+        it sends the update. A page watching a run then costs the browser one update per logged step (one
+        every few seconds when idle) instead of one per tick."""
+        deadline = time.monotonic() + ctx.long_poll_seconds
+        while True:
+            count = ctx.runner.news_count
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            if refresh(last_seen, heartbeat=False) is not nothing:
+                # Several steps a second would each redraw every chart: send at most one update per
+                # MIN_UPDATE_S (news waits at most that long, keeping "logged -> plotted" under 2 s).
+                sent_at = last_seen.get("sent_at", 0.0) if isinstance(last_seen, dict) else 0.0
+                time.sleep(max(0.0, min(sent_at + MIN_UPDATE_S - time.monotonic(), MIN_UPDATE_S)))
+                return
+            ctx.runner.wait_for_news(count, min(left, FILE_CHECK_S))
 
     outputs = [status, reward_plot, success_plot, health_plot, trace, seen]
 
@@ -286,7 +323,9 @@ def build(ctx: AppContext) -> dict[str, Any]:
 
     start_btn.click(start, inputs=[*inputs, seen], outputs=[message, *outputs, *inputs], show_progress="hidden")
     stop_btn.click(stop, inputs=[seen], outputs=[message, *outputs], show_progress="hidden")
-    timer.tick(refresh, inputs=[seen], outputs=outputs, show_progress="hidden", queue=False)
+    # Ticks while a poll is still waiting are skipped (trigger mode "once"), so a page holds one poll at a time.
+    timer.tick(poll, inputs=[seen], outputs=None, show_progress="hidden", queue=False).then(
+        refresh, inputs=[seen], outputs=outputs, show_progress="hidden", queue=False)
 
     if dataset_input is not None and split_inputs:
         def on_dataset(name):

@@ -204,7 +204,7 @@ table.sqe-steps, .sqe-steps tr { border: 0 !important; }
 .sqe-gold > div { display: flex; gap: 8px; align-items: baseline; }
 .sqe-status { font-size: 0.95em; display: flex; flex-direction: column; gap: 6px; }
 .sqe-progress { height: 8px; background: #e2e8f0; border-radius: 999px; overflow: hidden; }
-.sqe-progress > div { height: 100%; background: linear-gradient(90deg, #6366f1, #4f46e5); transition: width .4s; }
+.sqe-progress > div { height: 100%; background: linear-gradient(90deg, #6366f1, #4f46e5); }
 .sqe-err-box { color: #991b1b; background: #fef2f2; border: 1px solid #fecaca; border-radius: 8px;
   padding: 6px 10px; }
 .sqe-invalid { outline: 2px solid #dc2626 !important; outline-offset: -2px; border-radius: 6px; }
