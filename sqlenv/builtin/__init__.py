@@ -1,4 +1,4 @@
-"""The built-in dataset: seven small SQLite databases and ~5,500 questions, generated from a seed.
+"""The built-in dataset: seven small SQLite databases and ~5,000 questions, generated from a seed.
 
 Nothing is downloaded. `build_builtin(out_dir, seed)` writes a prepared dataset directory (see
 `sqlenv.datasets`) with splits:
