@@ -229,7 +229,7 @@ def build(ctx: AppContext) -> dict[str, Any]:
         # Send only what changed since this page's last poll (per file: metrics, evals, transcripts): every
         # chart sent is redrawn by the browser, on the same cores as the training.
         sig = snap.signature
-        key = {"run": snap.run_id, "status": sig[0:2], "metrics": sig[2:3], "evals": sig[2:4],
+        key = {"run": snap.run_id, "status": sig[0:2], "metrics": sig[2:3], "evals": sig[3:4],
                "transcripts": sig[4:5]}
         old = last_seen if isinstance(last_seen, dict) and last_seen.get("run") == snap.run_id else {}
 
@@ -254,7 +254,9 @@ def build(ctx: AppContext) -> dict[str, Any]:
         return (
             bar if changed("bar") else gr.skip(),
             live_value(charts.reward_figure(snap.metrics)) if metrics_changed else gr.skip(),
-            live_value(charts.success_figure(snap.evals, snap.metrics)) if changed("evals") else gr.skip(),
+            # Greedy eval success only: the rollouts' sampled correctness is already live in the reward chart
+            # (its correctness component), and leaving it out redraws this chart per eval, not per step.
+            live_value(charts.success_figure(snap.evals)) if changed("evals") else gr.skip(),
             live_value(charts.tool_health_figure(snap.metrics)) if metrics_changed else gr.skip(),
             trace_value,
             {**key, "sent_at": time.monotonic()},
