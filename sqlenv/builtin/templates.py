@@ -53,8 +53,8 @@ def agg_sql(agg: str, expr: str) -> str:
 #: How many parameter values each template group samples, as a multiple of the template's base count (5 when
 #: a template names none). Many instances per SQL shape, with values that differ, are what make a small model
 #: copy the value from the question instead of recalling one it saw with that shape (measured with the tiny
-#: model, 4000 SFT steps: x1 gives 71% train / 31% eval greedy success, x4 gives 64% / 52%, and 66% / 58% with the copy-friendly
-#: tokenizer of `training/tokenizer.py`).
+#: model, 4000 SFT steps: x1 gives 71% train / 31% eval greedy success, x4 gives 64% / 52%, and 66% / 58%
+#: with the copy-friendly tokenizer of `training/tokenizer.py`).
 VALUES_SCALE = 4
 
 
