@@ -1,4 +1,4 @@
-"""The built-in dataset: seven small SQLite databases and ~5,500 questions, generated from a seed.
+"""The built-in dataset: seven small SQLite databases and ~5,000 questions, generated from a seed.
 
 Nothing is downloaded. `build_builtin(out_dir, seed)` writes a prepared dataset directory (see
 `sqlenv.datasets`) with splits:
@@ -34,7 +34,7 @@ from sqlenv.difficulty import spider_hardness
 from sqlenv.types import Question
 
 #: Bump when generation changes so stale builds under data/builtin are rebuilt.
-BUILTIN_VERSION = 6
+BUILTIN_VERSION = 7
 UNSEEN_DB = "football"
 #: Share of each template group's instances held out for `eval`.
 EVAL_FRACTION = 0.25

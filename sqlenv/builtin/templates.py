@@ -53,8 +53,8 @@ def agg_sql(agg: str, expr: str) -> str:
 #: How many parameter values each template group samples, as a multiple of the template's base count (5 when
 #: a template names none). Many instances per SQL shape, with values that differ, are what make a small model
 #: copy the value from the question instead of recalling one it saw with that shape (measured with the tiny
-#: model, 4000 SFT steps, thresholds at fixed percentiles: x1 gives 71% train / 31% eval greedy success, x4
-#: gives 64% / 52%, and 66% / 58% with the copy-friendly tokenizer of `training/tokenizer.py`).
+#: model, 4000 SFT steps: x1 gives 71% train / 31% eval greedy success, x4 gives 64% / 52%, and 66% / 58%
+#: with the copy-friendly tokenizer of `training/tokenizer.py`).
 VALUES_SCALE = 4
 
 
@@ -77,18 +77,18 @@ class Ctx:
         return items[:k]
 
     def thresholds(self, table: str, col: Col, k: int = 3) -> list:
-        """`scale` x `k` distinct values drawn uniformly between the column's 10th and 90th percentiles (rounded
-        like the column): any number in range, so a model has to read the threshold off the question rather
-        than recall one of a few it has seen with that column."""
+        """Values near the top and bottom of a numeric column (rounded like the column).
+
+        A few fixed percentiles, not any number in range: the tiny model copies a multi-digit number from the
+        question less reliably than a word (each such token is rare). Measured after 4000 SFT steps: 57.5% and
+        62% eval success (two runs) with percentiles, 48.5% with thresholds drawn uniformly in range.
+        """
         vals = sorted(v for v in (r[0] for r in self.conn.execute(f"SELECT {col.name} FROM {table}")) if v is not None)
-        lo, hi = vals[int(0.1 * (len(vals) - 1))], vals[int(0.9 * (len(vals) - 1))]
-        n, out = k * self.scale, set()
-        for _ in range(4 * n):  # a narrow integer range may hold fewer than n values
-            v = self.rng.uniform(lo, hi)
-            out.add(round(v, 1) if col.sqltype == "REAL" else int(round(v)))
-            if len(out) >= n:
-                break
-        return sorted(out)
+        out = []
+        for frac in (0.1, 0.2, 0.3, 0.7, 0.8, 0.9):
+            v = vals[int(frac * (len(vals) - 1))]
+            out.append(round(v, 1) if col.sqltype == "REAL" else int(v))
+        return self.pick(sorted(set(out)), k)
 
     def pname(self, t: Table) -> str:
         return t.name_col.words
