@@ -208,24 +208,25 @@ def build(ctx: AppContext) -> dict[str, Any]:
 
     nothing = (gr.skip(),) * 6  # send nothing (a poll then costs the browser no work)
 
-    def refresh(last_seen, heartbeat: bool = True):
+    def refresh(last_seen, probe: bool = False):
         """What this page lacks, given `last_seen` (the key of what it was last sent).
 
-        With `heartbeat` False only new data counts (a record written, the status changing); with it True the
-        status bar's clock counts too (elapsed / remaining)."""
+        With `probe` True it only says whether the page has news (a run started or gone, a record written, the
+        status changing; the status bar's clock does not count) and builds nothing: the long poll asks this
+        every FILE_CHECK_S, and the refresh chained after it builds the update once."""
         runner = ctx.runner
         run_id = runner.current_run_id
         if run_id is None:
             # Nothing started in this process (the Runs tab shows older runs).
             if last_seen == "none":
-                return nothing
-            return status_html(None, None), gr.skip(), gr.skip(), gr.skip(), gr.skip(), "none"
+                return False if probe else nothing
+            return True if probe else (status_html(None, None), gr.skip(), gr.skip(), gr.skip(), gr.skip(), "none")
         snap, err = ctx.runs.try_snapshot(run_id)
         if snap is None and runner.is_running and runner.active_run_id == run_id:
             # Started a moment ago: training has not written its directory yet.
             snap = RunSnapshot(run_id, {"status": "queued", "phase": "starting"}, None, None)
         if snap is None:
-            return status_html(None, err), gr.skip(), gr.skip(), gr.skip(), gr.skip(), None
+            return True if probe else (status_html(None, err), gr.skip(), gr.skip(), gr.skip(), gr.skip(), None)
         # Send only what changed since this page's last poll (per file: metrics, evals, transcripts): every
         # chart sent is redrawn by the browser, on the same cores as the training.
         sig = snap.signature
@@ -237,8 +238,8 @@ def build(ctx: AppContext) -> dict[str, Any]:
             return old.get(part) != key[part]
 
         same_data = not any(changed(part) for part in key)
-        if same_data and not heartbeat:
-            return nothing
+        if probe:
+            return not same_data
         bar = status_html(snap, None, runner.last_error)
         key["bar"] = bar
         if same_data and not changed("bar"):
@@ -275,7 +276,7 @@ def build(ctx: AppContext) -> dict[str, Any]:
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            if refresh(last_seen, heartbeat=False) is not nothing:
+            if refresh(last_seen, probe=True):
                 # Several steps a second would each redraw every chart: send at most one update per
                 # MIN_UPDATE_S (news waits at most that long, keeping "logged -> plotted" under 2 s).
                 sent_at = last_seen.get("sent_at", 0.0) if isinstance(last_seen, dict) else 0.0

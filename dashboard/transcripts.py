@@ -168,7 +168,7 @@ CSS = """
 .sqe-question { font-size: 1.05em; font-weight: 600; color: #1e293b; margin-bottom: 2px; }
 .sqe-meta, .sqe-muted { color: #64748b; font-size: 0.88em; }
 .sqe-steps { width: 100%; border-collapse: collapse; margin: 8px 0; font-size: 0.86em; table-layout: fixed; }
-.sqe-steps th { text-align: left; color: #475569; font-weight: 600; border-bottom: 2px solid #e2e8f0; padding: 4px; }
+.sqe-steps th { text-align: left; color: #475569; font-weight: 600; padding: 4px; }
 .sqe-steps th:nth-child(1) { width: 2.2em; }
 .sqe-steps th:nth-child(5) { width: 2.8em; }
 .sqe-steps th:nth-child(2) { width: 34%; }
@@ -179,7 +179,7 @@ table.sqe-steps, .sqe-steps tr { border: 0 !important; }
 .sqe-steps td { border-bottom: 1px solid #eef2f7 !important; }
 .sqe-steps th { border-bottom: 2px solid #e2e8f0 !important; }
 .sqe-steps th, .sqe-steps td { border-left: 0 !important; border-right: 0 !important; border-top: 0 !important; }
-.sqe-steps td { vertical-align: top; border-bottom: 1px solid #f1f5f9; padding: 4px; }
+.sqe-steps td { vertical-align: top; padding: 4px; }
 .sqe-steps pre, .sqe-inline { white-space: pre-wrap; word-break: break-word; margin: 0; font-size: 0.92em;
   font-family: ui-monospace, SFMono-Regular, Menlo, monospace; background: none; padding: 0; border: 0; }
 .sqe-obs { max-height: 11em; overflow: auto; color: #334155; }
