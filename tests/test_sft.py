@@ -18,7 +18,6 @@ def conversations():
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, conversations):
-
     from training.models import build_tiny_model
     from training.tokenizer import render_conversations
 
@@ -91,7 +90,6 @@ def test_assistant_mask_covers_assistant_turns_only(conversations, tiny):
 
 
 def test_few_sft_steps_reduce_assistant_loss(conversations, tiny):
-
     model, tokenizer = _load(tiny)
 
     def assistant_loss() -> float:

@@ -1,14 +1,15 @@
 """SFT warm-start: teach the policy the tool protocol by imitating oracle episodes, before GRPO.
 
-A randomly initialised model never emits a well-formed `<tool_call>` by chance, so GRPO alone gets no signal.
-Here the oracle (DESCRIBE the tables involved — skipped for tiny models, see `SFTSettings.describe` — QUERY the
-gold SQL, ANSWER the formatted gold answer) plays every train-split question through `SQLEnvTRL` itself, and each episode becomes one chat conversation rendered exactly
-as TRL renders tool conversations in GRPO: the same system prompt and first user turn (the dataset row's prompt
-plus the text `reset()` returns), the same tool schemas in the same order (TRL lists the environment's public
-methods alphabetically: answer, describe, query, sample), the same tool-result texts, and TRL's Qwen3 training
-template. TRL's `SFTTrainer` then trains on the assistant turns only (`assistant_only_loss=True`; the template's
-`{% generation %}` tags mark them), including the `<|im_end|>` that ends each turn and the final turn after the
-answer, which teaches the model to stop calling tools when the episode is over.
+A randomly initialised model never emits a well-formed `<tool_call>` by chance, so GRPO alone gets no signal. Here
+the oracle (DESCRIBE the tables involved — skipped for tiny models, see `SFTSettings.describe` — QUERY the gold SQL,
+ANSWER the formatted gold answer) plays every train-split question through `SQLEnvTRL` itself, and each episode
+becomes one chat conversation rendered exactly as TRL renders tool conversations in GRPO: the same system prompt and
+first user turn (the dataset row's prompt plus the text `reset()` returns), the same tool schemas in the same order
+(TRL lists the environment's public methods alphabetically: answer, describe, query, sample), the same tool-result
+texts, and TRL's Qwen3 training template. TRL's `SFTTrainer` then trains on the assistant turns only
+(`assistant_only_loss=True`; the template's `{% generation %}` tags mark them), including the `<|im_end|>` that ends
+each turn and the final turn after the answer, which teaches the model to stop calling tools when the episode is
+over.
 
 ```python
 from training.models import load_model_and_tokenizer
