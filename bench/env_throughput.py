@@ -49,7 +49,9 @@ def _prepare(args: argparse.Namespace, tmp: Path) -> DatasetInfo:
         return DatasetInfo.from_dir(args.dataset)
     from sqlenv.spider import prepare_spider
 
-    source = Path(os.environ.get("SQLENV_SPIDER_DIR", REPO.parent / "shared" / "spider"))
+    from sqlenv.spider import default_spider_dir
+
+    source = default_spider_dir()
     if not (source / "tables.json").exists():
         sys.exit(f"Spider not found at {source}: set SQLENV_SPIDER_DIR")
     t0 = time.perf_counter()

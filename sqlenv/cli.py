@@ -53,10 +53,6 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
-def _default_spider_source() -> str:
-    return os.environ.get("SQLENV_SPIDER_DIR", str(Path("..") / "shared" / "spider"))
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="SQLEnv: a sandboxed SQL-exploration environment.")
     commands = parser.add_subparsers(dest="command", metavar="{data,play,eval}", required=True)
@@ -158,9 +154,9 @@ def _cmd_build_builtin(args: argparse.Namespace, out: TextIO) -> int:
 
 def _cmd_prepare(args: argparse.Namespace, out: TextIO) -> int:
     from sqlenv.datasets import data_root
-    from sqlenv.spider import prepare_spider
+    from sqlenv.spider import default_spider_dir, prepare_spider
 
-    source = Path(args.source or _default_spider_source())
+    source = Path(args.source) if args.source else default_spider_dir()
     if not source.is_dir():
         raise CLIError(f"Spider source directory not found: {source}")
     if not (source / "tables.json").exists():

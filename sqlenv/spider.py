@@ -71,6 +71,20 @@ class SpiderArchiveError(SpiderError):
     """A downloaded archive that is not a complete Spider zip."""
 
 
+SPIDER_DIR_ENV = "SQLENV_SPIDER_DIR"
+
+
+def default_spider_dir() -> Path:
+    """Where the local Spider copy is: `$SQLENV_SPIDER_DIR`, else `shared/spider` beside the repository this
+    package was loaded from (`../shared/spider` from its root), else `../shared/spider` from the working
+    directory (an installed package has no repository beside it)."""
+    if os.environ.get(SPIDER_DIR_ENV):
+        return Path(os.environ[SPIDER_DIR_ENV])
+    repo = Path(__file__).resolve().parent.parent
+    base = repo.parent if (repo / "pyproject.toml").is_file() else Path("..")
+    return base / "shared" / "spider"
+
+
 # ---- prepare ----------------------------------------------------------------------------------------
 
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from sqlenv.spider import default_spider_dir
+
 # OpenMP's default busy-waiting collapses on a shared, oversubscribed 2-core machine (measured: training steps
 # ~25x slower while other jobs run); passive waiting costs nothing when the machine is idle. Before torch loads.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -16,7 +18,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 def spider_dir() -> Path:
     """`$SQLENV_SPIDER_DIR`, defaulting to `../shared/spider` beside the repository."""
-    return Path(os.environ.get("SQLENV_SPIDER_DIR", REPO_ROOT.parent / "shared" / "spider"))
+    return default_spider_dir()
 
 
 @pytest.fixture(scope="session")

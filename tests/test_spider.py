@@ -17,6 +17,7 @@ from sqlenv.spider import (
     SPIDER10,
     SpiderError,
     SpiderSourceNotFound,
+    default_spider_dir,
     prepare_spider,
 )
 
@@ -189,3 +190,12 @@ def test_missing_files_and_databases(tmp_path):
     with pytest.raises(SpiderSourceNotFound, match="database file"):
         prepare_spider(src2, tmp_path / "out", db_ids=["shop"])
     assert not (tmp_path / "out").exists()
+
+
+def test_default_spider_dir_follows_the_environment_variable(monkeypatch, tmp_path):
+    monkeypatch.setenv("SQLENV_SPIDER_DIR", str(tmp_path / "elsewhere"))
+    assert default_spider_dir() == tmp_path / "elsewhere"
+    monkeypatch.delenv("SQLENV_SPIDER_DIR")
+    # Without it: shared/spider beside this checkout (the tests run from a checkout with a pyproject.toml).
+    repo = Path(__file__).resolve().parent.parent
+    assert default_spider_dir() == repo.parent / "shared" / "spider"
