@@ -141,6 +141,10 @@ def page(browser):
 def _screenshot(page, name: str) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
+    # A dropdown just picked from keeps its option list open while it has focus (and fades it out after):
+    # close it so the picture shows the page, not a half-transparent list over it.
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")
+    page.wait_for_timeout(400)
     page.screenshot(path=str(path), full_page=True)
     return path
 
