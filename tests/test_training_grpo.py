@@ -114,6 +114,24 @@ def test_grpo_through_rollout_func(tiny, tmp_path):
     assert logs[-1]["tools/call_frequency"] > 0
 
 
+def test_kl_reference_is_the_policy_in_memory(tiny, tmp_path):
+    """With beta > 0 the KL anchor must be the model GRPO starts from (e.g. after SFT warm-start in memory), not
+    the weights TRL would reload from `config._name_or_path` on disk."""
+    import torch
+
+    from training.rollout import build_trainer
+
+    model, tokenizer = _fresh(tiny)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.01)  # differs from the cached weights on disk, as a warm-started model does
+    config = _small_config(tmp_path, rollout="rollout_func", beta=0.1)
+    trainer = build_trainer(config, model, tokenizer, output_dir=str(tmp_path / "trainer"))
+    reference = dict(trainer.ref_model.named_parameters())
+    for name, parameter in trainer.model.named_parameters():
+        assert torch.equal(parameter.detach(), reference[name].detach()), name
+
+
 def test_run_training_end_to_end(tiny, tmp_path):
     from training.run_dir import RunDir
     from training.train import run_training

@@ -613,6 +613,11 @@ def build_trainer(config: Any, model: Any, tokenizer: Any, *, output_dir: str | 
         else:
             rows = train_rows(dataset=config.dataset, split=config.train_split)
             trainer = GRPOTrainer(train_dataset=rows, environment_factory=SQLEnvTRL, **common)
+    ref_model = getattr(trainer, "ref_model", None)
+    if ref_model is not None:
+        # TRL builds the KL reference from `model.config._name_or_path`, i.e. the weights on disk, not the ones in
+        # memory: after an SFT warm-start that is the random-init model. Anchor it to the policy GRPO starts from.
+        ref_model.load_state_dict(trainer.accelerator.unwrap_model(trainer.model).state_dict())
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # raw log dicts on stdout; progress goes through the run callback
