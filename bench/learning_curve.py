@@ -283,9 +283,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"learning_curve: {exc}", file=sys.stderr)
                 return 2
             # Prepare spider10 from the local Spider copy ($SQLENV_SPIDER_DIR, default ../shared/spider).
-            from sqlenv.spider import prepare_spider
+            from sqlenv.spider import default_spider_dir, prepare_spider
 
-            source = Path(os.environ.get("SQLENV_SPIDER_DIR", Path(__file__).resolve().parents[2] / "shared" / "spider"))
+            source = default_spider_dir()
             if not (source / "tables.json").exists():
                 print(f"learning_curve: {exc}; no Spider copy at {source} to prepare it from "
                       "(set SQLENV_SPIDER_DIR)", file=sys.stderr)
