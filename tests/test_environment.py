@@ -194,8 +194,12 @@ def test_check_env_passes_and_catches_a_broken_env(toy):
         check_env(Raising(*toy))
 
     class Forgetful(SQLEnvironment):
+        """Ignores the seed: each reset plays the next question (a random pick would repeat one by chance)."""
+        calls = 0
+
         def reset(self, seed=None, question_id=None):
-            return super().reset(seed=None, question_id=question_id)
+            Forgetful.calls += 1
+            return super().reset(question_id=self.questions[Forgetful.calls % len(self.questions)].question_id)
 
     with pytest.raises(EnvCheckError, match="deterministic"):
         check_env(Forgetful(*toy))
