@@ -10,7 +10,9 @@ the page's chart showing that step (target <= 2 s): median and max over the run.
 
     python bench/dashboard_tax.py [--config configs/tiny_cpu.json] [--steps 20] [--repeats 2] [--set k=v ...]
 
-The last line is one JSON object with the figures.
+The last line is one JSON object with the figures. Run it on an otherwise idle machine: the browser and the
+training share the cores, and another job (even a `nice`d one in another terminal session: Linux autogroups
+share the CPU per session) moves the ratio by tens of percent.
 """
 
 from __future__ import annotations
