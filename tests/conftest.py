@@ -16,14 +16,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-def spider_dir() -> Path:
-    """`$SQLENV_SPIDER_DIR`, defaulting to `../shared/spider` beside the repository."""
-    return default_spider_dir()
-
-
 @pytest.fixture(scope="session")
 def spider_source() -> Path:
-    path = spider_dir()
+    """The local Spider copy: `$SQLENV_SPIDER_DIR`, defaulting to `../shared/spider` beside the repository."""
+    path = default_spider_dir()
     if not (path / "tables.json").exists():
         if os.environ.get("CI"):
             pytest.fail(f"Spider data not found at {path} (set SQLENV_SPIDER_DIR)")
