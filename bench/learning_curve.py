@@ -12,7 +12,9 @@ Evaluations are greedy episodes on the eval split (held-out question instances),
 point of the curve. Targets on the built-in dataset (2 CPU cores, <= 15 minutes in all): eval success >= 60%,
 GRPO >= SFT-only + 5 points, random ~0%. The last line printed is one JSON object with the figures (with
 `--from-sft`, the build, random baseline and SFT figures are the saved ones, `minutes` leaves them out, and no
-targets are judged).
+targets are judged). Beside the greedy figures it prints the sampled ones (`eval_samples` passes at the GRPO
+temperature) and how many of the SFT model's greedy eval failures any sample solves: GRPO can only reinforce what
+sampling finds, so that count bounds what it can turn into greedy wins without learning something new.
 """
 
 from __future__ import annotations
@@ -45,7 +47,12 @@ DEFAULTS = {
     # temperature 0.7 -1.0, with lr 1e-3 -11.0, with SGD -2.5, with beta 0.5 -0.2; curriculum on the train
     # questions SFT failed -2.2; fresh questions (grpo_data_seed 1) -1.7 / -0.5; 16 generations per prompt -2.0.
     # None is kept, as none is better; the small losses look systematic rather than noise (the full run with these
-    # defaults fixed 1 of the 400 eval episodes and broke 11).
+    # defaults fixed 1 of the 400 eval episodes and broke 11). Later, all from the same SFT model unless said:
+    # lr 1e-4 / 5e-5 with the minibatches, 320 steps, -0.7 / -1.2; lr 1e-4, 80 steps: fresh questions -0.2,
+    # temperature 0.5 -0.5; partial credit for list/table answers (item F1 as a 4th reward) -1.7; from a shorter
+    # SFT (3500 steps, 62.5%), 320 minibatch steps: -1.7 (beta 0.1), -5.5 (beta 0.5). Why so little: GRPO can only
+    # reinforce what sampling finds, and 89 of this SFT model's 114 greedy eval failures are solved by none of 8
+    # samples (see eval_samples below); sampled success does not rise either (54.2% -> 50.2% at lr 1e-4).
     "grpo_steps": 20, "grpo_learning_rate": 3e-4, "num_generations": 8, "batch_size": 64, "temperature": 1.0,
     "beta": 0.1, "rollout": "rollout_func",
     # PPO-style reuse: optimizer passes over each generation batch (TRL's num_iterations, clipped by epsilon) and
@@ -62,6 +69,10 @@ DEFAULTS = {
     # Evaluation: greedy episodes on the eval split, the same seeds at every point (400: ~2 points of standard
     # error on a rate, ~1.5 on the paired GRPO-minus-SFT difference; 15 s per 200 episodes).
     "eval_episodes": 400, "curve_every": 10, "curve_episodes": 64, "train_episodes": 64, "seed": 0,
+    # Sampled success (0: off): the eval episodes also played `eval_samples` times at the GRPO temperature, the
+    # policy GRPO optimizes (greedy decoding is a different one: it can stay put while the sampled one improves),
+    # and how many of the SFT model's greedy failures some sample solves (what GRPO has to work with).
+    "eval_samples": 4,
 }
 
 
@@ -82,6 +93,24 @@ def evaluate_split(model, tokenizer, dataset: str, split: str, n: int, seed: int
     outcomes = [bool(e.get("correct")) for e in result.episodes]
     first = outcomes[:subset]
     return result.success_rate, sum(first) / max(1, len(first)), outcomes
+
+
+def sampled_success(model, tokenizer, dataset: str, split: str, n: int, seed: int, step_budget: int,
+                    max_turn_tokens: int, samples: int, temperature: float) -> tuple[float, list[int]]:
+    """The sampling policy on the same `n` episodes, `samples` passes (seeded, so two models draw with the same
+    generator states): its success rate over all passes, and per episode how many passes succeeded."""
+    import torch
+
+    from training.policy import evaluate_model
+
+    wins = [0] * n
+    for k in range(samples):
+        torch.manual_seed(10_000 + k)
+        result = evaluate_model(model, tokenizer, dataset=dataset, split=split, n_episodes=n, seed=seed,
+                                step_budget=step_budget, max_turn_tokens=max_turn_tokens, batch_size=64,
+                                temperature=temperature)
+        wins = [w + bool(e.get("correct")) for w, e in zip(wins, result.episodes)]
+    return sum(wins) / (n * samples), wins
 
 
 def random_success(dataset: str, split: str, n: int, seed: int, step_budget: int) -> float:
@@ -159,6 +188,18 @@ def run(dataset: str, p: dict, *, threads: int | None, save_sft: Path | None = N
         model, tokenizer, split=eval_split, n=p["eval_episodes"], seed=p["seed"], subset=p["curve_episodes"], **ev)
     out["sft_train_success"] = evaluate_split(model, tokenizer, split="train", n=p["train_episodes"],
                                               seed=p["seed"], **ev)
+    if p["eval_samples"] > 0:
+        out["sft_eval_sampled_success"], wins = sampled_success(
+            model, tokenizer, split=eval_split, n=p["eval_episodes"], seed=p["seed"], samples=p["eval_samples"],
+            temperature=p["temperature"], **ev)
+        # GRPO reinforces what sampling finds: a greedy failure that no sample ever solves gives it nothing to
+        # sharpen, so this count bounds what it can turn into greedy wins without learning something new.
+        failed = [w for w, ok in zip(wins, sft_outcomes) if not ok]
+        out["sft_greedy_failures"] = len(failed)
+        out["sft_greedy_failures_solved_by_sampling"] = sum(1 for w in failed if w > 0)
+        log(f"[{minutes():5.2f} min] SFT only: sampled eval success {out['sft_eval_sampled_success']:.3f} "
+            f"({p['eval_samples']} passes at temperature {p['temperature']}); of its {len(failed)} greedy "
+            f"failures, {out['sft_greedy_failures_solved_by_sampling']} solved by at least one sample")
     curve = [{"phase": "sft", "step": 0, "minutes": round(minutes(), 2), "eval_success": out["sft_eval_success"],
               "eval_success_subset": sft_subset, "train_success": out["sft_train_success"]}]
     log(f"[{minutes():5.2f} min] curve step 0 (SFT only): eval success {out['sft_eval_success']:.3f} "
@@ -228,6 +269,12 @@ def run(dataset: str, p: dict, *, threads: int | None, save_sft: Path | None = N
     log(f"[{minutes():5.2f} min] curve step {p['grpo_steps']} (SFT + GRPO): eval success "
         f"{out['grpo_eval_success']:.3f} (first {p['curve_episodes']}: {grpo_subset:.3f}), "
         f"train success {out['grpo_train_success']:.3f}")
+    if p["eval_samples"] > 0:
+        out["grpo_eval_sampled_success"], _ = sampled_success(
+            model, tokenizer, split=eval_split, n=p["eval_episodes"], seed=p["seed"], samples=p["eval_samples"],
+            temperature=p["temperature"], **ev)
+        log(f"[{minutes():5.2f} min] SFT + GRPO: sampled eval success {out['grpo_eval_sampled_success']:.3f} "
+            f"(SFT only {out['sft_eval_sampled_success']:.3f})")
     out["grpo_minus_sft_points"] = round(100 * (out["grpo_eval_success"] - out["sft_eval_success"]), 1)
     # The same episodes before and after GRPO: how many it fixed and how many it broke (a paired view of the
     # difference above; a handful each way is noise).
