@@ -1,4 +1,5 @@
-"""Baseline policies that play `SQLEnvironment` episodes: a seeded random agent and a gold-reading oracle.
+"""Policies that play `SQLEnvironment` episodes: a seeded random agent, a gold-reading oracle, and the two
+mistakes an untrained agent makes (answering without looking; querying with a wrong filter or column).
 
 A policy is anything with a `name` attribute and two methods (the `Policy` protocol):
 
@@ -8,6 +9,11 @@ A policy is anything with a `name` attribute and two methods (the `Policy` proto
 The trained-model policy in `training/policy.py` implements the same protocol, so `sqlenv.evaluation.evaluate`
 plays all of them the same way. The random policy is the floor a learner must beat (≈0% success, under 0.3
 reward); the oracle is the ceiling and the calibration check of the reward layers (≈1.1–1.3 per episode).
+
+`GuessPolicy` and `WrongQueryPolicy` are the imperfect teacher's mistakes (`MISTAKES`): the SFT warm-start mixes
+a share of their episodes into the oracle's (`training.sft`), so the warm-started model samples careless as well
+as careful behaviour and GRPO, rewarded by the verifier, has something to learn: that exploring before
+answering pays.
 """
 
 from __future__ import annotations
@@ -15,11 +21,12 @@ from __future__ import annotations
 import random
 import re
 import string
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 from sqlenv.types import SQLAction, SQLObservation
 
-__all__ = ["Policy", "RandomPolicy", "OraclePolicy", "table_names"]
+__all__ = ["Policy", "RandomPolicy", "OraclePolicy", "GuessPolicy", "WrongQueryPolicy", "MISTAKES", "table_names",
+           "guess_from_question", "corrupt_sql"]
 
 
 @runtime_checkable
@@ -193,3 +200,147 @@ class OraclePolicy:
             self.reset(env, observation)
             return self._plan.pop()
         return self._plan.pop(0)
+
+
+# ------------------------------------------------------------------------------------------------ mistakes
+# Values a question mentions: quoted text, numbers, and runs of capitalised words (names) after its first word.
+_QUOTED = re.compile(r"'([^']+)'|\"([^\"]+)\"")
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
+_FUNCTION = re.compile(r"\b([A-Za-z_]\w*)\(")
+_NAME = re.compile(r"(?<!^)(?<![.?!] )\b([A-Z][\w'-]*(?: [A-Z][\w'-]*)*)")
+
+
+def guess_from_question(question: str, rng: random.Random) -> str:
+    """An answer made up without looking at the data: a value the question mentions (a number, a quoted or
+    capitalised name), else "1". What an agent that skips exploring answers; almost always wrong."""
+    text = question.strip()
+    candidates = [a or b for a, b in _QUOTED.findall(text)]
+    candidates += _NUMBER.findall(text)
+    candidates += [m.group(1) for m in _NAME.finditer(text) if m.start() > 0]
+    return rng.choice(candidates) if candidates else "1"
+
+
+class GuessPolicy:
+    """Answers at once, without looking at the database: `guess_from_question`.
+
+    Args:
+        seed: seeds the choice among the values the question mentions. Default 0.
+    """
+
+    def __init__(self, seed: int = 0):
+        self.name = "guess"
+        self._rng = random.Random(seed)
+
+    def reset(self, env: Any, observation: SQLObservation) -> None:
+        pass
+
+    def act(self, env: Any, observation: SQLObservation) -> SQLAction:
+        return SQLAction("ANSWER", guess_from_question(observation.question, self._rng))
+
+
+def corrupt_sql(sql: str, rng: random.Random, columns: Any = None) -> str | None:
+    """`sql` with one plausible mistake, or None when none applies (or it does not parse).
+
+    The mistakes: drop one WHERE condition, flip a comparison (`>` and `<`), flip an ORDER BY direction, or
+    (with `columns(table) -> [column names]`) select another column of the same table.
+    """
+    import sqlglot
+    from sqlglot import exp
+
+    try:
+        tree = sqlglot.parse_one(sql, read="sqlite")
+    except sqlglot.errors.SqlglotError:
+        return None
+    if not isinstance(tree, exp.Select):
+        return None
+    flips = {exp.GT: exp.LT, exp.LT: exp.GT, exp.GTE: exp.LTE, exp.LTE: exp.GTE}
+    edits: list[Callable[[], None]] = []
+    where = tree.args.get("where")
+    if where is not None:
+        conditions = list(where.this.flatten()) if isinstance(where.this, exp.And) else [where.this]
+
+        def drop_condition(index: int) -> None:
+            rest = [c for i, c in enumerate(conditions) if i != index]
+            tree.set("where", exp.Where(this=exp.and_(*rest)) if rest else None)
+
+        edits += [lambda i=i: drop_condition(i) for i in range(len(conditions))]
+        for node in where.find_all(*flips):
+            edits.append(lambda n=node: n.replace(flips[type(n)](this=n.this, expression=n.expression)))
+    for node in tree.find_all(exp.Ordered):
+        edits.append(lambda n=node: n.set("desc", not n.args.get("desc")))
+    if columns is not None:
+        tables = [t.name for t in tree.find_all(exp.Table)]
+        for select in tree.selects:
+            column = select if isinstance(select, exp.Column) else None
+            if column is None:
+                continue
+            table = column.table or (tables[0] if len(tables) == 1 else "")
+            others = [c for c in (columns(table) if table else []) if c.lower() != column.name.lower()]
+            if others:
+                edits.append(lambda c=column, o=others: c.set("this", exp.to_identifier(rng.choice(o))))
+    if not edits:
+        return None
+    rng.choice(edits)()
+    # sqlglot upper-cases function names; keep the original's spelling so only the mistake differs.
+    spelling = {name.lower(): name for name in _FUNCTION.findall(sql)}
+    return _FUNCTION.sub(lambda m: spelling.get(m.group(1).lower(), m.group(1)) + "(", tree.sql(dialect="sqlite"))
+
+
+class WrongQueryPolicy:
+    """Queries with a wrong filter or column (`corrupt_sql` of the gold SQL) and answers from that result.
+
+    The answer is the query's result shaped like the question's answer type (first value, first column or the
+    rows) and formatted as the oracle formats answers, so the episode looks careful but answers wrongly. When
+    no mistake applies to the gold SQL (`SELECT count(*) FROM t`) or the wrong query fails, it guesses instead.
+    It needs `env.question` and `env.sandbox`, like the oracle.
+
+    Args:
+        seed: seeds the choice of mistake. Default 0.
+    """
+
+    def __init__(self, seed: int = 0):
+        self.name = "wrong_query"
+        self._rng = random.Random(seed)
+        self._plan: list[SQLAction] = []
+
+    def reset(self, env: Any, observation: SQLObservation) -> None:
+        from sqlenv.verifier import format_answer
+
+        question = env.question
+        database = question.database_name
+
+        def columns(table: str) -> list[str]:
+            try:
+                return [name for name, _, _ in env.sandbox.find_table(database, table).columns]
+            except Exception:  # noqa: BLE001 - an unknown table just offers no other column
+                return []
+
+        sql = corrupt_sql(question.gold_sql, self._rng, columns)
+        rows = None
+        if sql is not None:
+            try:
+                rows = env.sandbox.execute(database, sql).rows
+            except Exception:  # noqa: BLE001 - a wrong query that fails falls back to a guess
+                rows = None
+        if sql is None or rows is None or observation.budget_remaining < 2:
+            self._plan = [SQLAction("ANSWER", guess_from_question(observation.question, self._rng))]
+            return
+        kind = (question.answer_type or "string").lower()
+        if not rows:
+            value: Any = []
+        elif kind in ("integer", "float", "string"):
+            value = rows[0][0]
+        elif kind == "list":
+            value = [row[0] for row in rows]
+        else:
+            value = [list(row) for row in rows]
+        self._plan = [SQLAction("QUERY", sql), SQLAction("ANSWER", format_answer(value, kind))]
+
+    def act(self, env: Any, observation: SQLObservation) -> SQLAction:
+        if not self._plan:
+            return SQLAction("ANSWER", guess_from_question(observation.question, self._rng))
+        return self._plan.pop(0)
+
+
+#: The imperfect teacher's mistakes by name (see `training.sft`).
+MISTAKES = {"guess": GuessPolicy, "wrong_query": WrongQueryPolicy}
