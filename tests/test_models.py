@@ -21,9 +21,9 @@ from training.tokenizer import find_phrases, qwen3_chat_template, render_convers
 @pytest.fixture(scope="session")
 def conversations():
     """A small slice of real oracle episodes of the built-in dataset (a session-wide cache: tests stay fast)."""
-    from training.sft import oracle_conversations
+    from training.sft import teacher_conversations
 
-    return oracle_conversations("builtin", "train", episodes=60)
+    return teacher_conversations("builtin", "train", episodes=60)
 
 
 @pytest.fixture(scope="session")

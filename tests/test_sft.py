@@ -8,12 +8,12 @@ import json
 import pytest
 import torch
 
-from training.sft import SFTSettings, build_sft_dataset, oracle_conversations, run_sft
+from training.sft import SFTSettings, build_sft_dataset, teacher_conversations, run_sft
 
 
 @pytest.fixture(scope="module")
 def conversations():
-    return oracle_conversations("builtin", "train", episodes=24, seed=1)
+    return teacher_conversations("builtin", "train", episodes=24, seed=1)
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +127,97 @@ def test_settings_from_train_config_fields():
     )
     assert (settings.step_budget, settings.seed, settings.epochs, settings.learning_rate) == (7, 3, 2.0, 5e-4)
     assert (settings.batch_size, settings.max_steps, settings.episodes) == (4, 9, 100)
+
+
+# ------------------------------------------------------------------------------------------- the teacher
+def _actions(conversation):
+    return [(m["tool_calls"][0]["function"]["name"], json.loads(m["tool_calls"][0]["function"]["arguments"]))
+            for m in conversation["messages"] if m.get("tool_calls")]
+
+
+def test_teacher_at_rate_zero_plays_exactly_the_oracle():
+    from sqlenv.environment import SQLEnvironment
+    from sqlenv.verifier import format_answer
+
+    conversations = teacher_conversations("builtin", "train", episodes=40, seed=2, describe=False, error_rate=0.0)
+    env = SQLEnvironment.from_dataset("builtin", split="train")
+    questions = {q.question_id: q for q in env.questions}
+    env.close()
+    for conv in conversations:
+        q = questions[conv["question_id"]]
+        assert conv["teacher"] == "oracle"
+        assert _actions(conv) == [("query", {"sql": q.gold_sql}),
+                                  ("answer", {"value": format_answer(q.gold_answer, q.answer_type)})]
+        assert "correct" in conv["messages"][-2]["content"] and "incorrect" not in conv["messages"][-2]["content"]
+
+
+def test_teacher_mistakes_are_that_share_and_deterministic_by_seed():
+    from training.sft import teacher_plan
+
+    plan = teacher_plan(200, 0.3, seed=5)
+    assert sum(who != "oracle" for who in plan) == 60
+    assert set(plan) == {"oracle", "guess", "wrong_query"}
+    assert teacher_plan(200, 0.3, seed=5) == plan and teacher_plan(200, 0.3, seed=6) != plan
+    assert teacher_plan(10, 0.0) == ["oracle"] * 10 and teacher_plan(10, 1.0, mistakes=["guess"]) == ["guess"] * 10
+    with pytest.raises(ValueError, match="unknown teacher mistakes"):
+        teacher_plan(10, 0.5, mistakes=["typo"])
+
+    first = teacher_conversations("builtin", "train", episodes=60, seed=3, describe=False, error_rate=0.5)
+    again = teacher_conversations("builtin", "train", episodes=60, seed=3, describe=False, error_rate=0.5)
+    assert [c["messages"] for c in first] == [c["messages"] for c in again]
+    assert sum(c["teacher"] != "oracle" for c in first) == 30
+    for conv in first:
+        names = [name for name, _ in _actions(conv)]
+        verdict = conv["messages"][-2]["content"]
+        if conv["teacher"] == "guess":  # answers without looking
+            assert names == ["answer"] and "incorrect" in verdict
+        elif conv["teacher"] == "wrong_query":  # a query, then an answer from its (wrong) result
+            assert names in (["query", "answer"], ["answer"])
+        else:
+            assert names == ["query", "answer"] and "incorrect" not in verdict
+    wrong = [c for c in first if c["teacher"] == "wrong_query" and len(_actions(c)) == 2]
+    assert wrong and sum("incorrect" in c["messages"][-2]["content"] for c in wrong) >= len(wrong) * 0.7
+
+
+# ----------------------------------------------------------------------------------------- the trainer
+def test_warm_start_trainer_loss_and_gradient_equal_sfttrainer(conversations, tiny):
+    """On CPU the LM head runs only where the loss is taken: the same loss and gradients as TRL's own."""
+    from trl import SFTConfig, SFTTrainer
+
+    from training.sft_trainer import WarmStartTrainer
+
+    model, tokenizer = _load(tiny)
+    args = SFTConfig(output_dir="/tmp/unused", assistant_only_loss=True, report_to="none", use_cpu=True,
+                     per_device_train_batch_size=4, max_steps=1, save_strategy="no", disable_tqdm=True)
+    dataset = build_sft_dataset(conversations[:8])
+    ours = WarmStartTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+    trl = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+    batch = next(iter(trl.get_train_dataloader()))
+    weight = model.model.layers[0].mlp.up_proj.weight
+    for n_items in (None, int((batch["labels"][:, 1:] != -100).sum())):
+        losses, grads = [], []
+        for trainer in (trl, ours):
+            loss = trainer.compute_loss(model, dict(batch), num_items_in_batch=n_items)
+            losses.append(float(loss))
+            grads.append(torch.autograd.grad(loss, weight)[0])
+        assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+        assert torch.allclose(grads[0], grads[1], atol=1e-6)
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_gradient_checkpointing_setting_reaches_the_sft_trainer(conversations, tiny, checkpointing):
+    from transformers import TrainerCallback
+
+    from training.config import TrainConfig
+
+    seen = {}
+
+    class Spy(TrainerCallback):
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            seen["args"] = args.gradient_checkpointing
+            seen["model"] = model.is_gradient_checkpointing
+
+    model, tokenizer = _load(tiny)
+    config = TrainConfig(gradient_checkpointing=checkpointing, sft_max_steps=1, sft_batch_size=2)
+    run_sft(model, tokenizer, config, conversations=conversations[:4], callbacks=[Spy()])
+    assert seen == {"args": checkpointing, "model": checkpointing}

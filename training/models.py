@@ -192,10 +192,10 @@ def _offline() -> bool:
 
 def tiny_corpus(dataset: str | os.PathLike | None = None, *, episodes: int | None = None) -> list[str]:
     """The tokenizer's training text: the train-split oracle conversations of `dataset`, rendered as SFT sees them."""
-    from training.sft import oracle_conversations
+    from training.sft import teacher_conversations
     from training.tokenizer import render_conversations
 
-    return render_conversations(oracle_conversations(dataset or "builtin", split="train", episodes=episodes))
+    return render_conversations(teacher_conversations(dataset or "builtin", split="train", episodes=episodes))
 
 
 def corpus_fingerprint(dataset: str | os.PathLike | None = None) -> str:

@@ -1,15 +1,18 @@
-"""SFT warm-start: teach the policy the tool protocol by imitating oracle episodes, before GRPO.
+"""SFT warm-start: teach the policy the tool protocol by imitating a teacher's episodes, before GRPO.
 
 A randomly initialised model never emits a well-formed `<tool_call>` by chance, so GRPO alone gets no signal. Here
-the oracle (DESCRIBE the tables involved — skipped for tiny models, see `SFTSettings.describe` — QUERY the gold SQL,
-ANSWER the formatted gold answer) plays every train-split question through `SQLEnvTRL` itself, and each episode
+a teacher plays every train-split question through `SQLEnvTRL` itself: the oracle (DESCRIBE the tables involved —
+skipped for tiny models, see `SFTSettings.describe` — QUERY the gold SQL, ANSWER the formatted gold answer), except
+on a share of the episodes (`SFTSettings.teacher_error_rate`) where it makes the mistakes an untrained agent makes:
+it answers without looking, or queries with a wrong filter or column and answers from that. Each episode
 becomes one chat conversation rendered exactly as TRL renders tool conversations in GRPO: the same system prompt and
 first user turn (the dataset row's prompt plus the text `reset()` returns), the same tool schemas in the same order
 (TRL lists the environment's public methods alphabetically: answer, describe, query, sample), the same tool-result
-texts, and TRL's Qwen3 training template. TRL's `SFTTrainer` then trains on the assistant turns only
-(`assistant_only_loss=True`; the template's `{% generation %}` tags mark them), including the `<|im_end|>` that ends
-each turn and the final turn after the answer, which teaches the model to stop calling tools when the episode is
-over.
+texts, and TRL's Qwen3 training template. TRL's `SFTTrainer` (as `training.sft_trainer.WarmStartTrainer`) then
+trains on the assistant turns only (`assistant_only_loss=True`; the template's `{% generation %}` tags mark them),
+including the `<|im_end|>` that ends each turn and the final turn after the answer, which teaches the model to stop
+calling tools when the episode is over. With mistakes in the demonstrations the warm-started model samples careless and careful episodes alike,
+and GRPO, rewarded by the verifier, learns that exploring before answering pays.
 
 ```python
 from training.models import load_model_and_tokenizer
@@ -27,7 +30,11 @@ import os
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any
 
-__all__ = ["SFTResult", "SFTSettings", "build_sft_dataset", "oracle_conversations", "run_sft"]
+__all__ = ["SFTResult", "SFTSettings", "build_sft_dataset", "teacher_conversations", "teacher_plan", "run_sft",
+           "DEFAULT_MISTAKES"]
+
+#: The mistakes the imperfect teacher makes, by `sqlenv.policies.MISTAKES` name.
+DEFAULT_MISTAKES = ("guess", "wrong_query")
 
 @dataclass
 class SFTSettings:
@@ -56,6 +63,13 @@ class SFTSettings:
             small model trained from scratch (< 20M parameters: the shortest successful path, query then answer,
             is learned several times faster), on for pretrained models (the careful analyst's path the system
             prompt advises).
+        teacher_error_rate: share of the episodes in which the teacher makes a mistake instead of playing the
+            oracle (0.0 = the clean oracle). A model warm-started on a clean oracle leaves GRPO nothing to find:
+            its sampled episodes are the oracle's or copy errors no sample fixes. With mistakes in the
+            demonstrations the model samples both careless and careful episodes, and GRPO, rewarded by the
+            verifier, learns which pays. See `teacher_conversations`.
+        teacher_mistakes: the mistakes the teacher makes ("guess": answer without looking; "wrong_query": query
+            with a wrong filter or column and answer from that), drawn uniformly.
         gradient_checkpointing: recompute activations in the backward pass (False). TRL turns it on by default;
             it saves memory on big models but costs ~20-30% time, which the tiny model does not need.
         seed: data order and dropout seed (0).
@@ -77,6 +91,8 @@ class SFTSettings:
     max_length: int | None = 2048
     episodes: int | None = None
     describe: bool | None = None
+    teacher_error_rate: float = 0.0
+    teacher_mistakes: list[str] = field(default_factory=lambda: list(DEFAULT_MISTAKES))
     gradient_checkpointing: bool = False
     seed: int = 0
     logging_steps: int = 10
@@ -86,8 +102,9 @@ class SFTSettings:
     def from_config(cls, config: Any) -> "SFTSettings":
         """Build settings from an `SFTSettings`, a dict, or a training config with `sft_*` fields.
 
-        A training config (`training.config.TrainConfig`) contributes `dataset`, `step_budget`, `seed` and every
-        `sft_<name>` field (e.g. `sft_epochs`, `sft_learning_rate`); unknown fields are ignored.
+        A training config (`training.config.TrainConfig`) contributes `dataset`, `step_budget`, `seed`,
+        `gradient_checkpointing` and every `sft_<name>` field (e.g. `sft_epochs`, `sft_learning_rate`); unknown
+        fields are ignored.
         """
         if isinstance(config, cls):
             return config
@@ -102,7 +119,8 @@ class SFTSettings:
         names = {f.name for f in fields(cls)}
         if any(key.startswith("sft_") for key in data):
             # A training config: only these shared fields apply to SFT (its learning_rate, max_steps, ... are GRPO's).
-            values = {key: data[key] for key in ("dataset", "step_budget", "seed") if data.get(key) is not None}
+            shared = ("dataset", "step_budget", "seed", "gradient_checkpointing")
+            values = {key: data[key] for key in shared if data.get(key) is not None}
             if data.get("train_split") is not None:
                 values["split"] = data["train_split"]
             for key, value in data.items():
@@ -136,18 +154,50 @@ class SFTResult:
 # ------------------------------------------------------------------------------------------- conversations
 
 
-def oracle_conversations(
+def teacher_plan(n: int, error_rate: float = 0.0, mistakes: tuple[str, ...] | list[str] = DEFAULT_MISTAKES,
+                 seed: int = 0) -> list[str]:
+    """Who plays each of `n` episodes: "oracle", or the name of a mistake (`sqlenv.policies.MISTAKES`).
+
+    Exactly `round(error_rate * n)` episodes are imperfect; which ones, and which mistake each makes (uniformly
+    among `mistakes`), is drawn from `seed` alone, so the same arguments always give the same plan.
+    """
+    import random
+
+    if not 0.0 <= error_rate <= 1.0:
+        raise ValueError(f"error_rate must be between 0 and 1, got {error_rate}")
+    if error_rate > 0:
+        from sqlenv.policies import MISTAKES
+
+        unknown = [m for m in mistakes if m not in MISTAKES]
+        if unknown or not mistakes:
+            raise ValueError(f"unknown teacher mistakes {unknown or list(mistakes)}; known: {sorted(MISTAKES)}")
+    rng = random.Random(f"teacher-{seed}")
+    plan = ["oracle"] * n
+    for index in sorted(rng.sample(range(n), round(error_rate * n))):
+        plan[index] = rng.choice(list(mistakes))
+    return plan
+
+
+def teacher_conversations(
     dataset: str | os.PathLike = "builtin",
     split: str = "train",
     *,
     step_budget: int = 10,
     episodes: int | None = None,
     describe: bool = True,
+    error_rate: float = 0.0,
+    mistakes: tuple[str, ...] | list[str] = DEFAULT_MISTAKES,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
-    """Play the oracle through `SQLEnvTRL` and return each episode as `{"messages", "tools", "question_id"}`.
+    """Play the teacher through `SQLEnvTRL` and return each episode as `{"messages", "tools", "question_id",
+    "teacher"}`.
 
-    `messages` is what GRPO's tool loop would have built had the model played the oracle's moves: the train
+    The teacher is the oracle (`sqlenv.policies.OraclePolicy`), except on the share `error_rate` of the episodes
+    (`teacher_plan`) where it makes one of `mistakes`: "guess" answers without looking, "wrong_query" queries
+    with a wrong filter or column and answers from that (`sqlenv.policies`). `error_rate=0` gives exactly the
+    oracle's episodes. `teacher` names who played the episode.
+
+    `messages` is what GRPO's tool loop would have built had the model played the teacher's moves: the train
     row's prompt with `reset()`'s text appended to its user turn, then per action an assistant turn with one tool
     call and the tool's result, then `FINAL_MESSAGE`. Tool-call arguments are stored as JSON text (the Qwen3
     template writes strings verbatim), which renders identically to a dict and keeps the rows Arrow-friendly.
@@ -156,7 +206,7 @@ def oracle_conversations(
     """
     import random
 
-    from sqlenv.policies import OraclePolicy
+    from sqlenv.policies import MISTAKES, OraclePolicy
     from training.prompts import FINAL_MESSAGE, action_to_tool_call
     from training.trl_env import SQLEnvTRL, tool_methods, train_rows
     from transformers.utils import get_json_schema
@@ -179,17 +229,20 @@ def oracle_conversations(
             rng.shuffle(block)
             order += block
         order = sorted(order[:episodes]) if episodes <= len(rows) else order[:episodes]
+    plan = teacher_plan(len(order), error_rate, mistakes, seed)
     oracle = OraclePolicy(describe=describe)
+    policies = {name: cls(seed=seed) for name, cls in MISTAKES.items() if name in plan}
     conversations = []
-    for index in order:
+    for index, who in zip(order, plan):
         row = rows[index]
         text = env.reset(**row)
         messages = copy.deepcopy(row["prompt"])
         messages[-1]["content"] = messages[-1]["content"] + text
         inner = env.environment
-        oracle.reset(inner, env.observation)
+        teacher = policies.get(who, oracle)
+        teacher.reset(inner, env.observation)
         while not env.done:
-            action = oracle.act(inner, env.observation)
+            action = teacher.act(inner, env.observation)
             call = action_to_tool_call(action)
             name, arguments = call["function"]["name"], call["function"]["arguments"]
             result = getattr(env, name)(**arguments)
@@ -197,7 +250,8 @@ def oracle_conversations(
             messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
             messages.append({"role": "tool", "name": name, "content": str(result)})
         messages.append({"role": "assistant", "content": FINAL_MESSAGE})
-        conversations.append({"messages": messages, "tools": tools_json, "question_id": row["question_id"]})
+        conversations.append({"messages": messages, "tools": tools_json, "question_id": row["question_id"],
+                              "teacher": who})
     return conversations
 
 
@@ -219,7 +273,7 @@ def run_sft(
     conversations: list[dict[str, Any]] | None = None,
     callbacks: list | None = None,
 ) -> SFTResult:
-    """Warm-start `model` in place on oracle episodes with TRL's `SFTTrainer` (loss on assistant turns only).
+    """Warm-start `model` in place on the teacher's episodes with TRL's `SFTTrainer` (loss on assistant turns only).
 
     Args:
         model: a causal LM (e.g. from `training.models.load_model_and_tokenizer`); trained in place.
@@ -238,7 +292,10 @@ def run_sft(
     import warnings
 
     import torch
-    from trl import SFTConfig, SFTTrainer
+    from transformers.trainer_callback import PrinterCallback
+    from trl import SFTConfig
+
+    from training.sft_trainer import WarmStartTrainer
 
     settings = SFTSettings.from_config(config)
     start = time.perf_counter()
@@ -246,12 +303,14 @@ def run_sft(
         describe = settings.describe
         if describe is None:
             describe = sum(p.numel() for p in model.parameters()) >= 20_000_000
-        conversations = oracle_conversations(
+        conversations = teacher_conversations(
             settings.dataset,
             settings.split,
             step_budget=settings.step_budget,
             episodes=settings.episodes,
             describe=describe,
+            error_rate=settings.teacher_error_rate,
+            mistakes=settings.teacher_mistakes,
             seed=settings.seed,
         )
     if not conversations:
@@ -289,9 +348,10 @@ def run_sft(
             # Batches of similar lengths waste less compute on padding.
             train_sampling_strategy="group_by_length",
         )
-        trainer = SFTTrainer(
+        trainer = WarmStartTrainer(
             model=model, args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=callbacks
         )
+        trainer.remove_callback(PrinterCallback)  # raw log dicts on stdout; callers log through their callbacks
         trainer.train()
         history = list(trainer.state.log_history)
         steps = trainer.state.global_step
