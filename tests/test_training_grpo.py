@@ -132,6 +132,17 @@ def test_kl_reference_is_the_policy_in_memory(tiny, tmp_path):
         assert torch.equal(parameter.detach(), reference[name].detach()), name
 
 
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_gradient_checkpointing_setting_reaches_the_grpo_trainer(tiny, tmp_path, checkpointing):
+    """TRL's GRPOConfig defaults gradient_checkpointing to True: our False must reach the trainer too."""
+    from training.rollout import build_trainer
+
+    model, tokenizer = _fresh(tiny)
+    config = _small_config(tmp_path, rollout="rollout_func", gradient_checkpointing=checkpointing)
+    trainer = build_trainer(config, model, tokenizer, output_dir=str(tmp_path / "trainer"))
+    assert trainer.args.gradient_checkpointing is checkpointing  # the Trainer enables it from its args at train()
+
+
 def test_run_training_end_to_end(tiny, tmp_path):
     from training.run_dir import RunDir
     from training.train import run_training
@@ -146,12 +157,19 @@ def test_run_training_end_to_end(tiny, tmp_path):
     assert status["step"] == 2 and status["total_steps"] == 2 and status["sft"]["steps"] == 1
     saved = run.read_config()
     assert saved["max_tool_calling_iterations"] == 2 and saved["sft"] is True
+    # Every line says its phase; SFT's lines come first (loss, token accuracy, learning rate), then GRPO's.
     metrics = run.read("metrics")
-    assert [m["step"] for m in metrics] == [1, 2] and all("reward" in m and "time" in m for m in metrics)
+    assert [(m["phase"], m["step"]) for m in metrics] == [("sft", 1), ("grpo", 1), ("grpo", 2)]
+    assert all(k in metrics[0] for k in ("loss", "mean_token_accuracy", "learning_rate", "time"))
+    assert all("reward" in m and "time" in m for m in metrics[1:])
+    # Evals during SFT too (from the random-init model at step 0); GRPO continues from SFT's last eval.
     evals = run.read("evals")
-    assert {(e["step"], e["split"]) for e in evals} >= {(0, "train"), (0, "eval"), (2, "train"), (2, "eval")}
+    assert {(e["phase"], e["step"], e["split"]) for e in evals} == {
+        (phase, step, split) for phase, step in (("sft", 0), ("sft", 1), ("grpo", 1), ("grpo", 2))
+        for split in ("train", "eval")}
     traces = run.read("transcripts")
-    assert [t["step"] for t in traces] == [1, 2] and traces[0]["transcript"]["steps"]
+    assert [(t["phase"], t["step"]) for t in traces] == [("sft", 1), ("grpo", 1), ("grpo", 2)]
+    assert traces[0]["transcript"]["steps"]
     comparison = run.read("comparison")
     pairs = [c for c in comparison if c["kind"] == "pair"]
     summary = [c for c in comparison if c["kind"] == "summary"]

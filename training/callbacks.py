@@ -5,15 +5,18 @@ is also handed to an in-process `listener(event, payload)` (the dashboard), with
 "metrics", "evals", "transcripts", "comparison". Only the main process writes (under `accelerate launch`
 the other ranks get a recorder that does nothing).
 
-`RunCallback` is the `TrainerCallback` that drives it during `trainer.train()`:
+`RunCallback` is the `TrainerCallback` that drives it during `trainer.train()`, for one phase of the run — the SFT
+warm-start (`phase="sft"`) or GRPO (`phase="grpo"`); every line it writes carries its `phase`, and its `step` is
+the phase's own step:
 
-- every TRL log → one `metrics.jsonl` line (reward, reward_std, rewards/<func>/mean, loss, kl, learning_rate,
-  tools/call_frequency, tools/failure_frequency, completions/clipped_ratio, frac_reward_zero_std, step_time…);
+- every trainer log → one `metrics.jsonl` line (SFT: loss, mean_token_accuracy, learning_rate, grad_norm; GRPO:
+  reward, reward_std, rewards/<func>/mean, loss, kl, learning_rate, tools/call_frequency,
+  tools/failure_frequency, completions/clipped_ratio, frac_reward_zero_std, step_time…);
 - every `trace_every` steps → one full episode of the current model → `transcripts.jsonl`;
-- every `eval_every` steps (and at the start and the end) → `eval_episodes` episodes on the train and on the
-  eval split → `evals.jsonl`;
-- every step → `status.json` step count, and a look at the stop flag: when set, training ends after the
-  current step (`control.should_training_stop`).
+- every `eval_every` steps (and at the end; at the start unless an earlier phase already measured this model)
+  → `eval_episodes` greedy episodes on the train and on the eval split → `evals.jsonl`;
+- every step → `status.json` progress (GRPO: `step`/`total_steps`; SFT: `phase_step`/`phase_total`), and a look
+  at the stop flag: when set, training ends after the current step (`control.should_training_stop`).
 """
 
 from __future__ import annotations
@@ -28,11 +31,14 @@ from transformers import TrainerCallback
 
 from training.run_dir import RunDir, now_iso
 
-__all__ = ["RunRecorder", "RunCallback", "StopCallback", "Listener"]
+__all__ = ["RunRecorder", "RunCallback", "Listener", "PHASES"]
 
 logger = logging.getLogger(__name__)
 
 Listener = Callable[[str, dict], None]
+
+#: The phases whose trainers write metrics and evals, in run order.
+PHASES = ("sft", "grpo")
 
 # TRL's end-of-training summary log: kept in status.json, not plotted as a metrics point.
 _SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss")
@@ -82,41 +88,34 @@ class RunRecorder:
         self._notify(kind, record)
 
 
-class StopCallback(TrainerCallback):
-    """Ends any transformers/TRL training within one step once `stop_event` is set (used around SFT)."""
-
-    def __init__(self, stop_event: threading.Event | None, recorder: RunRecorder | None = None,
-                 phase: str = "sft"):
-        self.stop_event = stop_event
-        self.recorder = recorder
-        self.phase = phase
-        self.stopped = False
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if self.recorder is not None and state.is_world_process_zero:
-            self.recorder.status(phase=self.phase, phase_step=state.global_step, phase_total=state.max_steps)
-        if self.stop_event is not None and self.stop_event.is_set():
-            self.stopped = True
-            control.should_training_stop = True
-        return control
-
-
 class RunCallback(TrainerCallback):
-    """Writes metrics, traces and evals of a GRPO run, and honours the stop flag (see module docstring).
+    """Writes metrics, traces and evals of one training phase, and honours the stop flag (see module docstring).
 
     Args:
         recorder: the run's writer.
-        config: the run's resolved `TrainConfig` (intervals, dataset, splits, budgets).
+        config: the run's resolved `TrainConfig` (dataset, splits, budgets, eval size).
         tokenizer: the model's tokenizer (for traces and evals).
         stop_event: a `threading.Event`; when set, training stops after the current step.
+        phase: `"grpo"` (default) or `"sft"`; it picks the cadences from `config` (`eval_every`/`trace_every`
+            for GRPO, `sft_eval_every` for both in SFT) and is written on every line.
+        evaluate_at_start: also evaluate before the first step (default True). False when an earlier phase
+            ended with an eval of this very model (GRPO after SFT).
     """
 
     def __init__(self, recorder: RunRecorder, config: Any, tokenizer: Any,
-                 stop_event: threading.Event | None = None):
+                 stop_event: threading.Event | None = None, *, phase: str = "grpo", evaluate_at_start: bool = True):
+        if phase not in PHASES:
+            raise ValueError(f"unknown phase {phase!r}; expected one of {PHASES}")
         self.recorder = recorder
         self.config = config
         self.tokenizer = tokenizer
         self.stop_event = stop_event
+        self.phase = phase
+        self.evaluate_at_start = evaluate_at_start
+        if phase == "sft":
+            self.eval_every = self.trace_every = config.resolved_sft_eval_every()
+        else:
+            self.eval_every, self.trace_every = config.eval_every, config.trace_every
         self.stopped = False
         self._last_step_end: float | None = None
         self._last_eval_step: int | None = None
@@ -125,8 +124,11 @@ class RunCallback(TrainerCallback):
     # ------------------------------------------------------------------------------- trainer events
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self._last_step_end = time.perf_counter()
-        self.recorder.status(phase="grpo", step=0, total_steps=state.max_steps, grpo_started_at=now_iso())
-        if self._is_main(state) and self.config.eval_every > 0:
+        if self.phase == "grpo":
+            self.recorder.status(phase="grpo", step=0, total_steps=state.max_steps, grpo_started_at=now_iso())
+        else:
+            self.recorder.status(phase="sft", phase_step=0, phase_total=state.max_steps, sft_started_at=now_iso())
+        if self._is_main(state) and self.evaluate_at_start and self.eval_every > 0:
             self._evaluate(model, 0)
         return control
 
@@ -135,16 +137,18 @@ class RunCallback(TrainerCallback):
         now = time.perf_counter()
         wall = now - self._last_step_end if self._last_step_end is not None else None
         self._last_step_end = now
-        self.recorder.status(step=step, total_steps=state.max_steps, last_step_seconds=wall)
+        if self.phase == "grpo":
+            self.recorder.status(step=step, total_steps=state.max_steps, last_step_seconds=wall)
+        else:
+            self.recorder.status(phase_step=step, phase_total=state.max_steps)
         if self.stop_event is not None and self.stop_event.is_set():
             self.stopped = True
             control.should_training_stop = True
             return control
         if self._is_main(state):
-            cfg = self.config
-            if cfg.trace_every > 0 and step % cfg.trace_every == 0:
+            if self.trace_every > 0 and step % self.trace_every == 0:
                 self._trace(model, step)
-            if cfg.eval_every > 0 and step % cfg.eval_every == 0:
+            if self.eval_every > 0 and step % self.eval_every == 0:
                 self._evaluate(model, step)
         self._last_step_end = time.perf_counter()  # evals and traces are not part of the next step's time
         return control
@@ -158,10 +162,12 @@ class RunCallback(TrainerCallback):
         if not logs or not self._is_main(state):
             return control
         if any(key in logs for key in _SUMMARY_KEYS):
-            self.recorder.status(train_summary={k: v for k, v in logs.items() if _is_number(v)})
+            summary = {k: v for k, v in logs.items() if _is_number(v)}
+            self.recorder.status(**{"train_summary" if self.phase == "grpo" else f"{self.phase}_summary": summary})
             return control
         record = {k: (v if not isinstance(v, float) or math.isfinite(v) else None)
                   for k, v in logs.items() if _is_number(v) or v is None}
+        record["phase"] = self.phase
         record["step"] = state.global_step
         record["time"] = time.time()
         self.recorder.append("metrics", record)
@@ -171,7 +177,9 @@ class RunCallback(TrainerCallback):
         return control
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
-        if self._is_main(state) and not self.stopped and self._last_eval_step != state.global_step:
+        # GRPO always ends with an eval (`eval_every` 0 = only then); SFT only when it evaluates at all.
+        wanted = self.phase == "grpo" or self.eval_every > 0
+        if self._is_main(state) and not self.stopped and wanted and self._last_eval_step != state.global_step:
             self._evaluate(model, state.global_step)
         self.close()
         return control
@@ -204,9 +212,9 @@ class RunCallback(TrainerCallback):
             split = self.config.train_split
             result = self._play(model, split, 1, seed=self.config.seed + 1000 + step)
             transcript = result.episodes[0]
-            transcript["policy"] = f"model@{step}"
-            self.recorder.append("transcripts", {"step": step, "time": time.time(), "split": split,
-                                                 "transcript": transcript})
+            transcript["policy"] = f"model@{self.phase}-{step}"
+            self.recorder.append("transcripts", {"step": step, "phase": self.phase, "time": time.time(),
+                                                 "split": split, "transcript": transcript})
         except Exception:  # noqa: BLE001 - a failed trace must not end the run
             logger.exception("trace at step %s failed", step)
 
@@ -220,7 +228,7 @@ class RunCallback(TrainerCallback):
                 # Same seeds at every eval: the curve compares the same questions over time.
                 result = self._play(model, split, n, seed=self.config.seed)
                 self.recorder.append("evals", {
-                    "step": step, "split": split, "success_rate": result.success_rate,
+                    "step": step, "phase": self.phase, "split": split, "success_rate": result.success_rate,
                     "avg_reward": result.avg_reward, "avg_steps": result.avg_steps,
                     "n_episodes": result.n_episodes, "time": time.time(),
                 })

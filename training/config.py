@@ -29,6 +29,10 @@ BUILTIN_MODEL = "builtin:tiny"
 ROLLOUT_MODES = ("environment", "rollout_func")
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 DEVICES = ("auto", "cpu", "cuda", "mps")
+# The imperfect teacher's mistakes (`sqlenv.policies.MISTAKES`, listed here so validation imports nothing).
+TEACHER_MISTAKES = ("guess", "wrong_query")
+#: The warm-start teacher's error rate for `builtin:tiny` (measured: see docs/EXPERIMENTS.md).
+TINY_TEACHER_ERROR_RATE = 0.6
 # The splits the built-in dataset always has (checked without building it, so validation stays instant).
 BUILTIN_SPLITS = ("train", "eval", "eval_unseen_db")
 
@@ -108,6 +112,18 @@ class TrainConfig:
         sft_learning_rate: SFT learning rate (default 1e-3, for the tiny model; use ~1e-5 for Hub models).
         sft_batch_size: conversations per SFT step (default 8).
         sft_episodes: oracle episodes rendered for SFT. `None` (default) = one per train question.
+        sft_teacher_error_rate: share of the warm-start episodes in which the teacher makes a mistake an untrained
+            agent makes (answers without looking, or queries with a wrong filter or column and answers from that)
+            instead of playing the oracle; 0.0 = the clean oracle. `None` (default) = auto:
+            `TINY_TEACHER_ERROR_RATE` for `builtin:tiny`, 0.0 otherwise. Why: a model warm-started on a clean
+            oracle leaves GRPO nothing to find (its failures are copy errors no sample fixes); one that has seen
+            both careless and careful episodes samples both, and GRPO, rewarded by the verifier, learns that
+            exploring before answering pays. The warm start's own success is then lower by design.
+        sft_teacher_mistakes: the mistakes the teacher makes, drawn uniformly (default `["guess",
+            "wrong_query"]`; see `sqlenv.policies.MISTAKES`).
+        sft_eval_every: evaluate (as `eval_every` does in GRPO) every N SFT steps, so the success chart climbs
+            from the random-init model's 0% during the warm start. `None` (default) = auto: about six evals over
+            the warm start; 0 = none.
         sft_describe: the oracle DESCRIBEs the tables before querying (default True, the strategy the system
             prompt advises). False makes episodes shorter, which the tiny model learns faster.
 
@@ -160,6 +176,9 @@ class TrainConfig:
     sft_learning_rate: float = 1e-3
     sft_batch_size: int = 8
     sft_episodes: int | None = None
+    sft_teacher_error_rate: float | None = None
+    sft_teacher_mistakes: list[str] = dataclasses.field(default_factory=lambda: ["guess", "wrong_query"])
+    sft_eval_every: int | None = None
     sft_describe: bool = True
     # --- hardware ---
     device: str = "auto"
@@ -268,6 +287,14 @@ class TrainConfig:
             fail(f"sft_batch_size must be at least 1 (got {self.sft_batch_size})")
         if self.sft_episodes is not None and self.sft_episodes < 1:
             fail(f"sft_episodes must be at least 1 or null (got {self.sft_episodes})")
+        if self.sft_teacher_error_rate is not None and not 0.0 <= self.sft_teacher_error_rate <= 1.0:
+            fail(f"sft_teacher_error_rate must be between 0 and 1 or null (got {self.sft_teacher_error_rate}); "
+                 "0 is the clean oracle")
+        unknown = [m for m in self.sft_teacher_mistakes if m not in TEACHER_MISTAKES]
+        if unknown or not self.sft_teacher_mistakes:
+            fail(f"sft_teacher_mistakes must name one or more of {list(TEACHER_MISTAKES)} (got {self.sft_teacher_mistakes})")
+        if self.sft_eval_every is not None and self.sft_eval_every < 0:
+            fail(f"sft_eval_every must be >= 0 or null (got {self.sft_eval_every}; 0 turns it off)")
         if self.device not in DEVICES:
             fail(f"device must be one of {DEVICES} (got {self.device!r})")
         if self.precision not in PRECISIONS:
@@ -338,6 +365,19 @@ class TrainConfig:
     def resolved_sft(self) -> bool:
         return self.sft if self.sft is not None else self.is_builtin_model
 
+    def resolved_sft_teacher_error_rate(self) -> float:
+        if self.sft_teacher_error_rate is not None:
+            return self.sft_teacher_error_rate
+        return TINY_TEACHER_ERROR_RATE if self.is_builtin_model else 0.0
+
+    def resolved_sft_eval_every(self) -> int:
+        """SFT steps between evals: `sft_eval_every`, else about six evals over the warm start (0 = none)."""
+        if self.sft_eval_every is not None:
+            return self.sft_eval_every
+        if self.eval_episodes <= 0:
+            return 0
+        return max(1, self.sft_max_steps // 6) if self.sft_max_steps > 0 else 0
+
     def resolved_device(self) -> str:
         if self.device != "auto":
             return self.device
@@ -394,6 +434,8 @@ class TrainConfig:
             max_tool_calling_iterations=self.resolved_max_tool_calling_iterations(),
             reward_weights=self.resolved_reward_weights(),
             sft=self.resolved_sft(),
+            sft_teacher_error_rate=self.resolved_sft_teacher_error_rate(),
+            sft_eval_every=self.resolved_sft_eval_every(),
             compare_base=self.resolved_compare_base(),
         )
 

@@ -542,6 +542,8 @@ def rollout_rows(questions_path: Any = None, *, dataset: Any = None, split: str 
 # -------------------------------------------------------------------------------------------- trainer
 def grpo_args(config: Any, output_dir: str, **overrides: Any):
     """The `GRPOConfig` for a `TrainConfig` (precision, budgets, logging cadence, reward weights)."""
+    import warnings
+
     from trl import GRPOConfig
 
     precision = config.resolved_precision()
@@ -572,11 +574,14 @@ def grpo_args(config: Any, output_dir: str, **overrides: Any):
         disable_tqdm=True,
         dataloader_num_workers=0,
         remove_unused_columns=False,
+        # Always passed: TRL's GRPOConfig defaults it to True, which would make small CPU runs recompute activations.
+        gradient_checkpointing=config.gradient_checkpointing,
     )
-    if config.gradient_checkpointing:
-        kwargs["gradient_checkpointing"] = True
     kwargs.update(overrides)
-    return GRPOConfig(**kwargs)
+    with warnings.catch_warnings():
+        # transformers renamed it `activation_checkpointing`; TRL's configs still define the old name.
+        warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*", category=FutureWarning)
+        return GRPOConfig(**kwargs)
 
 
 def build_trainer(config: Any, model: Any, tokenizer: Any, *, output_dir: str | None = None,

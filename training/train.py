@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from training.callbacks import Listener, RunCallback, RunRecorder, StopCallback
+from training.callbacks import Listener, RunCallback, RunRecorder
 from training.config import ConfigError, TrainConfig
 from training.run_dir import RunDir, now_iso
 
@@ -101,11 +101,12 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
             from training.sft import run_sft
 
             recorder.status(phase="sft")
-            stopper = StopCallback(stop_event, recorder, phase="sft")
-            sft = run_sft(model, tokenizer, config, callbacks=[stopper])
+            sft_callback = RunCallback(recorder, config, tokenizer, stop_event=stop_event, phase="sft")
+            sft = run_sft(model, tokenizer, config, callbacks=[sft_callback])
             recorder.status(sft={"steps": sft.steps, "examples": sft.n_examples, "first_loss": sft.first_loss,
-                                 "final_loss": sft.final_loss, "seconds": round(sft.seconds, 2)})
-            if stopper.stopped:
+                                 "final_loss": sft.final_loss, "seconds": round(sft.seconds, 2),
+                                 "teacher_error_rate": config.sft_teacher_error_rate})
+            if sft_callback.stopped:
                 raise RunStopped()
 
         base_result = None
@@ -117,7 +118,9 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
         _check_stop(stop_event)
         from training.rollout import build_trainer
 
-        callback = RunCallback(recorder, config, tokenizer, stop_event=stop_event)
+        # After SFT its last eval measured this very model: GRPO's curve continues from it.
+        callback = RunCallback(recorder, config, tokenizer, stop_event=stop_event, phase="grpo",
+                               evaluate_at_start=not config.sft)
         trainer = build_trainer(config, model, tokenizer, output_dir=str(run.path / ".trainer"),
                                 callbacks=[callback])
         trainer.train()
