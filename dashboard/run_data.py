@@ -43,6 +43,16 @@ class RunSnapshot:
         return next((r for r in reversed(self.comparison) if isinstance(r, dict) and r.get("kind") == "summary"), None)
 
     @property
+    def t0(self) -> float | None:
+        """When the run started (epoch seconds): the origin of its charts' timeline (None if unknown)."""
+        started = parse_time(self.status.get("started_at")) or parse_time(self.status.get("created_at"))
+        if started is not None:
+            return started.timestamp()
+        times = [r["time"] for r in self.metrics + self.evals
+                 if isinstance(r, dict) and isinstance(r.get("time"), (int, float))]
+        return min(times) if times else None
+
+    @property
     def latest_transcript(self) -> dict[str, Any] | None:
         for record in reversed(self.transcripts):
             if isinstance(record, dict) and isinstance(record.get("transcript"), dict):

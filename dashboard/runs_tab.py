@@ -132,9 +132,9 @@ def build(ctx: AppContext) -> dict[str, Any]:
         first = choices[0][1] if choices else None
         return (
             detail_header(snap),
-            charts.plot_data(charts.reward_figure(snap.metrics)),
-            charts.plot_data(charts.success_figure(snap.evals, snap.metrics)),
-            charts.plot_data(charts.tool_health_figure(snap.metrics)),
+            charts.plot_data(charts.reward_figure(snap.metrics, t0=snap.t0)),
+            charts.plot_data(charts.success_figure(snap.evals, snap.metrics, t0=snap.t0)),
+            charts.plot_data(charts.tool_health_figure(snap.metrics, t0=snap.t0)),
             json.dumps(snap.config, indent=2, default=str) if snap.config is not None else f"// {snap.config_error}",
             gr.update(choices=choices, value=first),
             show_trace(name, first),

@@ -111,7 +111,9 @@ def status_html(snap: RunSnapshot | None, note: str | None, runner_error: str | 
     status = snap.status
     state = snap.state
     p = progress(status)
-    plotted = charts.last_step(snap.metrics)
+    # The newest plotted point: the step of the phase that logged last (SFT steps, then GRPO steps).
+    latest_phase = next((r.get("phase", "grpo") for r in reversed(snap.metrics) if isinstance(r, dict)), None)
+    plotted = charts.last_step(snap.metrics, latest_phase) if latest_phase else None
     pct = 100.0 * p["step"] / p["total"] if p["total"] else 0.0
     if state == "completed":
         pct = 100.0
@@ -122,8 +124,11 @@ def status_html(snap: RunSnapshot | None, note: str | None, runner_error: str | 
     else:
         remaining = fmt_duration(p["remaining"]) if p["remaining"] is not None else "estimating…"
     phase = str(status.get("phase") or status.get("message") or "")
-    if phase and isinstance(status.get("phase_step"), int) and isinstance(status.get("phase_total"), int):
-        phase += f" {status['phase_step']}/{status['phase_total']}"  # e.g. SFT warm-start progress
+    steps_text = f'GRPO step <b>{p["step"]} / {total}</b>'
+    in_sft = phase == "sft" and isinstance(status.get("phase_step"), int) and isinstance(status.get("phase_total"), int)
+    if in_sft and state == "running":  # the warm start fills the bar first, then GRPO does
+        pct = 100.0 * status["phase_step"] / max(1, status["phase_total"])
+        steps_text = f'warm start (SFT) step <b>{status["phase_step"]} / {status["phase_total"]}</b>, then {total} GRPO steps'
     error = status.get("error") or (runner_error if state == "failed" else None)
     err = f'<div class="sqe-err-box">{html.escape(str(error))}</div>' if error else ""
     config = snap.config or {}
@@ -131,11 +136,12 @@ def status_html(snap: RunSnapshot | None, note: str | None, runner_error: str | 
     return (
         f'<div id="train-status" class="sqe-card sqe-status" data-run="{html.escape(snap.run_id)}" '
         f'data-status="{html.escape(state)}" data-step="{p["step"]}" data-phase="{html.escape(str(status.get("phase", "")))}" '
-        f'data-plotted-step="{plotted if plotted is not None else ""}">'
+        f'data-plotted-step="{plotted if plotted is not None else ""}" '
+        f'data-plotted-phase="{html.escape(str(latest_phase or ""))}">'
         f'<div><b>{html.escape(snap.run_id)}</b> <span class="sqe-badge sqe-{kind}">{html.escape(state)}</span> '
         f'<span class="sqe-muted">{html.escape(" · ".join(str(v) for v in parts if v))}</span></div>'
         f'<div class="sqe-progress"><div style="width:{pct:.1f}%"></div></div>'
-        f'<div class="sqe-progress-text">step <b>{p["step"]} / {total}</b> · elapsed {fmt_duration(p["elapsed"])}'
+        f'<div class="sqe-progress-text">{steps_text} · elapsed {fmt_duration(p["elapsed"])}'
         f' · remaining {remaining}</div>'
         f"{err}</div>"
     )
@@ -254,11 +260,11 @@ def build(ctx: AppContext) -> dict[str, Any]:
             )
         return (
             bar if changed("bar") else gr.skip(),
-            live_value(charts.reward_figure(snap.metrics)) if metrics_changed else gr.skip(),
+            live_value(charts.reward_figure(snap.metrics, t0=snap.t0)) if metrics_changed else gr.skip(),
             # Greedy eval success only: the rollouts' sampled correctness is already live in the reward chart
             # (its correctness component), and leaving it out redraws this chart per eval, not per step.
-            live_value(charts.success_figure(snap.evals)) if changed("evals") else gr.skip(),
-            live_value(charts.tool_health_figure(snap.metrics)) if metrics_changed else gr.skip(),
+            live_value(charts.success_figure(snap.evals, t0=snap.t0)) if changed("evals") else gr.skip(),
+            live_value(charts.tool_health_figure(snap.metrics, t0=snap.t0)) if metrics_changed else gr.skip(),
             trace_value,
             {**key, "sent_at": time.monotonic()},
         )
