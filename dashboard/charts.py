@@ -236,6 +236,14 @@ def success_figure(
         if sx:
             data.append(scatter(sx, sy, f"{split} split", mode="lines+markers", marker={"size": 7},
                                 line={"color": COLORS.get(split, PALETTE[i % len(PALETTE)]), "width": 2.5}))
+    # Whether the agent looks at the data before answering: what the warm start's guesses lack and GRPO teaches.
+    eval_split = "eval" if "eval" in splits else (splits[-1] if splits else None)
+    if eval_split is not None:
+        ex, ey = series([r for r in evals if isinstance(r, dict) and r.get("split") == eval_split], "explore_rate",
+                        t0=t0)
+        if ex:
+            data.append(scatter(ex, ey, f"{eval_split}: looked before answering", mode="lines", line={
+                "color": COLORS.get(eval_split, PALETTE[0]), "width": 1.5, "dash": "dot"}))
     start = phase_start(evals, "grpo", t0) if in_phase(evals, "sft") else None
     return _layout(data, title, "success", None if data else "no evaluation yet", marker_at=start,
                    marker_text="GRPO →", yaxis={"range": [-0.03, 1.03], "tickformat": ".0%"}, **_timeline(t0))

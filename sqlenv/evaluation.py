@@ -26,6 +26,7 @@ class EvaluationResult:
 
     Attributes:
         success_rate: fraction of episodes answered correctly (errors count as failures).
+        explore_rate (property): fraction of episodes that looked at the data before answering.
         avg_reward: mean total episode reward (all three layers).
         avg_steps: mean number of steps per episode.
         episodes: one transcript dict per episode, in play order.
@@ -48,6 +49,13 @@ class EvaluationResult:
     def n_errors(self) -> int:
         return sum(1 for ep in self.episodes if ep.get("outcome") == "error")
 
+    @property
+    def explore_rate(self) -> float:
+        """Fraction of episodes that looked at the data (DESCRIBE, SAMPLE or QUERY) before their first ANSWER."""
+        explored = sum(1 for ep in self.episodes
+                       if any(step.get("action_type") != "ANSWER" for step in ep.get("steps", [])[:1]))
+        return explored / len(self.episodes) if self.episodes else 0.0
+
     def outcomes(self) -> dict[str, int]:
         """How many episodes ended each way (correct, wrong_answer, budget_exhausted, ...)."""
         counts: dict[str, int] = {}
@@ -63,6 +71,7 @@ class EvaluationResult:
             "success_rate": self.success_rate,
             "avg_reward": self.avg_reward,
             "avg_steps": self.avg_steps,
+            "explore_rate": self.explore_rate,
             "n_errors": self.n_errors,
             "outcomes": self.outcomes(),
         }

@@ -154,16 +154,20 @@ def test_teacher_at_rate_zero_plays_exactly_the_oracle():
 def test_teacher_mistakes_are_that_share_and_deterministic_by_seed():
     from training.sft import teacher_plan
 
-    plan = teacher_plan(200, 0.3, seed=5)
+    both = ["guess", "wrong_query"]
+    plan = teacher_plan(200, 0.3, both, seed=5)
     assert sum(who != "oracle" for who in plan) == 60
     assert set(plan) == {"oracle", "guess", "wrong_query"}
-    assert teacher_plan(200, 0.3, seed=5) == plan and teacher_plan(200, 0.3, seed=6) != plan
+    assert teacher_plan(200, 0.3, both, seed=5) == plan and teacher_plan(200, 0.3, both, seed=6) != plan
+    assert set(teacher_plan(200, 0.3, seed=5)) == {"oracle", "guess"}  # the default mistake: answer unseen
     assert teacher_plan(10, 0.0) == ["oracle"] * 10 and teacher_plan(10, 1.0, mistakes=["guess"]) == ["guess"] * 10
     with pytest.raises(ValueError, match="unknown teacher mistakes"):
         teacher_plan(10, 0.5, mistakes=["typo"])
 
-    first = teacher_conversations("builtin", "train", episodes=60, seed=3, describe=False, error_rate=0.5)
-    again = teacher_conversations("builtin", "train", episodes=60, seed=3, describe=False, error_rate=0.5)
+    first = teacher_conversations("builtin", "train", episodes=60, seed=3, describe=False, error_rate=0.5,
+                                  mistakes=both)
+    again = teacher_conversations("builtin", "train", episodes=60, seed=3, describe=False, error_rate=0.5,
+                                  mistakes=both)
     assert [c["messages"] for c in first] == [c["messages"] for c in again]
     assert sum(c["teacher"] != "oracle" for c in first) == 30
     for conv in first:

@@ -37,6 +37,9 @@ logger = logging.getLogger(__name__)
 
 Listener = Callable[[str, dict], None]
 
+#: Episodes per split of the eval before the warm start (see `RunCallback.on_train_begin`).
+UNTRAINED_EVAL_EPISODES = 4
+
 #: The phases whose trainers write metrics and evals, in run order.
 PHASES = ("sft", "grpo")
 
@@ -129,7 +132,10 @@ class RunCallback(TrainerCallback):
         else:
             self.recorder.status(phase="sft", phase_step=0, phase_total=state.max_steps, sft_started_at=now_iso())
         if self._is_main(state) and self.evaluate_at_start and self.eval_every > 0:
-            self._evaluate(model, 0)
+            # An untrained model babbles until the step budget runs out, the slowest episodes there are: a few show
+            # its 0% (the charts start there within seconds) where a full eval would hold the run up for a minute.
+            n = min(self.config.eval_episodes, UNTRAINED_EVAL_EPISODES) if self.phase == "sft" else None
+            self._evaluate(model, 0, n)
         return control
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
@@ -218,9 +224,9 @@ class RunCallback(TrainerCallback):
         except Exception:  # noqa: BLE001 - a failed trace must not end the run
             logger.exception("trace at step %s failed", step)
 
-    def _evaluate(self, model: Any, step: int) -> None:
+    def _evaluate(self, model: Any, step: int, n: int | None = None) -> None:
         self._last_eval_step = step
-        n = self.config.eval_episodes
+        n = self.config.eval_episodes if n is None else n
         if n <= 0:
             return
         for split in dict.fromkeys((self.config.train_split, self.config.eval_split)):
@@ -230,6 +236,7 @@ class RunCallback(TrainerCallback):
                 self.recorder.append("evals", {
                     "step": step, "phase": self.phase, "split": split, "success_rate": result.success_rate,
                     "avg_reward": result.avg_reward, "avg_steps": result.avg_steps,
+                    "explore_rate": result.explore_rate,
                     "n_episodes": result.n_episodes, "time": time.time(),
                 })
             except Exception:  # noqa: BLE001

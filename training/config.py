@@ -32,7 +32,7 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 # The imperfect teacher's mistakes (`sqlenv.policies.MISTAKES`, listed here so validation imports nothing).
 TEACHER_MISTAKES = ("guess", "wrong_query")
 #: The warm-start teacher's error rate for `builtin:tiny` (measured: see docs/EXPERIMENTS.md).
-TINY_TEACHER_ERROR_RATE = 0.6
+TINY_TEACHER_ERROR_RATE = 0.3
 # The splits the built-in dataset always has (checked without building it, so validation stays instant).
 BUILTIN_SPLITS = ("train", "eval", "eval_unseen_db")
 
@@ -119,8 +119,10 @@ class TrainConfig:
             oracle leaves GRPO nothing to find (its failures are copy errors no sample fixes); one that has seen
             both careless and careful episodes samples both, and GRPO, rewarded by the verifier, learns that
             exploring before answering pays. The warm start's own success is then lower by design.
-        sft_teacher_mistakes: the mistakes the teacher makes, drawn uniformly (default `["guess",
-            "wrong_query"]`; see `sqlenv.policies.MISTAKES`).
+        sft_teacher_mistakes: the mistakes the teacher makes, drawn uniformly (default `["guess"]`: answer
+            without looking; `"wrong_query"` also queries with a wrong filter or column and answers from that, see
+            `sqlenv.policies.MISTAKES`). Guesses are what GRPO visibly unlearns: the warm-started model answers
+            first, greedily, while sampling still explores; wrong queries mostly cost the warm start some skill.
         sft_eval_every: evaluate (as `eval_every` does in GRPO) every N SFT steps, so the success chart climbs
             from the random-init model's 0% during the warm start. `None` (default) = auto: about six evals over
             the warm start; 0 = none.
@@ -177,7 +179,7 @@ class TrainConfig:
     sft_batch_size: int = 8
     sft_episodes: int | None = None
     sft_teacher_error_rate: float | None = None
-    sft_teacher_mistakes: list[str] = dataclasses.field(default_factory=lambda: ["guess", "wrong_query"])
+    sft_teacher_mistakes: list[str] = dataclasses.field(default_factory=lambda: ["guess"])
     sft_eval_every: int | None = None
     sft_describe: bool = True
     # --- hardware ---

@@ -34,7 +34,7 @@ __all__ = ["SFTResult", "SFTSettings", "build_sft_dataset", "teacher_conversatio
            "DEFAULT_MISTAKES"]
 
 #: The mistakes the imperfect teacher makes, by `sqlenv.policies.MISTAKES` name.
-DEFAULT_MISTAKES = ("guess", "wrong_query")
+DEFAULT_MISTAKES = ("guess",)
 
 @dataclass
 class SFTSettings:
@@ -56,6 +56,8 @@ class SFTSettings:
         warmup: linear warm-up, as a fraction of the steps when < 1, else a number of steps (0.05).
         weight_decay: 0.0.
         lr_scheduler_type: "cosine".
+        lr_scheduler_kwargs: extra arguments of the schedule (None), e.g. `{"num_decay_steps": 1000}` for
+            "warmup_stable_decay".
         max_steps: optimizer steps; overrides `epochs` when > 0 (-1).
         max_length: longest tokenized episode; longer ones are truncated (2048).
         episodes: oracle episodes to imitate (None = one per question of the split).
@@ -68,8 +70,8 @@ class SFTSettings:
             its sampled episodes are the oracle's or copy errors no sample fixes. With mistakes in the
             demonstrations the model samples both careless and careful episodes, and GRPO, rewarded by the
             verifier, learns which pays. See `teacher_conversations`.
-        teacher_mistakes: the mistakes the teacher makes ("guess": answer without looking; "wrong_query": query
-            with a wrong filter or column and answer from that), drawn uniformly.
+        teacher_mistakes: the mistakes the teacher makes, drawn uniformly (default `["guess"]`: answer without
+            looking; "wrong_query": query with a wrong filter or column and answer from that).
         gradient_checkpointing: recompute activations in the backward pass (False). TRL turns it on by default;
             it saves memory on big models but costs ~20-30% time, which the tiny model does not need.
         seed: data order and dropout seed (0).
@@ -87,6 +89,7 @@ class SFTSettings:
     warmup: float = 0.05
     weight_decay: float = 0.0
     lr_scheduler_type: str = "cosine"
+    lr_scheduler_kwargs: dict | None = None
     max_steps: int = -1
     max_length: int | None = 2048
     episodes: int | None = None
@@ -272,6 +275,7 @@ def run_sft(
     *,
     conversations: list[dict[str, Any]] | None = None,
     callbacks: list | None = None,
+    trainer_class: type | None = None,
 ) -> SFTResult:
     """Warm-start `model` in place on the teacher's episodes with TRL's `SFTTrainer` (loss on assistant turns only).
 
@@ -283,6 +287,8 @@ def run_sft(
             `SFTSettings.from_config`). Default `SFTSettings()`.
         conversations: episodes to imitate (default: `oracle_conversations(...)` from the settings).
         callbacks: extra `transformers.TrainerCallback`s (e.g. to log or to stop).
+        trainer_class: the trainer (default `training.sft_trainer.WarmStartTrainer`; TRL's `SFTTrainer` gives the
+            same training, slower on CPU: `bench/step_profile.py` runs both).
 
     Returns:
         an `SFTResult` with the number of episodes, steps, first and last loss, seconds and the trainer's log.
@@ -329,6 +335,7 @@ def run_sft(
             gradient_accumulation_steps=settings.gradient_accumulation_steps,
             learning_rate=settings.learning_rate,
             lr_scheduler_type=settings.lr_scheduler_type,
+            lr_scheduler_kwargs=settings.lr_scheduler_kwargs,
             warmup_steps=settings.warmup,
             weight_decay=settings.weight_decay,
             max_length=settings.max_length,
@@ -348,7 +355,7 @@ def run_sft(
             # Batches of similar lengths waste less compute on padding.
             train_sampling_strategy="group_by_length",
         )
-        trainer = WarmStartTrainer(
+        trainer = (trainer_class or WarmStartTrainer)(
             model=model, args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=callbacks
         )
         trainer.remove_callback(PrinterCallback)  # raw log dicts on stdout; callers log through their callbacks

@@ -281,7 +281,8 @@ def _comparison(recorder: RunRecorder, model: Any, tokenizer: Any, config: Train
 
     def scores(result: Any) -> dict[str, float]:
         return {"success_rate": result.success_rate, "avg_reward": result.avg_reward,
-                "avg_steps": result.avg_steps, "n_episodes": result.n_episodes}
+                "avg_steps": result.avg_steps, "explore_rate": result.explore_rate,
+                "n_episodes": result.n_episodes}
 
     summary = {"kind": "summary", "split": config.eval_split, "n_episodes": n, "seed": config.seed,
                "random": scores(random_result), "trained": scores(trained),
@@ -310,10 +311,14 @@ class _ArgumentParser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+SFT_LINE_SECONDS = 10.0
+
+
 def _cli_listener(total_hint: int) -> Listener:
     """Terminal progress: one line per status change, metrics log and eval."""
     t0 = time.time()
     last_phase: list[str | None] = [None]
+    last_sft_line = [-1e9]  # SFT logs every few steps: one line per SFT_LINE_SECONDS is enough for a terminal
 
     def listener(event: str, payload: dict) -> None:
         elapsed = time.time() - t0
@@ -326,16 +331,23 @@ def _cli_listener(total_hint: int) -> Listener:
                     line += f" — {payload['error']}"
                 print(line, flush=True)
         elif event == "metrics":
-            step, total = payload.get("step"), total_hint
-            parts = [f"step {step}/{total}"]
-            for key, label in (("reward", "reward"), ("rewards/reward_correctness/mean", "correct"),
-                               ("loss", "loss"), ("tools/call_frequency", "tool calls"),
-                               ("step_time", "step_time")):
+            step = payload.get("step")
+            if payload.get("phase") == "sft":
+                if elapsed - last_sft_line[0] < SFT_LINE_SECONDS:
+                    return
+                last_sft_line[0] = elapsed
+                parts, keys = [f"sft step {step}"], (("loss", "loss"), ("mean_token_accuracy", "token acc"),
+                                                     ("learning_rate", "lr"))
+            else:
+                parts, keys = [f"step {step}/{total_hint}"], (
+                    ("reward", "reward"), ("rewards/reward_correctness/mean", "correct"), ("loss", "loss"),
+                    ("tools/call_frequency", "tool calls"), ("step_time", "step_time"))
+            for key, label in keys:
                 if isinstance(payload.get(key), (int, float)):
                     parts.append(f"{label}={payload[key]:.3f}")
             print(f"[{elapsed:7.1f}s] " + "  ".join(parts), flush=True)
         elif event == "evals":
-            print(f"[{elapsed:7.1f}s] eval step {payload['step']} {payload['split']}: "
+            print(f"[{elapsed:7.1f}s] eval {payload.get('phase', 'grpo')} step {payload['step']} {payload['split']}: "
                   f"success={payload['success_rate']:.2f} reward={payload['avg_reward']:.3f} "
                   f"steps={payload['avg_steps']:.1f}", flush=True)
         elif event == "comparison" and payload.get("kind") == "summary":
@@ -365,7 +377,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quiet:
         import transformers
 
+        import datasets
+
         transformers.logging.set_verbosity_error()
+        datasets.disable_progress_bars()  # the warm start's dataset preparation; progress lines say enough
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     listener = None if args.quiet or not _is_main_process() else _cli_listener(config.max_steps)
     try:
