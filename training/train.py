@@ -123,6 +123,8 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
         model, tokenizer = load_model_and_tokenizer(
             str(plan.warm_start_dir) if warm_started else config.model, seed=config.seed, dataset=plan.dataset,
             **_device_kwargs(plan))
+        if warm_started:
+            model.config.name_or_path = model.name_or_path = str(plan.warm_start_dir.resolve())
         recorder.status(n_parameters=sum(p.numel() for p in model.parameters()))
 
         if config.sft and not warm_started:
@@ -331,7 +333,8 @@ def _save_warm_start(plan: Any, model: Any, tokenizer: Any, is_main: bool) -> No
         shutil.rmtree(folder, ignore_errors=True)
         os.replace(tmp, folder)
         shutil.rmtree(plan.phase_dir("sft"), ignore_errors=True)  # warm_start/ supersedes the SFT checkpoints
-    model.config.name_or_path = str(folder.resolve())
+    # Where TRL (KL reference) and PEFT (adapter_config's base_model_name_or_path) look for this model's weights.
+    model.config.name_or_path = model.name_or_path = str(folder.resolve())
 
 
 def _remove_checkpoints(plan: Any) -> None:
