@@ -157,3 +157,21 @@ def test_lora_checkpoint_and_tracker_fields():
     assert TrainConfig().with_overrides(["report_to=tensorboard"]).report_to == ["tensorboard"]
     with pytest.raises(ConfigError, match="unknown tracker 'tensorbored'"):
         TrainConfig(report_to=["tensorbored"])
+
+
+def test_turn_length_translates_for_each_generation_backend(tmp_path):
+    """TRL hands generation_kwargs to transformers' generate (max_new_tokens) or to vLLM's SamplingParams
+    (max_tokens): a turn's budget must use the backend's name. The vLLM path is only configured here, never run."""
+    from training.config import TrainConfig
+    from training.grpo import grpo_args, turn_generation_kwargs
+
+    base = dict(max_turn_tokens=48, output_dir=str(tmp_path / "run"), device="cpu")
+    assert turn_generation_kwargs(TrainConfig(**base)) == {"max_new_tokens": 48}
+    continuous = TrainConfig(**base, grpo={"use_transformers_continuous_batching": True})
+    assert turn_generation_kwargs(continuous) == {"max_new_tokens": 48}
+    vllm = TrainConfig(**base, grpo={"use_vllm": True, "vllm_mode": "colocate",
+                                     "generation_kwargs": {"top_k": 20}})
+    assert turn_generation_kwargs(vllm) == {"top_k": 20, "max_tokens": 48}
+    args = grpo_args(vllm)
+    assert args.use_vllm and args.vllm_mode == "colocate" and args.generation_kwargs == {"top_k": 20, "max_tokens": 48}
+    assert args.output_dir == str(tmp_path / "run" / "checkpoints" / "grpo") and args.run_name == "run"
