@@ -22,8 +22,8 @@ runs/<id>` continues a stopped, failed or interrupted run from its last checkpoi
 
 Checkpoints (`save_steps`, `save_total_limit`) go to `checkpoints/<phase>/` and are removed when the run completes;
 while a run lives its status.json carries `pid`, `host` and a `heartbeat_at` refreshed every few seconds, so a run
-whose process died reads `interrupted` (`training.run_dir.live_status`). Under `accelerate launch` every rank trains and only the
-main process writes the run files.
+whose process died reads `interrupted` (`training.run_dir.live_status`). Under `accelerate launch` every rank trains
+and only the main process writes the run files.
 """
 
 from __future__ import annotations
