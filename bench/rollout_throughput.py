@@ -2,7 +2,7 @@
 
     python bench/rollout_throughput.py [--episodes 32] [--step-budget 3] [--turn-tokens 32] [--model DIR]
 
-Both sides call the real `training.rollout.rollout_func` through a real GRPOTrainer (rollout path): once with
+Both sides call the real `training.rollout.BatchedRollout` through a real GRPOTrainer (rollout path): once with
 all episodes in one call (one `generate` per turn for every live episode), once per episode. Same prompts, same
 model, same generation settings. Prints episodes/s of both, the ratio (target >= 4x), and generated tokens
 (so unequal episode lengths would show). The last line is one JSON object with the figures.
@@ -41,7 +41,7 @@ def main() -> None:
     transformers.logging.set_verbosity_error()
     from training.config import TrainConfig
     from training.models import load_model_and_tokenizer
-    from training.rollout import build_trainer, rollout_func
+    from training.grpo import build_trainer
 
     model, tokenizer = load_model_and_tokenizer(args.model, device="cpu")
     config = TrainConfig(
@@ -60,7 +60,7 @@ def main() -> None:
             start = time.perf_counter()
             tokens = 0
             for batch in batches:
-                out = rollout_func(batch, trainer)
+                out = trainer.rollout_func(batch, trainer)
                 tokens += sum(sum(mask) for mask in out["env_mask"])
             return time.perf_counter() - start, tokens
 

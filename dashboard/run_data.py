@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from training.run_dir import InvalidRunName, RunDir, default_runs_root, list_runs, resolve_run
+from training.run_dir import InvalidRunName, RunDir, default_runs_root, list_runs, live_status, resolve_run
 
 WATCHED = ("status.json", "config.json", "metrics.jsonl", "evals.jsonl", "transcripts.jsonl", "comparison.jsonl")
 
@@ -29,6 +29,7 @@ class RunSnapshot:
     transcripts: list[dict[str, Any]] = field(default_factory=list)
     comparison: list[dict[str, Any]] = field(default_factory=list)
     signature: tuple = ()
+    raw_status: dict[str, Any] = field(default_factory=dict)  # status.json as written (status: as read, live)
 
     @property
     def state(self) -> str:
@@ -90,6 +91,9 @@ class RunCache:
         with self._lock:
             cached = self._cache.get(run.run_id)
             if cached is not None and cached.signature == sig:
+                if cached.raw_status.get("status") in ("queued", "running"):
+                    # Unchanged files say nothing about the writer: a dead process shows up as time passes.
+                    cached.status = live_status(cached.raw_status)
                 return cached
         config, config_error = None, None
         try:
@@ -100,9 +104,11 @@ class RunCache:
             config_error = "config.json not found"
         except (OSError, ValueError) as exc:
             config_error = f"config.json unreadable: {exc}"
+        raw = run.read_status()
         snap = RunSnapshot(
             run_id=run.run_id,
-            status=run.read_status(),
+            status=live_status(raw),  # a run whose process died reads "interrupted"
+            raw_status=raw,
             config=config,
             config_error=config_error,
             metrics=run.read("metrics"),
@@ -165,13 +171,16 @@ def progress(status: dict[str, Any], now: dt.datetime | None = None) -> dict[str
     step = status.get("step") if isinstance(status.get("step"), (int, float)) else 0
     total = status.get("total_steps") if isinstance(status.get("total_steps"), (int, float)) else None
     started = parse_time(status.get("started_at")) or parse_time(status.get("created_at"))
-    finished = parse_time(status.get("finished_at")) if status.get("status") in ("completed", "failed", "stopped") else None
+    ended = ("completed", "failed", "stopped", "interrupted")
+    finished = parse_time(status.get("finished_at")) if status.get("status") in ended else None
+    if status.get("status") == "interrupted":  # it died after its last heartbeat
+        finished = parse_time(status.get("heartbeat_at"))
     elapsed = ((finished or now) - started).total_seconds() if started else None
     remaining = None
     # Rate from the GRPO phase alone when the run says when it began (model loading and SFT are not steps).
     grpo_started = parse_time(status.get("grpo_started_at")) or started
     if status.get("status") == "running" and grpo_started is not None and step and total:
         remaining = (now - grpo_started).total_seconds() / step * max(total - step, 0)
-    elif status.get("status") in ("completed", "failed", "stopped"):
+    elif status.get("status") in ended:
         remaining = 0.0
     return {"step": int(step), "total": int(total) if total else None, "elapsed": elapsed, "remaining": remaining}

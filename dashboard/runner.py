@@ -154,6 +154,31 @@ class TrainingRunner:
             self._announce()
             return run_id
 
+    def resume(self, run_id: str) -> str:
+        """Continue a stopped, failed or interrupted run (by id, under `runs_root`) from its last checkpoint, in a
+        background thread (`training.train.resume_training`). Raises RunnerBusy when a run is training, ValueError
+        when the run cannot be resumed (completed, still running, unknown)."""
+        from training.run_dir import RESUMABLE_STATUSES, resolve_run
+
+        with self._lock:
+            if self.is_running:
+                raise RunnerBusy(f"Run {self.active_run_id} is still training: stop it (or wait for it to finish) "
+                                 "before resuming another.")
+            run = resolve_run(run_id, self.runs_root)  # refuses names that leave the runs folder
+            state = run.read_live_status().get("status")
+            if state not in RESUMABLE_STATUSES:
+                raise ValueError(f"Run {run.run_id} is {state}: only stopped, failed or interrupted runs resume.")
+            self._stop = threading.Event()
+            self.active_run_id = self.last_run_id = run.run_id
+            self.last_error = None
+            self.started_at = time.time()
+            self.metric_times = {}
+            self._thread = threading.Thread(target=self._run, args=(None, run), name=f"resume-{run.run_id}",
+                                            daemon=True)
+            self._thread.start()
+            self._announce()
+            return run.run_id
+
     def stop(self) -> str:
         """Ask the active run to stop; the training callback ends it within one step and saves weights."""
         with self._lock:
@@ -182,11 +207,17 @@ class TrainingRunner:
         self._announce()
 
     def _run(self, config: Any, run: RunDir) -> None:
+        """Train `config` into `run`, or (config None) resume the run in `run`."""
         try:
-            train_fn = self._train_fn
-            if train_fn is None:
-                from training.train import run_training as train_fn
-            train_fn(config, stop_event=self._stop, listener=self._listener)
+            if config is None:
+                from training.train import resume_training
+
+                resume_training(run.path, stop_event=self._stop, listener=self._listener)
+            else:
+                train_fn = self._train_fn
+                if train_fn is None:
+                    from training.train import run_training as train_fn
+                train_fn(config, stop_event=self._stop, listener=self._listener)
             status = run.read_status(default={})
             if status.get("status") in ("queued", "running"):
                 # The entry point returned without saying how it ended: trust the stop flag.

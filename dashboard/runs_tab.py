@@ -20,7 +20,9 @@ TABLE_HEADERS = ["run", "status", "model", "dataset", "steps", "final success", 
 
 
 def final_success(row: dict[str, Any], runs_root) -> float | None:
-    """The last eval-split success rate, else the trained model's success in the final comparison."""
+    """The trained model's success in the final comparison, else the last eval (as `python -m training.runs list`)."""
+    if "final_success" in row:
+        return charts.as_float(row.get("final_success"))
     success = charts.as_float(row.get("eval_success"))
     if success is None and runs_root is not None:
         from training.run_dir import read_jsonl
@@ -85,6 +87,29 @@ def transcript_choices(snap) -> list:
     return choices[::-1]
 
 
+def resume_controls(ctx: AppContext, pick: Any) -> None:
+    """A Resume button for the picked run: continues a stopped, failed or interrupted run from its last checkpoint
+    in the dashboard's training thread (the Train tab then shows it). Spends compute and writes the run's files."""
+    with gr.Row():
+        resume_btn = gr.Button("Resume this run", elem_id="runs-resume", scale=0, min_width=160)
+        resume_message = gr.HTML("", elem_id="runs-resume-message")
+
+    def resume(name):
+        from dashboard.runner import RunnerBusy
+
+        if not name:
+            return '<div class="sqe-err-box">Pick a run first.</div>'
+        try:
+            run_id = ctx.runner.resume(name)
+        except (RunnerBusy, ValueError, FileNotFoundError) as exc:  # InvalidRunName is a ValueError
+            return f'<div class="sqe-err-box">{esc(str(exc))}</div>'
+        return (f'<div class="sqe-ok-box">Resuming <b>{esc(run_id)}</b> from its last checkpoint: follow it in the '
+                "Train tab.</div>")
+
+    # Spends compute and writes files (resumes training): to be owner-only when the app is shared.
+    resume_btn.click(resume, inputs=[pick], outputs=[resume_message], show_progress="hidden")
+
+
 def build(ctx: AppContext) -> dict[str, Any]:
     with gr.Row():
         gr.Markdown("Every run under `runs/`, newest first — from this dashboard, the CLI or `accelerate launch`.")
@@ -95,6 +120,7 @@ def build(ctx: AppContext) -> dict[str, Any]:
         pick = gr.Dropdown([], label="Inspect a run", elem_id="runs-pick", scale=1)
         overlay = gr.Dropdown([], multiselect=True, label="Overlay runs (reward and eval success)",
                               elem_id="runs-overlay", scale=2)
+    resume_controls(ctx, pick)
     with gr.Tabs():
         with gr.Tab("Run detail", id="runs-detail"):
             detail = gr.HTML('<div class="sqe-muted">Pick a run above.</div>', elem_id="runs-detail")

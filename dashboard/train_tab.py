@@ -102,6 +102,52 @@ def form_to_config_values(fields, values) -> dict[str, Any]:
     return out
 
 
+# Fields the app decides itself: the advanced box cannot set them.
+APP_OWNED_FIELDS = ("output_dir", "run_id", "data_dir")
+ADVANCED_PLACEHOLDER = '{"grpo": {"loss_type": "dr_grpo", "scale_rewards": "none"}, "save_steps": 5}'
+
+
+def advanced_form(defaults: dict[str, Any]) -> list[Any]:
+    """The form's LoRA fields and its "Advanced (JSON)" box, in a closed accordion: [use LoRA, r, alpha, JSON].
+
+    The JSON is an object of any other TrainConfig field — `grpo` (any GRPOConfig field), `sft_args`, `report_to`,
+    `save_steps`, ... — checked by TrainConfig like the rest of the form (see `advanced_values`)."""
+    lora = defaults.get("lora") or {}
+    with gr.Accordion("LoRA and advanced settings", open=False, elem_id="cfg-advanced-box"):
+        with gr.Row():
+            use_lora = gr.Checkbox(value=bool(lora), label="Train a LoRA adapter", elem_id="cfg-lora",
+                                   info="instead of every weight; final/ holds the adapter")
+            rank = gr.Number(value=lora.get("r", 16), precision=0, label="LoRA r", elem_id="cfg-lora-r", min_width=90)
+            alpha = gr.Number(value=lora.get("alpha", 32), label="LoRA alpha", elem_id="cfg-lora-alpha", min_width=90)
+        advanced = gr.Code(value="", language="json", label="Advanced (JSON): any other TrainConfig field",
+                           elem_id="cfg-advanced", lines=3, max_lines=12, interactive=True)
+        gr.Markdown(f"e.g. `{ADVANCED_PLACEHOLDER}` — see `training/config.py`.", elem_classes=["sqe-muted"])
+    return [use_lora, rank, alpha, advanced]
+
+
+def advanced_values(use_lora: bool, rank: Any, alpha: Any, text: str | None) -> dict[str, Any]:
+    """The advanced widgets' values as TrainConfig fields (raises ConfigInvalid naming the field)."""
+    values: dict[str, Any] = {}
+    text = (text or "").strip()
+    if text:
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigInvalid(f"Advanced (JSON) is not valid JSON: {exc}", "advanced") from None
+        if not isinstance(parsed, dict):
+            raise ConfigInvalid("Advanced (JSON) must be an object of TrainConfig fields, e.g. "
+                                f"{ADVANCED_PLACEHOLDER}", "advanced")
+        owned = [k for k in parsed if k in APP_OWNED_FIELDS]
+        if owned:
+            raise ConfigInvalid(f"Advanced (JSON) cannot set {', '.join(owned)}: the app decides it", owned[0])
+        values.update(parsed)
+    if use_lora:
+        if rank is None or float(rank) != int(rank) or int(rank) < 1:
+            raise ConfigInvalid(f"LoRA r must be a whole number >= 1 (got {rank})", "lora")
+        values["lora"] = {**(values.get("lora") or {}), "r": int(rank), "alpha": float(alpha or 2 * int(rank))}
+    return values
+
+
 def status_html(snap: RunSnapshot | None, note: str | None, runner_error: str | None = None) -> str:
     """The status bar. Its data-* attributes expose the run, its status and the newest plotted step, which
     the browser tests and the latency benchmark read."""
@@ -119,7 +165,7 @@ def status_html(snap: RunSnapshot | None, note: str | None, runner_error: str | 
         pct = 100.0
     kind = {"running": "ok", "completed": "ok", "queued": "warn", "stopped": "warn"}.get(state, "bad")
     total = p["total"] if p["total"] is not None else "?"
-    if state in ("stopped", "failed"):
+    if state in ("stopped", "failed", "interrupted"):
         remaining = "— (ended)"
     else:
         remaining = fmt_duration(p["remaining"]) if p["remaining"] is not None else "estimating…"
@@ -193,6 +239,7 @@ def build(ctx: AppContext) -> dict[str, Any]:
                         for n in present:
                             widgets[n] = widget(*by_name[n])
             inputs = [widgets[f[0]] for f in fields]
+            advanced_inputs = advanced_form(defaults)
             with gr.Row():
                 start_btn = gr.Button("Start training", variant="primary", elem_id="train-start")
                 stop_btn = gr.Button("Stop", variant="stop", elem_id="train-stop")
@@ -300,6 +347,7 @@ def build(ctx: AppContext) -> dict[str, Any]:
 
     def start(*args):
         *values, last_seen = args
+        values, extra = values[:len(fields)], values[len(fields):]
         base = default_values(ctx.default_config)
         try:
             from training.config import TrainConfig
@@ -310,8 +358,11 @@ def build(ctx: AppContext) -> dict[str, Any]:
             pass
         base.pop("output_dir", None)
         base.pop("run_id", None)
+        # Datasets are listed from the app's data folder (--data-dir): validate and train from the same one.
+        base["data_dir"] = str(ctx.data_root) if ctx.data_root is not None else None
         try:
             base.update(form_to_config_values(fields, values))
+            base.update(advanced_values(*extra))
             config = build_config(base)
         except ConfigInvalid as exc:
             label = dict((f[0], f[1]) for f in fields).get(exc.field or "", exc.field)
@@ -330,7 +381,9 @@ def build(ctx: AppContext) -> dict[str, Any]:
     def stop(last_seen):
         return (form_message("ok", html.escape(ctx.runner.stop())), *refresh(last_seen))
 
-    start_btn.click(start, inputs=[*inputs, seen], outputs=[message, *outputs, *inputs], show_progress="hidden")
+    # Spends compute (starts training): to be owner-only when the app is shared.
+    start_btn.click(start, inputs=[*inputs, *advanced_inputs, seen], outputs=[message, *outputs, *inputs],
+                    show_progress="hidden")
     stop_btn.click(stop, inputs=[seen], outputs=[message, *outputs], show_progress="hidden")
     # Ticks while a poll is still waiting are skipped (trigger mode "once"), so a page holds one poll at a time.
     timer.tick(poll, inputs=[seen], outputs=None, show_progress="hidden", queue=False).then(

@@ -109,3 +109,69 @@ def test_shipped_configs_are_valid(name):
         assert resolved.max_completion_length >= 512
     else:
         assert config.device == "cpu" and resolved.sft
+
+
+def test_grpo_and_sft_args_pass_through_and_refusals():
+    from training.config import ConfigError, TrainConfig
+
+    config = TrainConfig().with_overrides(["grpo.loss_type=dr_grpo", "grpo.num_iterations=2",
+                                           'grpo.generation_kwargs={"top_k": 20}', "sft_args.max_length=512"])
+    assert config.grpo == {"loss_type": "dr_grpo", "num_iterations": 2, "generation_kwargs": {"top_k": 20}}
+    assert config.sft_args == {"max_length": 512}
+    assert TrainConfig.from_dict(config.to_dict()) == config  # JSON round trip
+    with pytest.raises(ConfigError, match=r"unknown GRPOConfig field 'grpo.loss_typ' \(did you mean 'grpo.loss_type'"):
+        TrainConfig(grpo={"loss_typ": "dr_grpo"})
+    with pytest.raises(ConfigError, match=r"unknown SFTConfig field 'sft_args.max_lenght'.*'sft_args.max_length'"):
+        TrainConfig(sft_args={"max_lenght": 1})
+    for key, hint in (("bf16", "precision"), ("use_cpu", "device"), ("max_completion_length", "max_completion_length"),
+                      ("max_tool_calling_iterations", "step_budget"), ("beta", "beta"), ("output_dir", "run")):
+        with pytest.raises(ConfigError, match=rf"grpo.{key} is set by this config.*{hint}"):
+            TrainConfig(grpo={key: 1})
+    with pytest.raises(ConfigError, match="max_turn_tokens"):
+        TrainConfig(grpo={"generation_kwargs": {"max_new_tokens": 5}})
+    with pytest.raises(ConfigError, match="sft_learning_rate"):
+        TrainConfig(sft_args={"learning_rate": 1.0})
+    with pytest.raises(ConfigError, match="grpo: "):  # TRL's own check of a value
+        TrainConfig(grpo={"num_iterations": 0, "steps_per_generation": 3, "generation_batch_size": 5})
+    with pytest.raises(ConfigError, match="grpo="):
+        TrainConfig().with_overrides(["grpo=not json"])
+
+
+def test_lora_checkpoint_and_tracker_fields():
+    from training.config import ConfigError, TrainConfig
+
+    lora = TrainConfig(lora={"r": 8}).resolved_lora()
+    assert lora == {"r": 8, "alpha": 32, "dropout": 0.05, "target_modules": "all-linear", "merge": False,
+                    "load_in_4bit": False}
+    assert TrainConfig().resolved_lora() is None
+    for bad, match in (({"rank": 8}, "unknown config key 'lora.rank'"), ({"r": 0}, "lora.r"),
+                       ({"dropout": 1.5}, "lora.dropout"), ({"target_modules": 3}, "target_modules"),
+                       ({"load_in_4bit": True}, "QLoRA")):
+        with pytest.raises(ConfigError, match=match):
+            TrainConfig(lora=bad, device="cpu")
+    assert TrainConfig(max_steps=30).resolved_save_steps() == 3
+    assert TrainConfig(max_steps=30, sft_max_steps=300).resolved_save_steps("sft") == 30
+    assert TrainConfig(save_steps=0).resolved_save_steps() == 0
+    with pytest.raises(ConfigError, match="save_total_limit"):
+        TrainConfig(save_total_limit=0)
+    assert TrainConfig().with_overrides(["report_to=tensorboard"]).report_to == ["tensorboard"]
+    with pytest.raises(ConfigError, match="unknown tracker 'tensorbored'"):
+        TrainConfig(report_to=["tensorbored"])
+
+
+def test_turn_length_translates_for_each_generation_backend(tmp_path):
+    """TRL hands generation_kwargs to transformers' generate (max_new_tokens) or to vLLM's SamplingParams
+    (max_tokens): a turn's budget must use the backend's name. The vLLM path is only configured here, never run."""
+    from training.config import TrainConfig
+    from training.grpo import grpo_args, turn_generation_kwargs
+
+    base = dict(max_turn_tokens=48, output_dir=str(tmp_path / "run"), device="cpu")
+    assert turn_generation_kwargs(TrainConfig(**base)) == {"max_new_tokens": 48}
+    continuous = TrainConfig(**base, grpo={"use_transformers_continuous_batching": True})
+    assert turn_generation_kwargs(continuous) == {"max_new_tokens": 48}
+    vllm = TrainConfig(**base, grpo={"use_vllm": True, "vllm_mode": "colocate",
+                                     "generation_kwargs": {"top_k": 20}})
+    assert turn_generation_kwargs(vllm) == {"top_k": 20, "max_tokens": 48}
+    args = grpo_args(vllm)
+    assert args.use_vllm and args.vllm_mode == "colocate" and args.generation_kwargs == {"top_k": 20, "max_tokens": 48}
+    assert args.output_dir == str(tmp_path / "run" / "checkpoints" / "grpo") and args.run_name == "run"

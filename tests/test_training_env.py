@@ -11,7 +11,7 @@ from sqlenv.datasets import load_questions, resolve_dataset
 from sqlenv.types import SQLAction, SQLObservation
 from training import prompts
 from training.rewards import REWARD_FUNCS, reward_correctness, reward_operational, reward_progress
-from training.rollout import parse_model_output
+from training.actions import parse_model_output
 from training.trl_env import POST_EPISODE_PENALTY, SQLEnvTRL, tool_methods, tool_schemas, train_rows
 from sqlenv.verifier import format_answer
 
@@ -30,7 +30,7 @@ def questions(builtin):
 def configured(builtin):
     SQLEnvTRL.configure(dataset="builtin", split="train", step_budget=4)
     yield
-    SQLEnvTRL._settings = None
+    SQLEnvTRL.reset_configuration()
 
 
 def _oracle(env: SQLEnvTRL, q) -> str:
@@ -53,7 +53,7 @@ def test_configure_with_paths_and_errors(builtin, tmp_path):
         SQLEnvTRL.configure(questions_path=tmp_path / "none.json", db_dir=builtin.db_dir)
     with pytest.raises(ValueError, match="dataset"):
         SQLEnvTRL.configure()
-    SQLEnvTRL._settings = None
+    SQLEnvTRL.reset_configuration()
     with pytest.raises(RuntimeError, match="configure"):
         SQLEnvTRL().reset(question_id=eval_q.question_id)
 

@@ -65,14 +65,15 @@ METRIC_KEYS = ("reward", "reward_std", "rewards/reward_correctness/mean", "rewar
 
 
 def test_grpo_through_environment_factory(tiny, tmp_path):
-    from training.rollout import build_trainer
+    from training.grpo import build_trainer
     from training.trl_env import SQLEnvTRL
 
     config = _small_config(tmp_path)
     model, tokenizer = _fresh(tiny)
     trainer = build_trainer(config, model, tokenizer, output_dir=str(tmp_path / "trainer"))
     assert trainer.max_tool_calling_iterations == config.step_budget
-    assert trainer.environment_factories == {None: SQLEnvTRL}
+    factory = trainer.environment_factories[None]
+    assert factory.func is SQLEnvTRL and factory.args[0].step_budget == config.step_budget  # bound to the run's data
     assert [t.__name__ for t in trainer.tools] == ["answer", "describe", "query", "sample"]
     trainer.train()
     logs = [h for h in trainer.state.log_history if "reward" in h]
@@ -87,17 +88,18 @@ def test_grpo_through_environment_factory(tiny, tmp_path):
 
 
 def test_grpo_through_rollout_func(tiny, tmp_path):
+    from training.grpo import build_trainer
     from training.rewards import reward_operational
-    from training.rollout import build_trainer, rollout_func
+    from training.rollout import BatchedRollout
 
     config = _small_config(tmp_path, rollout="rollout_func")
     model, tokenizer = _fresh(tiny)
     trainer = build_trainer(config, model, tokenizer, output_dir=str(tmp_path / "trainer"))
-    assert trainer.rollout_func is rollout_func
+    assert isinstance(trainer.rollout_func, BatchedRollout)
     prompts = [trainer.train_dataset[i]["prompt"] for i in (0, 0, 1)]
-    out = rollout_func(prompts, trainer)
+    out = trainer.rollout_func(prompts, trainer)
     assert set(out) >= {"prompt_ids", "completion_ids", "logprobs", "env_mask", "correctness", "progress",
-                        "operational"}
+                        "operational", "tool_calls", "tool_failures"}
     for ids, mask in zip(out["completion_ids"], out["env_mask"]):
         assert len(ids) == len(mask) and 0 < len(ids) <= config.resolved_max_completion_length()
         assert mask[0] == 1  # the completion starts with generated tokens
@@ -119,7 +121,7 @@ def test_kl_reference_is_the_policy_in_memory(tiny, tmp_path):
     the weights TRL would reload from `config._name_or_path` on disk."""
     import torch
 
-    from training.rollout import build_trainer
+    from training.grpo import build_trainer
 
     model, tokenizer = _fresh(tiny)
     with torch.no_grad():
@@ -135,7 +137,7 @@ def test_kl_reference_is_the_policy_in_memory(tiny, tmp_path):
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_gradient_checkpointing_setting_reaches_the_grpo_trainer(tiny, tmp_path, checkpointing):
     """TRL's GRPOConfig defaults gradient_checkpointing to True: our False must reach the trainer too."""
-    from training.rollout import build_trainer
+    from training.grpo import build_trainer
 
     model, tokenizer = _fresh(tiny)
     config = _small_config(tmp_path, rollout="rollout_func", gradient_checkpointing=checkpointing)
@@ -311,7 +313,8 @@ def _scripted(tokenizer, text: str, anchor: list[int]) -> dict:
 
 def _scripted_query_trainer(tiny, tmp_path, **config_overrides):
     """(config, trainer, tokenizer) whose model always calls query("SELECT 1"), steered by a logit bias."""
-    from training.rollout import ChatRenderer, build_trainer
+    from training.chat import ChatRenderer
+    from training.grpo import build_trainer
 
     config = _small_config(tmp_path, max_completion_length=400, max_turn_tokens=40, **config_overrides)
     model, tokenizer = _fresh(tiny)
@@ -342,11 +345,9 @@ def test_environment_path_runs_tool_calls_within_the_budget(tiny, tmp_path):
 def test_rollout_path_runs_tool_calls_within_the_budget(tiny, tmp_path):
     """The same scripted model on the rollout_func path: the episode ends when the budget is spent, the
     reward fields and env_mask say so."""
-    from training.rollout import rollout_func
-
     config, trainer, tokenizer = _scripted_query_trainer(tiny, tmp_path, rollout="rollout_func")
     prompts = [trainer.train_dataset[i]["prompt"] for i in (0, 0)]
-    out = rollout_func(prompts, trainer)
+    out = trainer.rollout_func(prompts, trainer)
     assert out["operational"] == pytest.approx([0.01 - 0.03] * 2) and out["correctness"] == [0.0, 0.0]
     for ids, mask in zip(out["completion_ids"], out["env_mask"]):
         text = tokenizer.decode(ids)

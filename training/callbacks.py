@@ -79,6 +79,13 @@ class RunRecorder:
         self._notify("status", record)
         return record
 
+    def heartbeat(self) -> None:
+        """Stamp `heartbeat_at` (epoch seconds) into status.json without notifying the listener: a beat is not news."""
+        if not self.is_main:
+            return
+        with self._lock:
+            self.run.write_status(heartbeat_at=time.time())
+
     def config(self, config: dict) -> None:
         if self.is_main:
             self.run.write_config(config)
@@ -96,20 +103,30 @@ class RunCallback(TrainerCallback):
 
     Args:
         recorder: the run's writer.
-        config: the run's resolved `TrainConfig` (dataset, splits, budgets, eval size).
+        config: the run's `training.plan.RunPlan` (or its resolved `TrainConfig`): dataset, splits, budgets, eval size.
         tokenizer: the model's tokenizer (for traces and evals).
         stop_event: a `threading.Event`; when set, training stops after the current step.
         phase: `"grpo"` (default) or `"sft"`; it picks the cadences from `config` (`eval_every`/`trace_every`
             for GRPO, `sft_eval_every` for both in SFT) and is written on every line.
         evaluate_at_start: also evaluate before the first step (default True). False when an earlier phase
-            ended with an eval of this very model (GRPO after SFT).
+            ended with an eval of this very model (GRPO after SFT), or when the phase resumes from a checkpoint.
+        last_eval_step: the step of this phase's last eval already recorded (a resumed phase), so the end-of-phase
+            eval is not repeated at that step (default None).
+
+    A stop also asks the trainer to save a checkpoint at that step (when it saves checkpoints at all), so a stopped
+    run resumes exactly where it stopped.
     """
 
     def __init__(self, recorder: RunRecorder, config: Any, tokenizer: Any,
-                 stop_event: threading.Event | None = None, *, phase: str = "grpo", evaluate_at_start: bool = True):
+                 stop_event: threading.Event | None = None, *, phase: str = "grpo", evaluate_at_start: bool = True,
+                 last_eval_step: int | None = None):
+        from training.plan import RunPlan
+
         if phase not in PHASES:
             raise ValueError(f"unknown phase {phase!r}; expected one of {PHASES}")
         self.recorder = recorder
+        self.plan = config if isinstance(config, RunPlan) else None
+        config = self.plan.config if self.plan is not None else config
         self.config = config
         self.tokenizer = tokenizer
         self.stop_event = stop_event
@@ -121,7 +138,7 @@ class RunCallback(TrainerCallback):
             self.eval_every, self.trace_every = config.eval_every, config.trace_every
         self.stopped = False
         self._last_step_end: float | None = None
-        self._last_eval_step: int | None = None
+        self._last_eval_step: int | None = last_eval_step
         self._envs: dict[str, list[Any]] = {}
 
     # ------------------------------------------------------------------------------- trainer events
@@ -148,8 +165,7 @@ class RunCallback(TrainerCallback):
         else:
             self.recorder.status(phase_step=step, phase_total=state.max_steps)
         if self.stop_event is not None and self.stop_event.is_set():
-            self.stopped = True
-            control.should_training_stop = True
+            self._stop(args, control)
             return control
         if self._is_main(state):
             if self.trace_every > 0 and step % self.trace_every == 0:
@@ -163,8 +179,7 @@ class RunCallback(TrainerCallback):
         # The trainer logs after on_step_end and checks the flag after logging: a stop requested meanwhile
         # (e.g. by a listener reacting to this very log) still ends training at this step.
         if self.stop_event is not None and self.stop_event.is_set() and not self.stopped:
-            self.stopped = True
-            control.should_training_stop = True
+            self._stop(args, control)
         if not logs or not self._is_main(state):
             return control
         if any(key in logs for key in _SUMMARY_KEYS):
@@ -178,8 +193,7 @@ class RunCallback(TrainerCallback):
         record["time"] = time.time()
         self.recorder.append("metrics", record)
         if self.stop_event is not None and self.stop_event.is_set():
-            self.stopped = True
-            control.should_training_stop = True
+            self._stop(args, control)
         return control
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
@@ -191,6 +205,12 @@ class RunCallback(TrainerCallback):
         return control
 
     # ------------------------------------------------------------------------------------ helpers
+    def _stop(self, args, control) -> None:
+        self.stopped = True
+        control.should_training_stop = True
+        if getattr(args, "save_strategy", "no") != "no":  # SaveStrategy is a str enum
+            control.should_save = True  # a checkpoint at the stop step: resume continues from exactly here
+
     @staticmethod
     def _is_main(state) -> bool:
         return bool(getattr(state, "is_world_process_zero", True))
@@ -200,8 +220,11 @@ class RunCallback(TrainerCallback):
 
         envs = self._envs.setdefault(split, [])
         while len(envs) < n:
-            envs.append(SQLEnvironment.from_dataset(self.config.dataset, split=split,
-                                                    step_budget=self.config.step_budget))
+            if self.plan is not None:
+                envs.append(self.plan.environment(split))
+            else:
+                envs.append(SQLEnvironment.from_dataset(self.config.dataset, split=split, data_root=self.config.data_dir,
+                                                        step_budget=self.config.step_budget))
         return envs[:n]
 
     def _play(self, model: Any, split: str, n: int, seed: int):

@@ -17,13 +17,15 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TrainConfig", "ConfigError", "BUILTIN_MODEL", "ROLLOUT_MODES", "PRECISIONS"]
+__all__ = ["TrainConfig", "ConfigError", "BUILTIN_MODEL", "ROLLOUT_MODES", "PRECISIONS", "LORA_DEFAULTS", "TRACKERS",
+           "GRPO_OWNED", "SFT_OWNED"]
 
 BUILTIN_MODEL = "builtin:tiny"
 ROLLOUT_MODES = ("environment", "rollout_func")
@@ -33,6 +35,45 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 TEACHER_MISTAKES = ("guess", "wrong_query")
 #: The warm-start teacher's error rate for `builtin:tiny` (measured: see docs/EXPERIMENTS.md).
 TINY_TEACHER_ERROR_RATE = 0.3
+#: LoRA settings (`TrainConfig.lora`) and their defaults.
+LORA_DEFAULTS: dict[str, Any] = {"r": 16, "alpha": 32, "dropout": 0.05, "target_modules": "all-linear",
+                                 "merge": False, "load_in_4bit": False}
+#: Trackers `report_to` accepts, with the modules any of which makes them available.
+TRACKERS = {"tensorboard": ("tensorboard", "tensorboardX"), "trackio": ("trackio",), "wandb": ("wandb",),
+            "mlflow": ("mlflow",)}
+_RUN_FILES = "the run directory decides it (output_dir / run_id)"
+#: GRPOConfig fields this config sets itself (`grpo.<field>` is refused), with what to set instead.
+GRPO_OWNED = {
+    **{name: f"set `{name}` (a TrainConfig field)" for name in (
+        "per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "learning_rate", "max_steps",
+        "num_train_epochs", "beta", "temperature", "reward_weights", "seed", "gradient_checkpointing",
+        "save_steps", "save_total_limit", "report_to")},
+    "max_completion_length": "the episode's token budget: set `max_completion_length` (auto from the model)",
+    "max_tool_calling_iterations": "derived from `step_budget` so TRL stops when the budget is spent; set "
+                                   "`max_tool_calling_iterations` or `step_budget`",
+    "chat_template_kwargs": "set `enable_thinking`",
+    "bf16": "precision is ours: set `precision` (bf16, fp16, fp32 or auto)",
+    "fp16": "precision is ours: set `precision` (bf16, fp16, fp32 or auto)",
+    "use_cpu": "the device is ours: set `device`",
+    "output_dir": _RUN_FILES, "run_name": "the run id is the tracker's run name (run_id)",
+    "logging_dir": _RUN_FILES,
+    "logging_steps": "set `plot_every` (one metrics line per N steps)",
+    "save_strategy": "set `save_steps` (0 = no checkpoints)",
+    "resume_from_checkpoint": "resume with `python -m training.train --resume runs/<id>`",
+    "remove_unused_columns": "must stay false: the environment reads each row's question_id",
+}
+#: SFTConfig fields the warm start sets itself (`sft_args.<field>` is refused).
+SFT_OWNED = {
+    "num_train_epochs": "set `sft_epochs`", "max_steps": "set `sft_max_steps`",
+    "learning_rate": "set `sft_learning_rate`", "per_device_train_batch_size": "set `sft_batch_size`",
+    "seed": "set `seed`", "gradient_checkpointing": "set `gradient_checkpointing`",
+    "assistant_only_loss": "must stay true: the warm start trains on the model's turns only",
+    "bf16": GRPO_OWNED["bf16"], "fp16": GRPO_OWNED["fp16"], "use_cpu": GRPO_OWNED["use_cpu"],
+    "output_dir": _RUN_FILES, "run_name": GRPO_OWNED["run_name"], "logging_dir": _RUN_FILES,
+    "save_strategy": GRPO_OWNED["save_strategy"], "save_steps": "set `save_steps`",
+    "save_total_limit": "set `save_total_limit`", "report_to": "set `report_to`",
+    "resume_from_checkpoint": GRPO_OWNED["resume_from_checkpoint"],
+}
 # The splits the built-in dataset always has (checked without building it, so validation stays instant).
 BUILTIN_SPLITS = ("train", "eval", "eval_unseen_db")
 
@@ -49,8 +90,9 @@ class TrainConfig:
         model: `"builtin:tiny"` (default; the offline tiny Qwen3-architecture model, built and cached under
             `runs/models/`), a Hub name such as `"Qwen/Qwen3-0.6B"`, or a local directory saved with
             `save_pretrained`. The default needs no network, so a fresh checkout trains out of the box.
-        dataset: `"builtin"` (default; generated offline on first use), a dataset prepared under `data/`
+        dataset: `"builtin"` (default; generated offline on first use), a dataset prepared under `data_dir`
             (e.g. `"spider10"`), or the path of a prepared dataset directory.
+        data_dir: where named datasets are looked up. `None` (default) = `$SQLENV_DATA_DIR`, else `data/`.
         train_split: split whose questions GRPO trains on (default `"train"`).
         eval_split: split used for periodic evals and the final comparison (default `"eval"`: held-out
             question instances; `"eval_unseen_db"` on the built-in data measures transfer to a new database).
@@ -87,10 +129,32 @@ class TrainConfig:
         enable_thinking: let Qwen3 think before answering (default False). Thinking tokens eat the completion
             budget of a multi-turn episode; off, the template inserts an empty think block.
         rollout: `"environment"` (default: TRL's `environment_factory` tool loop over `SQLEnvTRL`) or
-            `"rollout_func"` (the legacy path: `training.rollout.rollout_func` plays all episodes of a step
-            batched, one `generate` per turn).
+            `"rollout_func"` (the batched path: `training.rollout.BatchedRollout` plays all episodes of a step
+            together, one generation per turn for all of them; several times faster on small models).
         gradient_checkpointing: trade compute for memory on big models (default False).
         seed: seed of model init, sampling, data order and evals (default 0).
+        grpo: any other `trl.GRPOConfig` field, passed through as is, e.g. `{"loss_type": "dr_grpo",
+            "scale_rewards": "none", "top_p": 0.95, "use_transformers_continuous_batching": true}` (CLI:
+            `--set grpo.loss_type=dr_grpo`). Default `{}`. Unknown keys fail here, naming the nearest field. Fields
+            this config sets itself are refused, with the field to set instead: the budget-derived lengths
+            (`max_completion_length`, `max_tool_calling_iterations`, `generation_kwargs.max_new_tokens` from
+            `max_turn_tokens`), precision (`bf16`/`fp16`: `precision`), device (`use_cpu`: `device`), the run
+            directory, logging, checkpoint and tracker settings, and every GRPO field above (`beta`, `temperature`...).
+        lora: train a LoRA adapter instead of every weight: `{"r": 16, "alpha": 32, "dropout": 0.05,
+            "target_modules": "all-linear", "merge": false, "load_in_4bit": false}` (any subset; those are the
+            defaults). `None` (default) = full fine-tuning. With `beta > 0` the KL reference is the same model with the
+            adapter disabled (no second copy). `final/` then holds the adapter (`adapter_config.json`); `merge: true`
+            also writes the merged model to `final/merged/`. `load_in_4bit: true` is QLoRA: the frozen base in 4-bit
+            NF4, only on a CUDA GPU with `bitsandbytes` installed.
+
+    Checkpoints and trackers:
+        save_steps: save a resumable checkpoint (weights or adapter, optimizer, scheduler, RNG, step) every N steps,
+            in SFT and in GRPO. `None` (default) = auto: about ten per phase (`ceil(steps / 10)`), 50 when training by
+            epochs; 0 = never (the run cannot be resumed). A stop also saves one.
+        save_total_limit: checkpoints kept per phase (default 2: the newest, and one in case it was cut short).
+        report_to: experiment trackers that also receive the trainer's logs, e.g. `["tensorboard"]`, `["trackio"]`,
+            `["wandb"]` (default `[]`). Each must be installed; the run id is their run name, and they write under
+            the run directory where they can (`<run>/tracker/`). The run directory stays the dashboard's record.
 
     Run directory and live metrics:
         run_id: folder name under the runs root. `None` (default) = a fresh `run-<date>-<time>-<hex>`.
@@ -128,6 +192,10 @@ class TrainConfig:
             the warm start; 0 = none.
         sft_describe: the oracle DESCRIBEs the tables before querying (default True, the strategy the system
             prompt advises). False makes episodes shorter, which the tiny model learns faster.
+        sft_args: any other `trl.SFTConfig` field of the warm start, e.g. `{"lr_scheduler_type": "constant",
+            "max_length": 1024}` (CLI: `--set sft_args.max_length=1024`). Default `{}`. Checked like `grpo`: fields set
+            by the `sft_*` settings, precision, device, run directory and checkpoints are refused, naming the field
+            to set instead.
 
     Hardware:
         device: `"auto"` (default: CUDA if present, else CPU), `"cpu"`, `"cuda"` or `"mps"`.
@@ -142,6 +210,7 @@ class TrainConfig:
     # --- model and data ---
     model: str = BUILTIN_MODEL
     dataset: str = "builtin"
+    data_dir: str | None = None
     train_split: str = "train"
     eval_split: str = "eval"
     step_budget: int = 10
@@ -162,6 +231,12 @@ class TrainConfig:
     rollout: str = "environment"
     gradient_checkpointing: bool = False
     seed: int = 0
+    grpo: dict = dataclasses.field(default_factory=dict)
+    lora: dict | None = None
+    # --- checkpoints and trackers ---
+    save_steps: int | None = None
+    save_total_limit: int = 2
+    report_to: list[str] = dataclasses.field(default_factory=list)
     # --- run directory and live metrics ---
     run_id: str | None = None
     output_dir: str | None = None
@@ -182,6 +257,7 @@ class TrainConfig:
     sft_teacher_mistakes: list[str] = dataclasses.field(default_factory=lambda: ["guess"])
     sft_eval_every: int | None = None
     sft_describe: bool = True
+    sft_args: dict = dataclasses.field(default_factory=dict)
     # --- hardware ---
     device: str = "auto"
     precision: str = "auto"
@@ -221,6 +297,7 @@ class TrainConfig:
                 or (base is float and isinstance(value, (int, float)) and not isinstance(value, bool))
                 or (base is str and isinstance(value, str))
                 or (base is list and isinstance(value, list))
+                or (base is dict and isinstance(value, dict))
             )
             if not ok:
                 fail(f"{f.name} must be of type {base.__name__}, got {value!r}")
@@ -305,12 +382,99 @@ class TrainConfig:
             fail(f"precision={self.precision} needs a GPU; use precision='fp32' (or 'auto') with device='cpu'")
         if self.cpu_threads is not None and self.cpu_threads < 1:
             fail(f"cpu_threads must be at least 1 or null (got {self.cpu_threads})")
+        if self.save_steps is not None and self.save_steps < 0:
+            fail(f"save_steps must be >= 0 or null (got {self.save_steps}; 0 = no checkpoints)")
+        if self.save_total_limit < 1:
+            fail(f"save_total_limit must be at least 1 (got {self.save_total_limit})")
+        self._validate_report_to()
+        self._validate_lora()
+        self._validate_passthrough("grpo")
+        self._validate_passthrough("sft_args")
         if self.run_id is not None:
             from training.run_dir import RUN_ID_PATTERN
 
             if not RUN_ID_PATTERN.match(self.run_id):
                 fail(f"run_id {self.run_id!r} is invalid: use letters, digits, '.', '_' and '-' (max 128)")
         self._validate_dataset()
+
+    def _validate_report_to(self) -> None:
+        import importlib.util
+
+        for name in self.report_to:
+            modules = TRACKERS.get(name)
+            if modules is None:
+                raise ConfigError(f"report_to: unknown tracker {name!r}; use any of {sorted(TRACKERS)} (installed)")
+            if not any(importlib.util.find_spec(m) is not None for m in modules):
+                raise ConfigError(f"report_to: {name} is not installed (pip install {modules[0]}), or leave it out")
+
+    def _validate_lora(self) -> None:
+        if self.lora is None:
+            return
+        unknown = [k for k in self.lora if k not in LORA_DEFAULTS]
+        if unknown:
+            raise ConfigError("; ".join(_unknown_key_message(k, LORA_DEFAULTS, prefix="lora.") for k in unknown))
+        lora = self.resolved_lora()
+        if not isinstance(lora["r"], int) or isinstance(lora["r"], bool) or lora["r"] < 1:
+            raise ConfigError(f"lora.r must be a whole number >= 1 (got {lora['r']!r}); 8-64 is usual")
+        if not isinstance(lora["alpha"], (int, float)) or isinstance(lora["alpha"], bool) or lora["alpha"] <= 0:
+            raise ConfigError(f"lora.alpha must be a positive number (got {lora['alpha']!r}); 2 x r is usual")
+        if not isinstance(lora["dropout"], (int, float)) or not 0 <= lora["dropout"] < 1:
+            raise ConfigError(f"lora.dropout must be in [0, 1) (got {lora['dropout']!r})")
+        modules = lora["target_modules"]
+        if not (isinstance(modules, str) or (isinstance(modules, list) and modules
+                                             and all(isinstance(m, str) for m in modules))):
+            raise ConfigError(f"lora.target_modules must be 'all-linear' or a list of module names (got {modules!r})")
+        for flag in ("merge", "load_in_4bit"):
+            if not isinstance(lora[flag], bool):
+                raise ConfigError(f"lora.{flag} must be true or false (got {lora[flag]!r})")
+        if lora["load_in_4bit"]:
+            import importlib.util
+
+            if self.device in ("cpu", "mps"):
+                raise ConfigError("lora.load_in_4bit (QLoRA) needs a CUDA GPU: set device='cuda' or 'auto', or "
+                                  "load_in_4bit=false")
+            if self.sft:
+                raise ConfigError("lora.load_in_4bit (QLoRA) cannot follow an SFT warm start (it fine-tunes every "
+                                  "weight of the base): set sft=false")
+            if importlib.util.find_spec("bitsandbytes") is None:
+                raise ConfigError("lora.load_in_4bit (QLoRA) needs bitsandbytes (pip install bitsandbytes) and a CUDA "
+                                  "GPU; or set load_in_4bit=false")
+
+    def _validate_passthrough(self, name: str) -> None:
+        """`grpo` / `sft_args`: every key a field of TRL's config, none of the fields this config owns."""
+        values = getattr(self, name)
+        if not values:
+            return
+        owned = GRPO_OWNED if name == "grpo" else SFT_OWNED
+        for key in values:
+            if key in owned:
+                raise ConfigError(f"{name}.{key} is set by this config and cannot be overridden: {owned[key]}")
+        if name == "grpo":
+            generation = values.get("generation_kwargs") or {}
+            if not isinstance(generation, dict):
+                raise ConfigError(f"grpo.generation_kwargs must be an object (got {generation!r})")
+            for key in ("max_new_tokens", "max_tokens"):
+                if key in generation:
+                    raise ConfigError(f"grpo.generation_kwargs.{key} is set by this config: a turn's token budget is "
+                                      "max_turn_tokens (translated to max_tokens for vLLM); set max_turn_tokens")
+        try:
+            import warnings
+
+            from trl import GRPOConfig, SFTConfig
+        except ImportError:  # TRL is not installed (the app extra alone): the run will say so
+            return
+        trl_config = GRPOConfig if name == "grpo" else SFTConfig
+        fields = {f.name for f in dataclasses.fields(trl_config)}
+        unknown = [k for k in values if k not in fields]
+        if unknown:
+            raise ConfigError("; ".join(
+                _unknown_key_message(k, fields, prefix=f"{name}.", what=f"{trl_config.__name__} field") for k in unknown))
+        try:  # TRL's own checks of the values (the rest are checked when the trainer starts)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                trl_config(output_dir=".sqlenv-unused", use_cpu=True, report_to="none", **values)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{name}: {exc}") from None
 
     def _validate_dataset(self) -> None:
         if not self.dataset.strip():
@@ -324,7 +488,7 @@ class TrainConfig:
             except ImportError:  # the datasets module is not there (partial checkout): the run will say so
                 return
             try:
-                splits = list(resolve_dataset(self.dataset).splits)
+                splits = list(resolve_dataset(self.dataset, data_root=self.data_dir).splits)
             except ValueError as exc:  # DatasetNotFoundError is a ValueError
                 raise ConfigError(f"dataset: {exc}") from None
         for name in ("train_split", "eval_split"):
@@ -379,6 +543,17 @@ class TrainConfig:
         if self.eval_episodes <= 0:
             return 0
         return max(1, self.sft_max_steps // 6) if self.sft_max_steps > 0 else 0
+
+    def resolved_lora(self) -> dict[str, Any] | None:
+        """`lora` with every default filled in, or None (full fine-tuning)."""
+        return None if self.lora is None else {**LORA_DEFAULTS, **self.lora}
+
+    def resolved_save_steps(self, phase: str = "grpo") -> int:
+        """Steps between checkpoints of `phase` ("sft" or "grpo"): `save_steps`, else about ten per phase."""
+        if self.save_steps is not None:
+            return self.save_steps
+        steps = self.sft_max_steps if phase == "sft" else self.max_steps
+        return max(1, math.ceil(steps / 10)) if steps > 0 else 50
 
     def resolved_device(self) -> str:
         if self.device != "auto":
@@ -482,6 +657,11 @@ class TrainConfig:
         names = {f.name: f for f in dataclasses.fields(self)}
         items = overrides.items() if isinstance(overrides, dict) else (_split_override(o) for o in overrides)
         for key, value in items:
+            head, _, sub = key.partition(".")
+            if sub and head in names and _base_type(names[head].type) is dict:
+                # `grpo.loss_type=dr_grpo`: one key of a dict field; the value is JSON when it parses, else text.
+                data[head] = {**(data[head] or {}), sub: _parse_json_or_text(value) if isinstance(value, str) else value}
+                continue
             if key not in names:
                 raise ConfigError(_unknown_key_message(key, names))
             data[key] = parse_value(names[key], value) if isinstance(value, str) else value
@@ -496,15 +676,22 @@ def _split_override(text: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
-def _unknown_key_message(key: str, names: Any) -> str:
+def _unknown_key_message(key: str, names: Any, prefix: str = "", what: str = "config key") -> str:
     close = difflib.get_close_matches(key, list(names), n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return f"unknown config key {key!r}{hint}"
+    hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
+    return f"unknown {what} '{prefix}{key}'{hint}"
+
+
+def _parse_json_or_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text.strip()
 
 
 def _type_args(tp: Any) -> tuple[Any, ...]:
     if isinstance(tp, str):  # `from __future__ import annotations`
-        tp = eval(tp, {**vars(typing), "list": list}, {})  # noqa: S307 - our own annotations only
+        tp = eval(tp, {**vars(typing), "list": list, "dict": dict}, {})  # noqa: S307 - our own annotations only
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         return tuple(a for a in typing.get_args(tp) if a is not type(None)) + (
@@ -544,10 +731,20 @@ def parse_value(f: dataclasses.Field, text: str) -> Any:
         if base is float:
             return float(text)
         if base is list:
-            value = json.loads(text) if text.strip().startswith("[") else [float(x) for x in text.split(",")]
+            if text.strip().startswith("["):
+                value = json.loads(text)
+            elif f.name == "report_to":
+                value = [x.strip() for x in text.split(",") if x.strip() and x.strip() != "none"]
+            else:
+                value = [float(x) for x in text.split(",")]
             if not isinstance(value, list):
                 raise ValueError
             return value
-    except ValueError:
-        raise ConfigError(f"{f.name}={text!r}: expected {base.__name__}") from None
+        if base is dict:
+            value = json.loads(text)
+            if not isinstance(value, dict):
+                raise ValueError
+            return value
+    except ValueError:  # json.JSONDecodeError is a ValueError
+        raise ConfigError(f"{f.name}={text!r}: expected {'a JSON object' if base is dict else base.__name__}") from None
     return text

@@ -112,20 +112,27 @@ def load_model_and_tokenizer(
     seed: int = 0,
     dtype: Any = None,
     device: Any = None,
-    dataset: str | os.PathLike | None = None,
+    dataset: Any = None,
     cache_dir: str | os.PathLike | None = None,
+    load_in_4bit: bool = False,
+    merge_adapter: bool = True,
 ):
     """Load a causal LM and its tokenizer, ready for TRL.
 
     Args:
         name: `builtin:tiny` (the default: offline, built on first use), a Hub model id such as
-            `Qwen/Qwen3-0.6B`, or a local directory written by `save_pretrained` (e.g. a run's `final/`).
+            `Qwen/Qwen3-0.6B`, or a local directory written by `save_pretrained` (e.g. a run's `final/`). A directory
+            holding a LoRA adapter (`adapter_config.json`, what a LoRA run's `final/` holds) loads its base model
+            (`base_model_name_or_path`) with the adapter on top.
         seed: seeds the tiny model's weights and so selects its cache entry; ignored for other models.
         dtype: torch dtype or name; default bf16 on a GPU that has it, fp32 on CPU.
         device: default `cuda` when available, else `cpu`.
         dataset: the dataset whose oracle conversations train the tiny model's tokenizer (default `builtin`);
             a tokenizer fitted to the data keeps sequences short. Ignored for other models.
         cache_dir: where built tiny models are kept (default `$SQLENV_RUNS_DIR/models`, i.e. `runs/models`).
+        load_in_4bit: load the weights in 4-bit NF4 with bitsandbytes (QLoRA's frozen base; CUDA only).
+        merge_adapter: for an adapter directory, merge the adapter into the base (default True: a plain model,
+            faster to generate with); False returns the `peft.PeftModel`.
 
     Returns:
         `(model, tokenizer)`; the tokenizer has a pad token, the model is in train mode on `device`.
@@ -138,11 +145,41 @@ def load_model_and_tokenizer(
         if name != BUILTIN_TINY:
             raise ModelLoadError(f"unknown built-in model {name!r}: the built-in model is {BUILTIN_TINY!r}")
         path = tiny_model_dir(seed=seed, dataset=dataset, cache_dir=cache_dir)
-        return _from_pretrained(str(path), dtype, device)
-    return _from_pretrained(name, dtype, device)
+        return _from_pretrained(str(path), dtype, device, load_in_4bit)
+    adapter = Path(os.path.expanduser(name)) / "adapter_config.json"
+    if adapter.is_file():
+        return _load_adapter(adapter.parent, dtype, device, load_in_4bit, merge_adapter, seed=seed, dataset=dataset,
+                             cache_dir=cache_dir)
+    return _from_pretrained(name, dtype, device, load_in_4bit)
 
 
-def _from_pretrained(name: str, dtype: Any, device: Any):
+def _load_adapter(folder: Path, dtype: Any, device: Any, load_in_4bit: bool, merge: bool, **tiny: Any):
+    """A LoRA adapter directory: its base model (by `base_model_name_or_path`) with the adapter on top."""
+    from peft import PeftModel
+    from transformers import AutoTokenizer
+
+    base = json.loads((folder / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    if not base:
+        raise ModelLoadError(f"{folder}/adapter_config.json names no base model (base_model_name_or_path)")
+    if not Path(base).exists() and base.startswith("/"):
+        raise ModelLoadError(f"the base model of adapter {folder} is missing: {base} (move it back, or edit "
+                             "base_model_name_or_path in adapter_config.json)")
+    model, tokenizer = load_model_and_tokenizer(base, dtype=dtype, device=device, load_in_4bit=load_in_4bit, **tiny)
+    model = PeftModel.from_pretrained(model, str(folder), is_trainable=False)
+    if merge and not load_in_4bit:
+        model = model.merge_and_unload()
+    try:  # the run saved its tokenizer beside the adapter
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+    except (OSError, ValueError):
+        pass
+    model.to(device)
+    model.train()
+    return model, tokenizer
+
+
+def _from_pretrained(name: str, dtype: Any, device: Any, load_in_4bit: bool = False):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     looks_local = name.startswith((".", "/", "~")) or os.path.isdir(name) or name.count("/") > 1
@@ -151,7 +188,7 @@ def _from_pretrained(name: str, dtype: Any, device: Any):
     name = os.path.expanduser(name) if looks_local else name
     try:
         tokenizer = AutoTokenizer.from_pretrained(name)
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, **_quantized(load_in_4bit, device))
     except (OSError, ValueError, EnvironmentError) as exc:
         offline = _offline()
         if looks_local:
@@ -170,9 +207,34 @@ def _from_pretrained(name: str, dtype: Any, device: Any):
         raise ModelLoadError(f"could not load model {name!r}: {hint} ({type(exc).__name__}: {exc})") from exc
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model.to(device)
+    if load_in_4bit:
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    else:
+        model.to(device)
     model.train()
     return model, tokenizer
+
+
+def _quantized(load_in_4bit: bool, device: Any) -> dict[str, Any]:
+    """from_pretrained arguments of a 4-bit NF4 base (QLoRA): bitsandbytes on a CUDA GPU, computing in bf16."""
+    if not load_in_4bit:
+        return {}
+    import torch
+
+    if getattr(device, "type", str(device)) != "cuda":
+        raise ModelLoadError("load_in_4bit (QLoRA) needs a CUDA GPU")
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError:
+        raise ModelLoadError("load_in_4bit (QLoRA) needs bitsandbytes: pip install bitsandbytes") from None
+    from transformers import BitsAndBytesConfig
+
+    return {"quantization_config": BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                                       bnb_4bit_compute_dtype=torch.bfloat16,
+                                                       bnb_4bit_use_double_quant=True),
+            "device_map": {"": torch.device(device).index or 0}}
 
 
 def _offline() -> bool:
@@ -201,9 +263,9 @@ def tiny_corpus(dataset: str | os.PathLike | None = None, *, episodes: int | Non
 def corpus_fingerprint(dataset: str | os.PathLike | None = None) -> str:
     """A cheap hash of what the tokenizer would be trained on: the train questions file, plus three rendered
     conversations (which change whenever the prompt, the tool schemas or the observation format change)."""
-    from sqlenv.datasets import resolve_dataset
+    from training.plan import resolve_dataset_info
 
-    digest = hashlib.sha256(resolve_dataset(dataset or "builtin").questions_path("train").read_bytes())
+    digest = hashlib.sha256(resolve_dataset_info(dataset or "builtin").questions_path("train").read_bytes())
     for text in tiny_corpus(dataset, episodes=3):
         digest.update(text.encode("utf-8"))
     return digest.hexdigest()[:12]
@@ -227,7 +289,8 @@ def tiny_model_dir(
     root = Path(cache_dir) if cache_dir is not None else default_runs_root() / "models"
     path = root / tiny_model_key(seed, spec, corpus_fingerprint(dataset))
     if not (path / "config.json").exists():
-        build_tiny_model(path, tiny_corpus(dataset), seed=seed, spec=spec, dataset=str(dataset or "builtin"))
+        name = getattr(dataset, "name", None) or str(dataset or "builtin")
+        build_tiny_model(path, tiny_corpus(dataset), seed=seed, spec=spec, dataset=name)
     return path
 
 

@@ -2,7 +2,7 @@
 
 It follows the sqlenv Policy protocol (`name`, `reset(env, observation)`, `act(env, observation)`), so
 `sqlenv.evaluation.evaluate` plays it like the random and oracle policies, and renders the conversation
-exactly as GRPO does (`training.rollout.ChatRenderer`: chat template with the tool schemas, tool results
+exactly as GRPO does (`training.chat.ChatRenderer`: chat template with the tool schemas, tool results
 appended as TRL appends them). Over-long conversations are trimmed by `training.prompts.fit_context`.
 
 `evaluate_model(...)` plays many episodes at once (one `generate` per turn for all of them) with the same
@@ -15,8 +15,11 @@ from __future__ import annotations
 from typing import Any
 
 from sqlenv.types import SQLAction, SQLObservation
+from training.actions import message_actions
+from training.chat import ChatRenderer
+from training.decoding import generate_new_tokens
+from training.episodes import Episode, play_batched
 from training.prompts import format_tool_result, initial_messages
-from training.rollout import ChatRenderer, Episode, play_batched
 
 __all__ = ["ModelPolicy", "evaluate_model", "play_model_episodes"]
 
@@ -73,7 +76,6 @@ class ModelPolicy:
 
     def _next_turn(self, observation: SQLObservation) -> list[tuple[str, SQLAction]]:
         from training.prompts import fit_context
-        from training.rollout import _generate, message_actions
 
         if self._results:
             self.messages.extend(self._results)
@@ -87,7 +89,7 @@ class ModelPolicy:
         was_training = getattr(self.model, "training", False)
         self.model.eval()
         try:
-            new = _generate(self.model, [self._ids], pad, self.max_turn_tokens,
+            new = generate_new_tokens(self.model, [self._ids], pad, self.max_turn_tokens,
                             sample=self.temperature > 0, temperature=self.temperature or 1.0,
                             eos_ids=set(self.renderer.eos_token_ids))[0]
         finally:
@@ -137,15 +139,18 @@ def evaluate_model(model: Any, tokenizer: Any, *, dataset: str = "builtin", spli
                    batch_size: int = 32, envs: list[Any] | None = None):
     """Evaluate a model like `sqlenv.evaluation.evaluate` (episode i = `reset(seed=seed + i)`), batched.
 
+    `dataset` is a name, a prepared directory or a resolved `DatasetInfo` (a run passes its plan's); `envs`, when
+    given, are played instead (already open; the caller closes them).
+
     Returns an `EvaluationResult` whose episodes are transcripts with `policy` and `seed` filled.
     """
-    from sqlenv.environment import SQLEnvironment
     from sqlenv.evaluation import EvaluationResult
+    from training.plan import open_environment, resolve_dataset_info
 
     own = envs is None
     if own:
-        envs = [SQLEnvironment.from_dataset(dataset, split=split, step_budget=step_budget)
-                for _ in range(min(batch_size, max(1, n_episodes)))]
+        info = resolve_dataset_info(dataset)  # once, not per environment
+        envs = [open_environment(info, split, step_budget) for _ in range(min(batch_size, max(1, n_episodes)))]
     renderer = ChatRenderer(tokenizer, chat_template_kwargs={"enable_thinking": enable_thinking})
     transcripts: list[dict] = []
     try:

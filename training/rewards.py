@@ -4,7 +4,7 @@ Each is a TRL reward callable `f(prompts, completions, **kwargs) -> list[float]`
 the order TRL passes them, and reads the episode outcome from wherever the rollout left it:
 
 - environment path (`environment_factory=SQLEnvTRL`): `kwargs["environments"]`, the per-rollout instances;
-- rollout path (`training.rollout.rollout_func`): the fields the rollout returned, forwarded by TRL as
+- batched rollout path (`training.rollout.BatchedRollout`): the fields the rollout returned, forwarded by TRL as
   `kwargs["correctness"]`, `kwargs["progress"]`, `kwargs["operational"]` (lists, one value per completion).
 
 TRL logs each as `rewards/<function name>/mean` and sums them with `GRPOConfig.reward_weights`.
@@ -62,8 +62,22 @@ def reward_progress(prompts: list, completions: list, **kwargs: Any) -> list[flo
 def reward_operational(prompts: list, completions: list, **kwargs: Any) -> list[float]:
     """Sum of the episode's layer-1 signals: executed without error, new information, repeats, step cost;
     plus the adapter's charges: tool calls after the episode ended, and the step cost of the unused budget
-    when the model stopped before answering (see `SQLEnvTRL.unfinished_penalty`)."""
+    when the model stopped before answering (see `SQLEnvTRL.unfinished_penalty`).
+
+    On the batched rollout path it also logs the tool-health metrics TRL logs itself on the environment path
+    (`tools/call_frequency`: calls per episode, `tools/failure_frequency`: failed calls per call), from the rollout's
+    `tool_calls` / `tool_failures` fields, through TRL's `log_metric`."""
+    _log_tool_health(kwargs)
     return _from_kwargs("operational", len(completions), kwargs)
+
+
+def _log_tool_health(kwargs: dict[str, Any]) -> None:
+    log_metric, calls, failures = kwargs.get("log_metric"), kwargs.get("tool_calls"), kwargs.get("tool_failures")
+    if log_metric is None or not calls or failures is None:
+        return
+    total = sum(calls)
+    log_metric("tools/call_frequency", total / len(calls))
+    log_metric("tools/failure_frequency", sum(failures) / total if total else 0.0)
 
 
 def _env_progress_scale(environments: list, default: float) -> float:

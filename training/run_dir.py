@@ -2,13 +2,19 @@
 
 Layout of ``runs/<run_id>/``::
 
-    config.json        the TrainConfig as JSON
-    status.json        status (queued/running/completed/failed/stopped), error, timestamps, step, total_steps
+    config.json        the TrainConfig as JSON (resolved: what the run used)
+    status.json        status (queued/running/completed/failed/stopped), error, timestamps, step, total_steps,
+                       and who writes it: pid, host, heartbeat_at (see `live_status`: a dead writer reads
+                       `interrupted`)
     metrics.jsonl      one line per TRL log (plus "step" and "time")
     evals.jsonl        {"step", "split", "success_rate", "avg_reward", "avg_steps", "n_episodes", "time"}
     transcripts.jsonl  {"step", "time", "transcript": <sqlenv transcript>}
     comparison.jsonl   {"kind": "pair", ...} lines, then one {"kind": "summary", ...}
-    final/             model + tokenizer (written to a temp dir, then renamed)
+    grpo_config.json   the effective trl.GRPOConfig (sft_config.json: the warm start's SFTConfig)
+    checkpoints/       sft/ and grpo/checkpoint-<step>/: resumable trainer state (removed once the run completes)
+    warm_start/        the model as SFT left it, when SFT ran (GRPO's start, its KL reference, LoRA's base)
+    tracker/           file-based trackers' logs (TensorBoard), when report_to asks for them
+    final/             model + tokenizer, or with LoRA the adapter (adapter_config.json) and, on request, merged/
 
 JSON files are replaced atomically; JSONL lines are appended whole and flushed, and readers skip a torn
 last line, so a reader never crashes on a run that is being written. No torch import here.
@@ -27,6 +33,13 @@ from typing import Any
 
 STATUSES = ("queued", "running", "completed", "failed", "stopped")
 FINISHED_STATUSES = ("completed", "failed", "stopped")
+#: What a reader reports for a queued/running run whose writer is gone (never written: see `live_status`).
+INTERRUPTED = "interrupted"
+#: Seconds between heartbeats of a live run, and the silence after which a run on another host counts as dead.
+HEARTBEAT_SECONDS = 10.0
+HEARTBEAT_TIMEOUT = 90.0
+#: Runs that `python -m training.train --resume` can continue.
+RESUMABLE_STATUSES = ("stopped", "failed", INTERRUPTED)
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 JSONL_FILES = ("metrics", "evals", "transcripts", "comparison")
 
@@ -109,6 +122,59 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: it exists
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def this_host() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def live_status(status: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+    """`status` as a reader should see it: a queued or running run whose writer is gone reads `interrupted`.
+
+    The writer is gone when its process no longer exists (same host: `pid` is checked), or when its heartbeat
+    (`heartbeat_at`, epoch seconds, refreshed every `HEARTBEAT_SECONDS` while the run is alive) is older than
+    `HEARTBEAT_TIMEOUT` (any host: also covers a reused pid after a reboot). Runs written before heartbeats existed
+    (no `pid`) are left as they are. The file itself is not changed.
+    """
+    if status.get("status") not in ("queued", "running") or not isinstance(status.get("pid"), int):
+        return status
+    now = time.time() if now is None else now
+    beat = status.get("heartbeat_at")
+    stale = isinstance(beat, (int, float)) and now - beat > HEARTBEAT_TIMEOUT
+    dead = status.get("host") == this_host() and not _pid_alive(status["pid"])
+    if not (stale or dead):
+        return status
+    why = "its process is gone" if dead else f"no heartbeat for {int(now - beat)} s"
+    return {**status, "status": INTERRUPTED, "interrupted_reason": why,
+            "error": status.get("error") or f"interrupted: {why} (kill, out of memory, reboot?); "
+                                             f"resume with python -m training.train --resume <run dir>"}
+
+
+def last_checkpoint(folder: Path) -> Path | None:
+    """The newest complete `checkpoint-<step>` in `folder` (one with its trainer_state.json), or None."""
+    best: tuple[int, Path] | None = None
+    if not Path(folder).is_dir():
+        return None
+    for child in Path(folder).iterdir():
+        m = re.fullmatch(r"checkpoint-(\d+)", child.name)
+        if m and (child / "trainer_state.json").exists():
+            if best is None or int(m.group(1)) > best[0]:
+                best = (int(m.group(1)), child)
+    return best[1] if best else None
+
+
 def new_run_id(prefix: str = "run") -> str:
     return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(2).hex()}"
 
@@ -188,6 +254,25 @@ class RunDir:
             raise ValueError(f"unknown JSONL file {kind!r}")
         append_jsonl(self.file(f"{kind}.jsonl"), _finite(record))
 
+    def read_live_status(self) -> dict[str, Any]:
+        """status.json as a reader should see it (`live_status`: a dead writer's run reads `interrupted`)."""
+        return live_status(self.read_status())
+
+    def truncate(self, kind: str, keep: Any) -> int:
+        """Rewrite `<kind>.jsonl` (atomically) with only the records `keep(record)` accepts; returns how many were
+        dropped. Resume uses it so that steps replayed after a checkpoint are not recorded twice."""
+        records = self.read(kind)
+        kept = [r for r in records if keep(r)]
+        if len(kept) == len(records):
+            return 0
+        path = self.file(f"{kind}.jsonl")
+        fd, tmp = tempfile.mkstemp(dir=self.path, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for record in kept:
+                f.write(json.dumps(record, default=_json_default, allow_nan=False) + "\n")
+        os.replace(tmp, path)
+        return len(records) - len(kept)
+
     def read(self, kind: str) -> list[dict[str, Any]]:
         if kind not in JSONL_FILES:
             raise ValueError(f"unknown JSONL file {kind!r}")
@@ -222,6 +307,12 @@ def resolve_run(name: str, root: Path | None = None) -> RunDir:
     return RunDir(path)
 
 
+def has_checkpoint(run_path: Path) -> bool:
+    """Whether the run holds a checkpoint to resume from (or a completed warm start)."""
+    folder = Path(run_path) / "checkpoints"
+    return any(last_checkpoint(folder / phase) for phase in ("sft", "grpo")) or (Path(run_path) / "warm_start").is_dir()
+
+
 def list_runs(root: Path | None = None) -> list[dict[str, Any]]:
     """A summary of every run under `root`, newest first; broken runs are listed with status missing/corrupt."""
     root = Path(root) if root is not None else default_runs_root()
@@ -234,13 +325,21 @@ def list_runs(root: Path | None = None) -> list[dict[str, Any]]:
         if not RUN_ID_PATTERN.match(path.name):
             continue
         run = RunDir(path)
-        status = run.read_status()
+        status = run.read_live_status()
         try:
             config = run.read_config()
         except (OSError, ValueError):
             config = {}
+        if not isinstance(config, dict):
+            config = {}
         evals = run.read("evals")
-        final_eval = next((e for e in reversed(evals) if e.get("split") == "eval"), None)
+        eval_split = config.get("eval_split", "eval")
+        final_eval = next((e for e in reversed(evals) if e.get("split") == eval_split), None)
+        summary = next((c for c in reversed(run.read("comparison")) if c.get("kind") == "summary"), None)
+        trained = summary.get("trained") if isinstance(summary, dict) else None
+        final_success = trained.get("success_rate") if isinstance(trained, dict) else None
+        if final_success is None and final_eval:
+            final_success = final_eval.get("success_rate")
         rows.append(
             {
                 "run_id": run.run_id,
@@ -251,6 +350,9 @@ def list_runs(root: Path | None = None) -> list[dict[str, Any]]:
                 "step": status.get("step"),
                 "total_steps": status.get("total_steps"),
                 "eval_success": final_eval.get("success_rate") if final_eval else None,
+                "final_success": final_success,
+                "resumable": status.get("status") in RESUMABLE_STATUSES,
+                "checkpoint": has_checkpoint(run.path),
                 "started_at": status.get("started_at") or status.get("created_at"),
                 "mtime": path.stat().st_mtime,
             }

@@ -76,10 +76,17 @@ class SFTSettings:
             it saves memory on big models but costs ~20-30% time, which the tiny model does not need.
         seed: data order and dropout seed (0).
         logging_steps: how often the trainer logs the loss (10).
-        output_dir: scratch directory for the trainer (nothing is saved there unless you save the model).
+        output_dir: the trainer's folder (checkpoints); `None` (default) = a scratch folder removed afterwards.
+        save_steps: save a resumable checkpoint into `output_dir` every N steps (0, default: never).
+        save_total_limit: checkpoints kept (2).
+        report_to: experiment trackers (`[]`; see `TrainConfig.report_to`).
+        run_name: the trackers' run name (the run id).
+        args: any other `trl.SFTConfig` field, set last (`TrainConfig.sft_args`; default `{}`).
+        precision: "bf16", "fp16" (autocast) or "fp32"; `None` (default) = the weights' dtype. A run passes its
+            plan's precision, as GRPO uses.
     """
 
-    dataset: str = "builtin"
+    dataset: Any = "builtin"
     split: str = "train"
     step_budget: int = 10
     epochs: float = 3.0
@@ -100,6 +107,12 @@ class SFTSettings:
     seed: int = 0
     logging_steps: int = 10
     output_dir: str | None = None
+    save_steps: int = 0
+    save_total_limit: int = 2
+    report_to: list[str] = field(default_factory=list)
+    run_name: str | None = None
+    args: dict = field(default_factory=dict)
+    precision: str | None = None
 
     @classmethod
     def from_config(cls, config: Any) -> "SFTSettings":
@@ -134,7 +147,7 @@ class SFTSettings:
             if unknown:
                 raise ValueError(f"unknown SFT settings {unknown}; known: {sorted(names)}")
             values = data
-        if not isinstance(values.get("dataset", ""), str):
+        if isinstance(values.get("dataset"), os.PathLike):
             values["dataset"] = str(values["dataset"])
         return cls(**values)
 
@@ -149,6 +162,7 @@ class SFTResult:
     final_loss: float | None
     seconds: float
     log_history: list[dict] = field(default_factory=list)
+    trainer_args: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -182,7 +196,7 @@ def teacher_plan(n: int, error_rate: float = 0.0, mistakes: tuple[str, ...] | li
 
 
 def teacher_conversations(
-    dataset: str | os.PathLike = "builtin",
+    dataset: Any = "builtin",
     split: str = "train",
     *,
     step_budget: int = 10,
@@ -193,7 +207,7 @@ def teacher_conversations(
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """Play the teacher through `SQLEnvTRL` and return each episode as `{"messages", "tools", "question_id",
-    "teacher"}`.
+    "teacher"}`. `dataset` is a name, a prepared directory or a resolved `DatasetInfo`.
 
     The teacher is the oracle (`sqlenv.policies.OraclePolicy`), except on the share `error_rate` of the episodes
     (`teacher_plan`) where it makes one of `mistakes`: "guess" answers without looking, "wrong_query" queries
@@ -210,19 +224,16 @@ def teacher_conversations(
     import random
 
     from sqlenv.policies import MISTAKES, OraclePolicy
+    from training.plan import EpisodeSource
     from training.prompts import FINAL_MESSAGE, action_to_tool_call
     from training.trl_env import SQLEnvTRL, tool_methods, train_rows
     from transformers.utils import get_json_schema
 
-    # A private subclass holds this configuration, so the class GRPO uses keeps its own (`configure` is per class).
-    class _OracleEnv(SQLEnvTRL):
-        pass
-
-    _OracleEnv.configure(dataset=str(dataset), split=split, step_budget=step_budget)
-    env = _OracleEnv()
+    source = EpisodeSource.from_dataset(dataset, split, step_budget)
+    env = SQLEnvTRL(source)
     tools = [get_json_schema(method) for method in tool_methods(env)]
     tools_json = json.dumps(tools, ensure_ascii=False)
-    rows = train_rows(dataset=str(dataset), split=split).to_list()
+    rows = train_rows(source).to_list()
     order = list(range(len(rows)))
     if episodes is not None:
         rng = random.Random(seed)
@@ -275,6 +286,8 @@ def run_sft(
     *,
     conversations: list[dict[str, Any]] | None = None,
     callbacks: list | None = None,
+    resume_from_checkpoint: str | None = None,
+    tracker_dir: str | None = None,
     trainer_class: type | None = None,
 ) -> SFTResult:
     """Warm-start `model` in place on the teacher's episodes with TRL's `SFTTrainer` (loss on assistant turns only).
@@ -285,8 +298,11 @@ def run_sft(
             variant with `{% generation %}` tags, the same template GRPO renders with).
         config: an `SFTSettings`, a dict of its fields, or a training config with `sft_*` fields (see
             `SFTSettings.from_config`). Default `SFTSettings()`.
-        conversations: episodes to imitate (default: `oracle_conversations(...)` from the settings).
+        conversations: episodes to imitate (default: `teacher_conversations(...)` from the settings).
         callbacks: extra `transformers.TrainerCallback`s (e.g. to log or to stop).
+        resume_from_checkpoint: a `checkpoint-<step>` folder of an earlier, interrupted warm start (its optimizer,
+            scheduler, RNG and step are restored; the episodes are rebuilt the same from the seed).
+        tracker_dir: where file-based trackers (TensorBoard) write (default: under the trainer's folder).
         trainer_class: the trainer (default `training.sft_trainer.WarmStartTrainer`; TRL's `SFTTrainer` gives the
             same training, slower on CPU: `bench/step_profile.py` runs both).
 
@@ -324,10 +340,11 @@ def run_sft(
     dataset = build_sft_dataset(conversations)
     param = next(model.parameters())
     on_cpu = param.device.type == "cpu"
+    precision = settings.precision or {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(param.dtype, "fp32")
     with tempfile.TemporaryDirectory(prefix="sqlenv-sft-") as scratch, warnings.catch_warnings():
         # TRL's config sets the deprecated `gradient_checkpointing` alias itself; its FutureWarning is noise here.
         warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*", category=FutureWarning)
-        args = SFTConfig(
+        args = SFTConfig(**{**dict(
             output_dir=settings.output_dir or scratch,
             num_train_epochs=settings.epochs,
             max_steps=settings.max_steps,
@@ -343,25 +360,33 @@ def run_sft(
             packing=False,
             logging_steps=settings.logging_steps,
             logging_first_step=True,
-            save_strategy="no",
-            report_to="none",
+            save_strategy="steps" if settings.save_steps > 0 and settings.output_dir else "no",
+            save_steps=max(1, settings.save_steps),
+            save_total_limit=settings.save_total_limit,
+            report_to=list(settings.report_to) or "none",
+            run_name=settings.run_name,
             seed=settings.seed,
             gradient_checkpointing=settings.gradient_checkpointing,
             use_cpu=on_cpu,
-            bf16=param.dtype == torch.bfloat16,
-            fp16=param.dtype == torch.float16,
+            bf16=precision == "bf16",
+            fp16=precision == "fp16",
             dataloader_pin_memory=not on_cpu,
             disable_tqdm=True,
             # Batches of similar lengths waste less compute on padding.
             train_sampling_strategy="group_by_length",
-        )
+        ), **settings.args})
         trainer = (trainer_class or WarmStartTrainer)(
             model=model, args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=callbacks
         )
         trainer.remove_callback(PrinterCallback)  # raw log dicts on stdout; callers log through their callbacks
-        trainer.train()
+        if tracker_dir is not None:
+            from training.grpo import set_tracker_dir
+
+            set_tracker_dir(trainer, tracker_dir)
+        trainer.train(resume_from_checkpoint=resume_from_checkpoint)
         history = list(trainer.state.log_history)
         steps = trainer.state.global_step
+        trainer_args = trainer.args.to_dict()
     losses = [h["loss"] for h in history if "loss" in h and isinstance(h["loss"], (int, float))]
     return SFTResult(
         n_examples=len(conversations),
@@ -370,4 +395,5 @@ def run_sft(
         final_loss=losses[-1] if losses else None,
         seconds=time.perf_counter() - start,
         log_history=history,
+        trainer_args=trainer_args,
     )

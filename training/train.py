@@ -16,9 +16,14 @@ Stopping (`stop_event.set()`): training ends after the current step, final/ is s
 `stopped` at once; a short comparison (at most 5 episodes) still follows, so a stopped run can be compared,
 and status.json says `phase: done` when it is over.
 
-CLI (`python -m training.train --config configs/tiny_cpu.json --set max_steps=20 ...`) prints progress lines;
-bad arguments print one line and exit with code 2. Under `accelerate launch` every rank trains and only the
-main process writes the run files.
+CLI (`python -m training.train --config configs/tiny_cpu.json --set max_steps=20 --set grpo.loss_type=dr_grpo`)
+prints progress lines; bad arguments print one line and exit with code 2. `python -m training.train --resume
+runs/<id>` continues a stopped, failed or interrupted run from its last checkpoint (`resume_training`).
+
+Checkpoints (`save_steps`, `save_total_limit`) go to `checkpoints/<phase>/` and are removed when the run completes;
+while a run lives its status.json carries `pid`, `host` and a `heartbeat_at` refreshed every few seconds, so a run
+whose process died reads `interrupted` (`training.run_dir.live_status`). Under `accelerate launch` every rank trains
+and only the main process writes the run files.
 """
 
 from __future__ import annotations
@@ -33,11 +38,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from training.callbacks import Listener, RunCallback, RunRecorder
+from training.callbacks import PHASES, Listener, RunCallback, RunRecorder
 from training.config import ConfigError, TrainConfig
-from training.run_dir import RunDir, now_iso
+from training.run_dir import (
+    HEARTBEAT_SECONDS,
+    RESUMABLE_STATUSES,
+    RunDir,
+    atomic_write_json,
+    last_checkpoint,
+    now_iso,
+    this_host,
+)
 
-__all__ = ["run_training", "main", "RunStopped"]
+__all__ = ["run_training", "resume_training", "main", "RunStopped"]
 
 
 class RunStopped(Exception):
@@ -53,15 +66,17 @@ def _world_size() -> int:
 
 
 def run_training(config: TrainConfig | dict, stop_event: threading.Event | None = None,
-                 listener: Listener | None = None) -> Path:
+                 listener: Listener | None = None, *, resume: bool = False) -> Path:
     """Run one training run end to end and return its run directory.
 
     Args:
         config: a `TrainConfig` (or a dict of its fields). Auto fields are resolved and saved as config.json.
-        stop_event: set it (from another thread) to stop: training ends within one step, the weights are saved
-            to final/, and the run is marked `stopped`.
+        stop_event: set it (from another thread) to stop: training ends within one step, a checkpoint and the
+            weights (final/) are saved, and the run is marked `stopped`.
         listener: `listener(event, payload)` called in-process on every record written (status, metrics,
             evals, transcripts, comparison).
+        resume: continue the run in `config.output_dir` (a stopped, failed or interrupted one) from its last
+            checkpoint instead of refusing an existing directory; see `resume_training`.
 
     Returns:
         The run directory (`Path`), also when the run was stopped.
@@ -72,70 +87,105 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
     if isinstance(config, dict):
         config = TrainConfig.from_dict(config)
     config = _shared_across_ranks(config.resolved())
-    run = RunDir(Path(config.output_dir))
+    from training.plan import RunPlan
+
+    plan = RunPlan.resolve(config)
+    run = RunDir(plan.run_dir)
     is_main = _is_main_process()
+    recorder = RunRecorder(run, listener, is_main=is_main)
     if is_main:
-        if (run.path / "status.json").exists():
+        if resume:
+            _check_resumable(run)
+        elif (run.path / "status.json").exists():
             raise FileExistsError(f"{run.path} already holds a run: choose another run_id or output_dir")
         run.path.mkdir(parents=True, exist_ok=True)
-    recorder = RunRecorder(run, listener, is_main=is_main)
-    recorder.config(config.to_dict())
-    recorder.status("queued", created_at=now_iso(), step=0, total_steps=config.max_steps, error=None,
-                    model=config.model, dataset=config.dataset, phase="queued")
+    if not resume:
+        recorder.config(config.to_dict())
+        recorder.status("queued", created_at=now_iso(), step=0, total_steps=config.max_steps, error=None,
+                        model=config.model, dataset=config.dataset, phase="queued", **_writer())
+    else:
+        previous = run.read_status(default={})
+        recorder.status("queued", error=None, phase="resuming", resumes=int(previous.get("resumes") or 0) + 1,
+                        resumed_at=now_iso(), finished_at=None, stopped_at=None, **_writer())
+    heartbeat = _Heartbeat(recorder) if is_main else None
     started = time.time()
     model = trainer = tokenizer = None
-    threads_before = _set_cpu_threads(config)
+    threads_before = _set_cpu_threads(plan)
     try:
-        recorder.status("running", started_at=now_iso(), phase="loading model", device=config.resolved_device(),
-                        precision=config.resolved_precision(), cpu_threads=config.resolved_cpu_threads())
+        recorder.status("running", started_at=run.read_status(default={}).get("started_at") or now_iso(),
+                        phase="loading model", device=plan.device, precision=plan.precision,
+                        cpu_threads=plan.cpu_threads)
         _check_stop(stop_event)
         _seed_everything(config.seed)
         from training.models import load_model_and_tokenizer
 
-        model, tokenizer = load_model_and_tokenizer(config.model, seed=config.seed, dataset=config.dataset,
-                                                    **_device_kwargs(config))
+        warm_started = config.sft and (plan.warm_start_dir / "config.json").exists()
+        model, tokenizer = load_model_and_tokenizer(
+            str(plan.warm_start_dir) if warm_started else config.model, seed=config.seed, dataset=plan.dataset,
+            **_device_kwargs(plan))
+        if warm_started:
+            model.config.name_or_path = model.name_or_path = str(plan.warm_start_dir.resolve())
         recorder.status(n_parameters=sum(p.numel() for p in model.parameters()))
 
-        if config.sft:
+        if config.sft and not warm_started:
             _check_stop(stop_event)
             from training.sft import run_sft
 
+            checkpoint = last_checkpoint(plan.phase_dir("sft")) if resume else None
+            step = _checkpoint_step(checkpoint)
+            if resume and is_main:
+                _forget_after(run, "sft", step)
             recorder.status(phase="sft")
-            sft_callback = RunCallback(recorder, config, tokenizer, stop_event=stop_event, phase="sft")
-            sft = run_sft(model, tokenizer, config, callbacks=[sft_callback])
+            sft_callback = RunCallback(recorder, plan, tokenizer, stop_event=stop_event, phase="sft",
+                                       evaluate_at_start=checkpoint is None,
+                                       last_eval_step=_last_eval_step(run, "sft", step))
+            sft = run_sft(model, tokenizer, _sft_settings(plan), callbacks=[sft_callback],
+                          resume_from_checkpoint=str(checkpoint) if checkpoint else None,
+                          tracker_dir=str(plan.run_dir / "tracker" / "sft") if config.report_to else None)
+            if is_main:
+                atomic_write_json(run.file("sft_config.json"), sft.trainer_args)
             recorder.status(sft={"steps": sft.steps, "examples": sft.n_examples, "first_loss": sft.first_loss,
                                  "final_loss": sft.final_loss, "seconds": round(sft.seconds, 2),
                                  "teacher_error_rate": config.sft_teacher_error_rate})
             if sft_callback.stopped:
                 raise RunStopped()
+            _save_warm_start(plan, model, tokenizer, is_main)
 
         base_result = None
         if config.compare_base and is_main and config.comparison_episodes > 0:
             _check_stop(stop_event)
             recorder.status(phase="base eval")
-            base_result = _play_model(model, tokenizer, config, "base")
+            base_result = _play_model(model, tokenizer, plan, "base")
 
         _check_stop(stop_event)
-        from training.rollout import build_trainer
+        from training.grpo import build_trainer
 
+        checkpoint = last_checkpoint(plan.phase_dir("grpo")) if resume else None
+        step = _checkpoint_step(checkpoint)
+        if resume and is_main:
+            _forget_after(run, "grpo", step)
         # After SFT its last eval measured this very model: GRPO's curve continues from it.
-        callback = RunCallback(recorder, config, tokenizer, stop_event=stop_event, phase="grpo",
-                               evaluate_at_start=not config.sft)
-        trainer = build_trainer(config, model, tokenizer, output_dir=str(run.path / ".trainer"),
-                                callbacks=[callback])
-        trainer.train()
+        callback = RunCallback(recorder, plan, tokenizer, stop_event=stop_event, phase="grpo",
+                               evaluate_at_start=not config.sft and checkpoint is None,
+                               last_eval_step=_last_eval_step(run, "grpo", step))
+        trainer = build_trainer(plan, model, tokenizer, callbacks=[callback])
+        if is_main:
+            atomic_write_json(run.file("grpo_config.json"), trainer.args.to_dict())
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
         stopped = callback.stopped
         model = trainer.model
 
         recorder.status(phase="saving")
-        _save_final(run, trainer, tokenizer, is_main)
+        _save_final(run, trainer, tokenizer, is_main, merge=bool((config.resolved_lora() or {}).get("merge")))
         if stopped:
             recorder.status("stopped", stopped_at=now_iso(), phase="comparison", final_dir=str(run.final_dir))
-        _cleanup_trainer_dir(run)
+        model = _inference_model(model)
         if is_main and config.comparison_episodes > 0:
             recorder.status(phase="comparison")
             n = min(config.comparison_episodes, 5) if stopped else config.comparison_episodes
-            _comparison(recorder, model, tokenizer, config, n, base_result)
+            _comparison(recorder, model, tokenizer, plan, n, base_result)
+        if not stopped and is_main:
+            _remove_checkpoints(plan)  # the run is complete: final/ holds what it made
         recorder.status("stopped" if stopped else "completed", finished_at=now_iso(), phase="done",
                         final_dir=str(run.final_dir), seconds=round(time.time() - started, 2))
         return run.path
@@ -156,6 +206,8 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
             pass
         raise
     finally:
+        if heartbeat is not None:
+            heartbeat.stop()
         del trainer, model, tokenizer
         _free_memory()
         if threads_before is not None:
@@ -164,16 +216,152 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
             torch.set_num_threads(threads_before)
 
 
+def resume_training(run_dir: str | Path, stop_event: threading.Event | None = None,
+                    listener: Listener | None = None) -> Path:
+    """Continue a stopped, failed or interrupted run from its last checkpoint, in the same run directory.
+
+    The run's own config.json is used. The phase it was in resumes from its newest checkpoint (`checkpoints/sft/` or
+    `checkpoints/grpo/`: weights or adapter, optimizer, scheduler, RNG state and step), or starts over when it has
+    none; a finished warm start (`warm_start/`) is not repeated. Lines of metrics/evals/transcripts written after
+    that checkpoint are dropped first, so the files continue without duplicated steps.
+
+    Raises:
+        FileNotFoundError: `run_dir` holds no run. ValueError: the run completed, or is still running.
+    """
+    run = RunDir(Path(run_dir))
+    if not run.file("config.json").exists():
+        raise FileNotFoundError(f"{run.path} holds no run (no config.json)")
+    config = TrainConfig.from_dict(run.read_config())
+    config = config.with_overrides({"output_dir": str(run.path), "run_id": run.run_id})
+    return run_training(config, stop_event, listener, resume=True)
+
+
+class _Heartbeat:
+    """Stamps `heartbeat_at` into status.json every `HEARTBEAT_SECONDS` while the run's process lives, so readers
+    can tell a live run from one whose process died (`training.run_dir.live_status`)."""
+
+    def __init__(self, recorder: RunRecorder):
+        self._recorder = recorder
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="run-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_SECONDS):
+            try:
+                self._recorder.heartbeat()
+            except Exception:  # noqa: BLE001 - a missed beat is not worth killing the run
+                pass
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def _writer() -> dict[str, Any]:
+    """Who writes the run: read by `live_status` to tell a dead run."""
+    return {"pid": os.getpid(), "host": this_host(), "heartbeat_at": time.time()}
+
+
+def _check_resumable(run: RunDir) -> None:
+    status = run.read_live_status()
+    state = status.get("status")
+    if state == "completed":
+        raise ValueError(f"{run.path} completed: nothing to resume (start a new run)")
+    if state in ("queued", "running"):
+        raise ValueError(f"{run.path} is still {state} (pid {status.get('pid')} on {status.get('host')}): "
+                         "stop it first")
+    if state not in RESUMABLE_STATUSES:
+        raise ValueError(f"{run.path} cannot be resumed (status {state!r})")
+
+
+def _checkpoint_step(checkpoint: Path | None) -> int | None:
+    return int(checkpoint.name.rsplit("-", 1)[1]) if checkpoint is not None else None
+
+
+def _forget_after(run: RunDir, phase: str, step: int | None) -> None:
+    """Drop what a resumed `phase` will write again: its lines after `step` (all of them when it restarts), every
+    later phase's lines, and the comparison."""
+    later = PHASES[PHASES.index(phase) + 1:]
+
+    def keep(record: dict) -> bool:
+        record_phase = record.get("phase", "grpo")
+        if record_phase in later:
+            return False
+        if record_phase != phase:
+            return True
+        return step is not None and isinstance(record.get("step"), (int, float)) and record["step"] <= step
+
+    for kind in ("metrics", "evals", "transcripts"):
+        run.truncate(kind, keep)
+    run.truncate("comparison", lambda record: False)
+
+
+def _last_eval_step(run: RunDir, phase: str, step: int | None) -> int | None:
+    """`step` when the run already holds that phase's eval at `step` (the resumed phase must not repeat it)."""
+    if step is None:
+        return None
+    found = any(e.get("phase", "grpo") == phase and e.get("step") == step for e in run.read("evals"))
+    return step if found else None
+
+
+def _sft_settings(plan: Any):
+    """The warm start's settings: the config's `sft_*` fields, the plan's dataset and precision, checkpoints."""
+    import dataclasses
+
+    from training.sft import SFTSettings
+
+    config = plan.config
+    settings = SFTSettings.from_config(config)
+    return dataclasses.replace(
+        settings, dataset=plan.dataset, output_dir=str(plan.phase_dir("sft")), precision=plan.precision,
+        save_steps=config.resolved_save_steps("sft"), save_total_limit=config.save_total_limit,
+        report_to=list(config.report_to), run_name=config.run_id)
+
+
+def _save_warm_start(plan: Any, model: Any, tokenizer: Any, is_main: bool) -> None:
+    """Keep the warm-started model (`warm_start/`): a resumed run starts GRPO from it, and it is the base that a
+    LoRA adapter and the KL reference refer to (the model's `name_or_path` is pointed at it)."""
+    import shutil
+
+    folder = plan.warm_start_dir
+    if is_main:
+        tmp = plan.run_dir / ".warm_start-tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(tmp, folder)
+        shutil.rmtree(plan.phase_dir("sft"), ignore_errors=True)  # warm_start/ supersedes the SFT checkpoints
+    # Where TRL (KL reference) and PEFT (adapter_config's base_model_name_or_path) look for this model's weights.
+    model.config.name_or_path = model.name_or_path = str(folder.resolve())
+
+
+def _remove_checkpoints(plan: Any) -> None:
+    import shutil
+
+    shutil.rmtree(plan.checkpoints_dir, ignore_errors=True)
+
+
+def _inference_model(model: Any) -> Any:
+    """The model to play the comparison with: a LoRA model with its adapter merged (faster generation); a
+    quantized (QLoRA) base keeps its adapter, as 4-bit weights cannot absorb it exactly."""
+    if hasattr(model, "merge_and_unload") and hasattr(model, "peft_config"):
+        if getattr(getattr(model, "config", None), "quantization_config", None) is None:
+            return model.merge_and_unload()
+    return model
+
+
 # ------------------------------------------------------------------------------------------- phases
 def _check_stop(stop_event: threading.Event | None) -> None:
     if stop_event is not None and stop_event.is_set():
         raise RunStopped()
 
 
-def _set_cpu_threads(config: TrainConfig) -> int | None:
+def _set_cpu_threads(plan: Any) -> int | None:
     """Apply `cpu_threads` on CPU runs; returns the previous thread count to restore (None: unchanged)."""
-    threads = config.resolved_cpu_threads()
-    if threads is None or config.resolved_device() != "cpu":
+    threads = plan.cpu_threads
+    if threads is None or plan.device != "cpu":
         return None
     import torch
 
@@ -188,16 +376,19 @@ def _seed_everything(seed: int) -> None:
     set_seed(seed)
 
 
-def _device_kwargs(config: TrainConfig) -> dict[str, Any]:
+def _device_kwargs(plan: Any) -> dict[str, Any]:
     import torch
 
-    device = config.resolved_device()
+    device = plan.device
     # Master weights stay fp32 whatever the precision: bf16/fp16 is autocast (GRPOConfig.bf16/fp16), as TRL does
     # by default. Pure bf16 weights would round GRPO's ~1e-6 updates away.
     dtype = torch.float32
     if _world_size() > 1:
         device = "cpu"  # the Trainer moves each rank's copy to its own GPU
-    return {"device": device, "dtype": dtype}
+    kwargs: dict[str, Any] = {"device": device, "dtype": dtype}
+    if (plan.config.resolved_lora() or {}).get("load_in_4bit"):
+        kwargs["load_in_4bit"] = True  # QLoRA: the frozen base in 4-bit NF4, computing in bf16
+    return kwargs
 
 
 def _shared_across_ranks(config: TrainConfig) -> TrainConfig:
@@ -214,10 +405,13 @@ def _shared_across_ranks(config: TrainConfig) -> TrainConfig:
     return dataclasses.replace(config, run_id=shared[0], output_dir=shared[1])
 
 
-def _save_final(run: RunDir, trainer: Any, tokenizer: Any, is_main: bool, model: Any = None) -> None:
+def _save_final(run: RunDir, trainer: Any, tokenizer: Any, is_main: bool, model: Any = None,
+                merge: bool = False) -> None:
     """Save model + tokenizer to a temp folder beside final/, then swap it in (never a half-written final/).
 
-    With a trainer every rank takes part (sharded models are gathered), into one folder the main rank commits.
+    With a trainer every rank takes part (sharded models are gathered), into one folder the main rank commits. A
+    LoRA model saves its adapter (`adapter_config.json`, `adapter_model.safetensors`); with `merge` the merged model
+    also goes to `final/merged/`.
     """
     import shutil
 
@@ -237,37 +431,42 @@ def _save_final(run: RunDir, trainer: Any, tokenizer: Any, is_main: bool, model:
         model.save_pretrained(str(tmp))
     if tokenizer is not None:
         tokenizer.save_pretrained(str(tmp))
+    if merge and trainer is not None:
+        import copy
+
+        peft_model = trainer.accelerator.unwrap_model(trainer.model)
+        if hasattr(peft_model, "merge_and_unload"):
+            merged = copy.deepcopy(peft_model).merge_and_unload()
+            merged.save_pretrained(str(tmp / "merged"))
+            if tokenizer is not None:
+                tokenizer.save_pretrained(str(tmp / "merged"))
+            del merged
     run.commit_final(tmp)
 
 
-def _cleanup_trainer_dir(run: RunDir) -> None:
-    import shutil
-
-    shutil.rmtree(run.path / ".trainer", ignore_errors=True)
-
-
-def _play_model(model: Any, tokenizer: Any, config: TrainConfig, name: str):
+def _play_model(model: Any, tokenizer: Any, plan: Any, name: str):
     from training.policy import evaluate_model
 
-    return evaluate_model(model, tokenizer, dataset=config.dataset, split=config.eval_split,
+    config = plan.config
+    return evaluate_model(model, tokenizer, dataset=plan.dataset, split=config.eval_split,
                           n_episodes=config.comparison_episodes, seed=config.seed, step_budget=config.step_budget,
                           name=name, max_turn_tokens=config.max_turn_tokens, enable_thinking=config.enable_thinking)
 
 
-def _comparison(recorder: RunRecorder, model: Any, tokenizer: Any, config: TrainConfig, n: int,
+def _comparison(recorder: RunRecorder, model: Any, tokenizer: Any, plan: Any, n: int,
                 base_result: Any) -> None:
     """Random policy vs the trained model (and the base) on the same eval questions with the same seeds."""
-    from sqlenv.environment import SQLEnvironment
     from sqlenv.evaluation import evaluate
     from sqlenv.policies import RandomPolicy
     from training.policy import evaluate_model
 
-    env = SQLEnvironment.from_dataset(config.dataset, split=config.eval_split, step_budget=config.step_budget)
+    config = plan.config
+    env = plan.environment(config.eval_split)
     try:
         random_result = evaluate(env, RandomPolicy(seed=config.seed), n_episodes=n, seed=config.seed)
     finally:
         env.close()
-    trained = evaluate_model(model, tokenizer, dataset=config.dataset, split=config.eval_split, n_episodes=n,
+    trained = evaluate_model(model, tokenizer, dataset=plan.dataset, split=config.eval_split, n_episodes=n,
                              seed=config.seed, step_budget=config.step_budget, name="trained",
                              max_turn_tokens=config.max_turn_tokens, enable_thinking=config.enable_thinking)
     base_episodes = base_result.episodes[:n] if base_result is not None else None
@@ -366,12 +565,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="a TrainConfig JSON file (e.g. configs/tiny_cpu.json)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override one config field (repeatable), e.g. --set max_steps=20")
+    parser.add_argument("--resume", metavar="RUN_DIR",
+                        help="continue a stopped, failed or interrupted run from its last checkpoint (its own config)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     args = parser.parse_args(argv)
+    if args.resume and (args.config or args.overrides):
+        print("python -m training.train: error: --resume uses the run's own config.json: drop --config/--set",
+              file=sys.stderr)
+        return 2
     try:
-        config = TrainConfig.from_json(args.config) if args.config else TrainConfig()
-        config = config.with_overrides(args.overrides)
-    except ConfigError as exc:
+        if args.resume:
+            if not (Path(args.resume) / "config.json").is_file():
+                raise ConfigError(f"--resume {args.resume}: not a run directory (no config.json)")
+            config = TrainConfig.from_dict(RunDir(Path(args.resume)).read_config())
+            _check_resumable(RunDir(Path(args.resume)))
+        else:
+            config = TrainConfig.from_json(args.config) if args.config else TrainConfig()
+            config = config.with_overrides(args.overrides)
+    except (ConfigError, ValueError) as exc:
         print(f"python -m training.train: error: {exc}", file=sys.stderr)
         return 2
     if not args.quiet:
@@ -384,7 +595,10 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     listener = None if args.quiet or not _is_main_process() else _cli_listener(config.max_steps)
     try:
-        run_dir = run_training(config, listener=listener)
+        if args.resume:
+            run_dir = resume_training(args.resume, listener=listener)
+        else:
+            run_dir = run_training(config, listener=listener)
     except FileExistsError as exc:  # a taken run_id/output_dir is a bad argument: nothing was written
         print(f"python -m training.train: error: {exc}", file=sys.stderr)
         return 2

@@ -1,10 +1,15 @@
 """`SQLEnvTRL`: SQLEnv as a TRL `environment_factory` (GRPOTrainer's multi-turn tool loop).
 
-TRL builds environments with no arguments, so the data they play is set once beforehand:
+Each instance plays one `training.plan.EpisodeSource` (a split's questions, its databases, the step budget). TRL
+builds environments with no arguments, so hand it a factory that binds the source:
 
-    SQLEnvTRL.configure(dataset="builtin", split="train", step_budget=10)
+    source = EpisodeSource.from_dataset("builtin", split="train", step_budget=10)
     trainer = GRPOTrainer(model, reward_funcs=[reward_correctness, reward_progress, reward_operational],
-                          train_dataset=train_rows("builtin", "train"), environment_factory=SQLEnvTRL, args=...)
+                          train_dataset=train_rows(source), environment_factory=functools.partial(SQLEnvTRL, source),
+                          args=...)
+
+or, as documented before, set the source once and hand TRL the class: `SQLEnvTRL.configure(dataset="builtin",
+split="train", step_budget=10)`, then `environment_factory=SQLEnvTRL`.
 
 For every rollout TRL calls `reset(**row)` (the row carries `question_id`, so the `num_generations`
 completions of a group play the same question), appends the returned text to the user turn, then runs the
@@ -37,13 +42,22 @@ POST_EPISODE_PENALTY = -0.05
 
 
 class SQLEnvTRL:
-    """One SQLEnv episode at a time, driven by TRL's tool-calling loop. Call `configure()` before use."""
+    """One SQLEnv episode at a time, driven by TRL's tool-calling loop.
 
-    _settings: dict[str, Any] | None = None
+    Args:
+        source: the `training.plan.EpisodeSource` to play (questions file, databases, step budget). TRL builds
+            environments with no arguments, so pass `functools.partial(SQLEnvTRL, source)` (what
+            `training.grpo.build_trainer` does) as `environment_factory`. `None` (default) = the source set by
+            `SQLEnvTRL.configure(...)`, for code that hands TRL the class itself.
+    """
+
+    _default_source: Any = None  # set by `configure()`; read only by instances built without a source
     _lock = threading.Lock()
 
-    def __init__(self) -> None:
-        self._env = None  # the SQLEnvironment, created on first reset (TRL probes an instance at init)
+    def __init__(self, source: Any = None) -> None:
+        self._source = source
+        self._env = None  # the SQLEnvironment, created on first use (TRL probes an instance at init)
+        self._env_source: Any = None
         self._observation: SQLObservation | None = None
         self._penalty = 0.0
         self._post_episode_calls = 0
@@ -62,7 +76,8 @@ class SQLEnvTRL:
         reward_config: Any = None,
         sandbox: Any = None,
     ) -> None:
-        """Choose the questions every instance will play (TRL constructs instances without arguments).
+        """Choose the questions that instances built without a source play (`SQLEnvTRL()`, as TRL builds them when
+        handed the class). It sets up an `EpisodeSource`; passing one to the constructor needs no configure().
 
         Args:
             questions_path: a `questions_<split>.json` file; with `db_dir`, instead of `dataset`.
@@ -73,68 +88,50 @@ class SQLEnvTRL:
             reward_config: a `sqlenv.RewardConfig` (default: the environment's defaults).
             sandbox: a `sqlenv.SandboxSettings` (default: the environment's defaults).
         """
+        from training.plan import EpisodeSource
+
         if int(step_budget) < 1:
             raise ValueError(f"step_budget must be at least 1, got {step_budget}")
         if dataset is not None:
-            from sqlenv.datasets import resolve_dataset
-
-            info = resolve_dataset(dataset)
-            questions_path, db_dir = info.questions_path(split), info.db_dir
-        if questions_path is None or db_dir is None:
+            source = EpisodeSource.from_dataset(dataset, split, step_budget, reward_config=reward_config,
+                                                sandbox=sandbox)
+        elif questions_path is None or db_dir is None:
             raise ValueError("configure() needs a dataset, or both questions_path and db_dir")
-        questions_path, db_dir = Path(questions_path), Path(db_dir)
-        if not questions_path.is_file():
-            raise FileNotFoundError(f"questions file not found: {questions_path}")
-        if not db_dir.is_dir():
-            raise FileNotFoundError(f"database folder not found: {db_dir}")
+        else:
+            source = EpisodeSource(questions_path, db_dir, step_budget, reward_config=reward_config, sandbox=sandbox)
         with cls._lock:
-            cls._settings = {
-                "questions_path": questions_path,
-                "db_dir": db_dir,
-                "step_budget": int(step_budget),
-                "reward_config": reward_config,
-                "sandbox": sandbox,
-            }
+            cls._default_source = source
+
+    @classmethod
+    def reset_configuration(cls) -> None:
+        """Forget what `configure()` set (instances built without a source then refuse to start)."""
+        with cls._lock:
+            cls._default_source = None
 
     @classmethod
     def settings(cls) -> dict[str, Any]:
-        if cls._settings is None:
-            raise RuntimeError("SQLEnvTRL.configure(...) must be called before episodes start")
-        return dict(cls._settings)
+        """What `configure()` set: questions_path, db_dir, step_budget, reward_config, sandbox."""
+        source = cls._default_source
+        if source is None:
+            raise RuntimeError("SQLEnvTRL.configure(...) must be called before episodes start, "
+                               "or pass an EpisodeSource: SQLEnvTRL(source)")
+        return {"questions_path": source.questions_path, "db_dir": source.db_dir, "step_budget": source.step_budget,
+                "reward_config": source.reward_config, "sandbox": source.sandbox}
 
-    _questions_cache: dict[tuple, list] = {}
-
-    @classmethod
-    def _questions(cls, path: Path) -> list:
-        """The questions of `path`, parsed once per file version and shared by every instance."""
-        from sqlenv.datasets import load_questions
-
-        stat = path.stat()
-        key = (str(path), stat.st_mtime_ns, stat.st_size)
-        with cls._lock:
-            questions = SQLEnvTRL._questions_cache.get(key)
-            if questions is None:
-                questions = load_questions(path)
-                SQLEnvTRL._questions_cache = {key: questions}  # only the latest file version is kept
-        return questions
+    @property
+    def source(self) -> Any:
+        """The `EpisodeSource` this instance plays (its own, else the one `configure()` set)."""
+        source = self._source if self._source is not None else type(self)._default_source
+        if source is None:
+            self.settings()  # raises, saying what to do
+        return source
 
     def _environment(self):
-        settings = self.settings()
-        questions = self._questions(settings["questions_path"])
-        key = (id(questions), settings["db_dir"], settings["step_budget"])
-        if self._env is None or getattr(self, "_env_key", None) != key:
-            from sqlenv.environment import SQLEnvironment
-
+        source = self.source
+        if self._env is None or self._env_source is not source:  # configure() may have chosen other questions
             if self._env is not None:
                 self._env.close()
-            self._env = SQLEnvironment(
-                questions,
-                settings["db_dir"],
-                step_budget=settings["step_budget"],
-                reward_config=settings["reward_config"],
-                sandbox=settings["sandbox"],
-            )
-            self._env_key = key
+            self._env, self._env_source = source.environment(), source
         return self._env
 
     # ------------------------------------------------------------------------------------------ episode
@@ -167,7 +164,7 @@ class SQLEnvTRL:
             self._post_episode_calls += 1
             self._penalty += POST_EPISODE_PENALTY
             return episode_over_message()
-        self._observation = self._env.step(SQLAction(action_type, "" if argument is None else str(argument)))
+        self._observation = self._environment().step(SQLAction(action_type, "" if argument is None else str(argument)))
         return format_tool_result(self._observation)
 
     # -------------------------------------------------------------------------------------------- tools
@@ -206,8 +203,8 @@ class SQLEnvTRL:
     # ------------------------------------------------------------------------- rewards (read, not tools)
     @property
     def environment(self):
-        """The underlying `SQLEnvironment` (None before the first reset)."""
-        return self._env
+        """The underlying `SQLEnvironment` (opened on first use)."""
+        return self._environment()
 
     @property
     def observation(self) -> SQLObservation | None:
@@ -277,13 +274,18 @@ def tool_schemas() -> list[dict[str, Any]]:
 
 
 def train_rows(
-    questions_path: str | Path | None = None,
+    questions_path: Any = None,
     *,
     dataset: str | Path | None = None,
     split: str = "train",
     system_prompt: str | None = None,
 ):
     """The GRPO train dataset: one row per question, `{"prompt": [system, user ""], "question_id": ...}`.
+
+    Args:
+        questions_path: a `training.plan.EpisodeSource` (its questions) or a `questions_<split>.json` file.
+        dataset: instead, a dataset name, directory or `DatasetInfo`, with `split`.
+        system_prompt: default `training.prompts.SYSTEM_PROMPT`.
 
     The user turn is empty because `SQLEnvTRL.reset` supplies the episode's first observation.
     """
@@ -293,12 +295,12 @@ def train_rows(
     from training.prompts import SYSTEM_PROMPT
 
     if dataset is not None:
-        from sqlenv.datasets import resolve_dataset
+        from training.plan import resolve_dataset_info
 
-        questions_path = resolve_dataset(dataset).questions_path(split)
+        questions_path = resolve_dataset_info(dataset).questions_path(split)
     if questions_path is None:
-        raise ValueError("train_rows() needs questions_path or dataset")
-    questions = load_questions(questions_path)
+        raise ValueError("train_rows() needs an EpisodeSource, questions_path or dataset")
+    questions = questions_path.questions if hasattr(questions_path, "questions") else load_questions(questions_path)
     prompt = [{"role": "system", "content": system_prompt or SYSTEM_PROMPT}, {"role": "user", "content": ""}]
     return Dataset.from_dict(
         {"prompt": [prompt] * len(questions), "question_id": [q.question_id for q in questions]}

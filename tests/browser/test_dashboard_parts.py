@@ -129,3 +129,65 @@ def test_runner_marks_an_unloadable_model_failed_and_keeps_going(tmp_path):
     # The runner is free again.
     second = runner.start(build_config({"model": str(tmp_path / "still-missing"), "max_steps": 2, "sft": False}))
     assert second != run_id and runner.join(120)
+
+
+def test_advanced_form_values_and_refusals():
+    from dashboard.train_tab import advanced_values
+
+    assert advanced_values(False, 16, 32, "") == {}
+    values = advanced_values(True, 8, None, '{"grpo": {"loss_type": "dr_grpo"}, "save_steps": 5}')
+    assert values == {"grpo": {"loss_type": "dr_grpo"}, "save_steps": 5, "lora": {"r": 8, "alpha": 16.0}}
+    config = build_config({**values, "device": "cpu"})
+    assert config.grpo == {"loss_type": "dr_grpo"} and config.resolved_lora()["r"] == 8
+    for text, field in (("{not json", "advanced"), ("[1]", "advanced"), ('{"output_dir": "/etc"}', "output_dir"),
+                        ('{"data_dir": "/"}', "data_dir")):
+        with pytest.raises(ConfigInvalid) as err:
+            advanced_values(False, 16, 32, text)
+        assert err.value.field == field
+    with pytest.raises(ConfigInvalid) as err:  # TrainConfig names the nearest GRPOConfig field
+        build_config(advanced_values(False, 16, 32, '{"grpo": {"loss_typ": "x"}}'))
+    assert err.value.field == "grpo" and "loss_type" in str(err.value)
+
+
+def test_a_dead_run_reads_interrupted_in_the_dashboard(tmp_path):
+    import subprocess
+    import sys
+
+    from training.run_dir import this_host
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    run = RunDir.create(tmp_path, "crashed")
+    run.write_config({"model": "builtin:tiny", "dataset": "builtin"})
+    run.write_status("running", step=3, total_steps=10, started_at=now_iso(), pid=dead.pid, host=this_host(),
+                     heartbeat_at=time.time())
+    cache = RunCache(tmp_path)
+    snap = cache.snapshot("crashed")
+    assert snap.state == "interrupted" and "resume" in snap.status["error"]
+    assert progress(snap.status)["remaining"] == 0.0
+    assert cache.list()[0]["status"] == "interrupted"
+
+
+@pytest.mark.slow
+def test_runner_resumes_a_stopped_run(tmp_path):
+    from training.train import run_training
+
+    stop = threading.Event()
+    config = build_config({"max_steps": 2, "num_generations": 2, "per_device_train_batch_size": 2, "step_budget": 2,
+                           "max_completion_length": 64, "max_turn_tokens": 8, "sft": False, "compare_base": False,
+                           "eval_every": 0, "trace_every": 0, "eval_episodes": 0, "comparison_episodes": 1,
+                           "plot_every": 1, "save_steps": 1, "device": "cpu", "cpu_threads": 1,
+                           "output_dir": str(tmp_path / "stopped")})
+    run_training(config, stop_event=stop, listener=lambda e, p: stop.set() if e == "metrics" else None)
+    runner = TrainingRunner(tmp_path)
+    with pytest.raises(ValueError, match="only stopped, failed or interrupted"):
+        done = RunDir.create(tmp_path, "done")
+        done.write_status("completed")
+        runner.resume("done")
+    with pytest.raises(ValueError):  # a name that would leave the runs folder
+        runner.resume("../x")
+    assert runner.resume("stopped") == "stopped"
+    assert runner.join(300)
+    status = json.loads((tmp_path / "stopped" / "status.json").read_text())
+    assert status["status"] == "completed" and status["step"] == 2 and status["resumes"] == 1
+    assert [m["step"] for m in RunDir(tmp_path / "stopped").read("metrics")] == [1, 2]

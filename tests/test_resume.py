@@ -1,0 +1,165 @@
+"""Checkpoints, resume and dead runs: a training subprocess killed with SIGKILL reads `interrupted` and `--resume`
+finishes it with no duplicated metric steps; a run stopped during the SFT warm start resumes there; heartbeat and pid
+rules of `live_status`; `python -m training.runs list`. Real tiny-model runs on CPU, kept to a few steps."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+def _small(tmp_path, **overrides) -> dict:
+    values = dict(
+        max_steps=3, num_generations=2, per_device_train_batch_size=2, step_budget=2, max_completion_length=96,
+        max_turn_tokens=16, sft=True, sft_max_steps=3, sft_episodes=6, sft_batch_size=2, sft_eval_every=1,
+        compare_base=False, plot_every=1, trace_every=0, eval_every=1, eval_episodes=1, comparison_episodes=2,
+        save_steps=1, device="cpu", precision="fp32", cpu_threads=1, seed=0, output_dir=str(tmp_path / "run"),
+    )
+    values.update(overrides)
+    return values
+
+
+def _assert_no_duplicates(run) -> None:
+    for kind in ("metrics", "evals"):
+        keys = [(r.get("phase"), r["step"], r.get("split")) for r in run.read(kind)]
+        assert not [k for k, n in Counter(keys).items() if n > 1], (kind, keys)
+
+
+def _wait_for(predicate, timeout: float, proc=None) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"training ended early: {proc.stderr.read()[-2000:]}")
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_sigkill_reads_interrupted_and_resume_finishes_without_duplicates(tmp_path):
+    from training.run_dir import RunDir, live_status
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(_small(tmp_path)))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "training.train", "--config", str(config), "--quiet"], cwd=REPO,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    run = RunDir(tmp_path / "run")
+    try:
+        first = run.path / "checkpoints" / "grpo" / "checkpoint-1" / "trainer_state.json"
+        _wait_for(first.exists, timeout=300, proc=proc)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    written = run.read_status()
+    assert written["status"] == "running" and written["pid"] == proc.pid  # what the dead process left behind
+    seen = live_status(written)
+    assert seen["status"] == "interrupted" and "resume" in seen["error"]
+    listed = subprocess.run([sys.executable, "-m", "training.runs", "list", "--runs-dir", str(tmp_path), "--json"],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    row = json.loads(listed.stdout.splitlines()[0])
+    assert row["run_id"] == "run" and row["status"] == "interrupted" and row["resumable"] and row["checkpoint"]
+
+    resumed = subprocess.run([sys.executable, "-m", "training.train", "--resume", str(run.path)], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads(resumed.stdout.strip().splitlines()[-1])["status"] == "completed"
+    status = run.read_status()
+    assert status["status"] == "completed" and status["step"] == 3 and status["resumes"] == 1
+    metrics = run.read("metrics")
+    assert [m["step"] for m in metrics if m["phase"] == "grpo"] == [1, 2, 3]
+    assert [m["step"] for m in metrics if m["phase"] == "sft"] == [1]  # SFT logs every 10 steps, and its first
+    _assert_no_duplicates(run)
+    assert {(e["phase"], e["step"]) for e in run.read("evals")} >= {("grpo", s) for s in (1, 2, 3)}
+    assert [c["kind"] for c in run.read("comparison")].count("summary") == 1
+    assert (run.final_dir / "config.json").exists() and (run.path / "warm_start" / "config.json").exists()
+    assert not (run.path / "checkpoints").exists()  # removed once the run completed
+    again = subprocess.run([sys.executable, "-m", "training.train", "--resume", str(run.path)], cwd=REPO,
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2 and "completed" in again.stderr
+
+
+@pytest.mark.slow
+def test_run_stopped_during_sft_resumes_there(tmp_path):
+    from training.run_dir import RunDir
+    from training.train import resume_training, run_training
+
+    stop = threading.Event()
+
+    def listener(event, payload):
+        if event == "metrics" and payload.get("phase") == "sft" and payload["step"] == 1:
+            stop.set()
+
+    # sft_args: a SFTConfig field through the pass-through (a metrics line per SFT step).
+    path = run_training(_small(tmp_path, max_steps=2, sft_args={"logging_steps": 1}), stop_event=stop,
+                        listener=listener)
+    run = RunDir(path)
+    assert run.read_status()["status"] == "stopped"
+    assert (run.path / "checkpoints" / "sft" / "checkpoint-1").is_dir()  # the stop saved one
+    path = resume_training(path)
+    status = run.read_status()
+    assert status["status"] == "completed" and status["step"] == 2 and status["sft"]["steps"] == 3
+    metrics = run.read("metrics")
+    assert [(m["phase"], m["step"]) for m in metrics] == [("sft", 1), ("sft", 2), ("sft", 3), ("grpo", 1), ("grpo", 2)]
+    assert json.loads(run.file("sft_config.json").read_text())["logging_steps"] == 1
+    _assert_no_duplicates(run)
+    # SFT's eval at step 0 was not repeated on resume.
+    assert [e["step"] for e in run.read("evals") if e["phase"] == "sft" and e["split"] == "eval"] == [0, 1, 2, 3]
+
+
+def test_live_status_rules(tmp_path):
+    from training.run_dir import HEARTBEAT_TIMEOUT, RunDir, list_runs, live_status, this_host
+
+    now = time.time()
+    alive = {"status": "running", "pid": os.getpid(), "host": this_host(), "heartbeat_at": now}
+    assert live_status(alive, now)["status"] == "running"
+    assert live_status({**alive, "heartbeat_at": now - HEARTBEAT_TIMEOUT - 1}, now)["status"] == "interrupted"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    assert live_status({**alive, "pid": dead.pid}, now)["status"] == "interrupted"
+    other_host = {**alive, "host": "elsewhere", "pid": dead.pid}
+    assert live_status(other_host, now)["status"] == "running"  # another host: only its heartbeat tells
+    for finished in ("completed", "failed", "stopped"):
+        assert live_status({**alive, "status": finished, "pid": dead.pid}, now)["status"] == finished
+    assert live_status({"status": "running"}, now)["status"] == "running"  # an old run without a pid
+    run = RunDir.create(tmp_path, "dead")
+    run.write_config({"model": "builtin:tiny", "dataset": "builtin"})
+    run.write_status("running", step=2, total_steps=5, pid=dead.pid, host=this_host(), heartbeat_at=now)
+    row = list_runs(tmp_path)[0]
+    assert row["status"] == "interrupted" and row["resumable"] and not row["checkpoint"]
+    assert run.read_status()["status"] == "running"  # readers never rewrite the file
+
+
+def test_runs_cli_table_and_errors(tmp_path):
+    from training.run_dir import RunDir
+
+    run = RunDir.create(tmp_path, "done")
+    run.write_config({"model": "builtin:tiny", "dataset": "builtin", "eval_split": "eval"})
+    run.write_status("completed", step=4, total_steps=4)
+    run.append("evals", {"step": 4, "phase": "grpo", "split": "eval", "success_rate": 0.25})
+    run.append("comparison", {"kind": "summary", "trained": {"success_rate": 0.5}})
+    out = subprocess.run([sys.executable, "-m", "training.runs", "list", "--runs-dir", str(tmp_path)], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    header, line = out.stdout.splitlines()
+    assert header.split()[:3] == ["run", "status", "steps"]
+    assert line.split() == ["done", "completed", "4/4", "builtin:tiny", "builtin", "50%"]
+    for args in (["list", "--runs-dir", str(tmp_path / "missing")], ["lst"]):
+        bad = subprocess.run([sys.executable, "-m", "training.runs", *args], cwd=REPO, capture_output=True,
+                             text=True, timeout=120)
+        assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr

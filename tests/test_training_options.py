@@ -1,0 +1,116 @@
+"""The TRL options a user expects, on real tiny-model runs: a `grpo.` field reaches the trainer (read back from
+grpo_config.json), LoRA (adapter saved, reloaded and evaluated; KL reference = adapter disabled, no second model),
+TensorBoard files written offline, the run's --data-dir honoured."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_cpu_thread():
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _config(tmp_path, **overrides):
+    from training.config import TrainConfig
+
+    values = dict(
+        max_steps=2, num_generations=2, per_device_train_batch_size=2, step_budget=2, max_completion_length=96,
+        max_turn_tokens=16, sft=False, compare_base=False, plot_every=1, trace_every=0, eval_every=0,
+        eval_episodes=1, comparison_episodes=2, device="cpu", precision="fp32", seed=0,
+        output_dir=str(tmp_path / "run"),
+    )
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def test_lora_run_with_passthrough_and_tensorboard(tmp_path):
+    """One run exercises three things: a `grpo.` field (read back from grpo_config.json), LoRA after an SFT warm
+    start (adapter + merged model saved; reloaded and evaluated), and TensorBoard event files in the run directory."""
+    import torch
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from training.models import load_model_and_tokenizer
+    from training.policy import evaluate_model
+    from training.run_dir import RunDir
+    from training.train import run_training
+
+    config = _config(tmp_path, sft=True, sft_max_steps=2, sft_episodes=4, sft_batch_size=2, beta=0.04,
+                     lora={"r": 4, "alpha": 8, "merge": True}, report_to=["tensorboard"]).with_overrides(
+        ["grpo.loss_type=dr_grpo", "grpo.top_p=0.9", "grpo.mask_truncated_completions=true"])
+    run = RunDir(run_training(config))
+    assert run.read_status()["status"] == "completed"
+    effective = json.loads(run.file("grpo_config.json").read_text())
+    assert effective["loss_type"] == "dr_grpo" and effective["top_p"] == 0.9
+    assert effective["mask_truncated_completions"] is True
+    assert effective["beta"] == 0.04 and effective["run_name"] == config.resolved().run_id == "run"
+    assert effective["generation_kwargs"] == {"max_new_tokens": 16}
+
+    adapter = json.loads((run.final_dir / "adapter_config.json").read_text())
+    assert adapter["r"] == 4 and adapter["lora_alpha"] == 8
+    # The base of the adapter is the warm-started model, kept in the run (not the random-init cache).
+    assert Path(adapter["base_model_name_or_path"]) == (run.path / "warm_start").resolve()
+    assert not (run.final_dir / "model.safetensors").exists()  # the adapter only
+    reloaded, tokenizer = load_model_and_tokenizer(str(run.final_dir), device="cpu")
+    merged, _ = load_model_and_tokenizer(str(run.final_dir / "merged"), device="cpu")
+    ids = torch.tensor([tokenizer("Question: how many singers?")["input_ids"]])
+    with torch.no_grad():
+        assert torch.allclose(reloaded(ids).logits, merged(ids).logits, atol=1e-5)
+    result = evaluate_model(reloaded, tokenizer, split="eval", n_episodes=2, step_budget=2, max_turn_tokens=16)
+    assert result.n_episodes == 2 and all(e["policy"] == "model" for e in result.episodes)
+
+    for phase, tag in (("grpo", "train/reward"), ("sft", "train/loss")):
+        events = list((run.path / "tracker" / phase).glob("events.out.tfevents.*"))
+        assert events, phase
+        accumulator = EventAccumulator(str(events[0].parent))
+        accumulator.Reload()
+        assert tag in accumulator.Tags()["scalars"], accumulator.Tags()["scalars"]
+
+
+def test_lora_reference_is_the_base_with_the_adapter_disabled(tmp_path):
+    """With beta > 0 and LoRA, TRL keeps no second model: the reference is the policy with its adapter disabled."""
+    from peft import PeftModel
+
+    from training.grpo import build_trainer
+    from training.models import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer("builtin:tiny", device="cpu")
+    config = _config(tmp_path, beta=0.1, lora={"r": 2, "target_modules": ["q_proj", "v_proj"]})
+    trainer = build_trainer(config, copy.deepcopy(model), tokenizer, output_dir=str(tmp_path / "trainer"))
+    assert trainer.ref_model is None and isinstance(trainer.model, PeftModel)
+    trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n and ("q_proj" in n or "v_proj" in n) for n in trainable)
+
+
+def test_data_dir_is_where_named_datasets_resolve(tmp_path):
+    """A dataset named in a custom data folder validates and trains from there (the dashboard's --data-dir)."""
+    import shutil
+
+    from sqlenv.datasets import resolve_dataset
+    from training.config import ConfigError, TrainConfig
+    from training.plan import RunPlan
+
+    source = resolve_dataset("builtin")
+    data = tmp_path / "data"
+    shutil.copytree(source.root, data / "mine")
+    (data / "mine" / "dataset.json").write_text(json.dumps({**source.meta, "name": "mine"}))
+    with pytest.raises(ConfigError, match="unknown dataset 'mine'"):
+        TrainConfig(dataset="mine")
+    config = _config(tmp_path, dataset="mine", data_dir=str(data))
+    plan = RunPlan.resolve(config)
+    assert plan.dataset.root == data / "mine"
+    assert plan.episodes("train").questions_path == data / "mine" / "questions_train.json"

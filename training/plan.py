@@ -1,0 +1,171 @@
+"""One resolved plan per run: where the episodes come from, where the files go, which device and precision.
+
+A `TrainConfig` records what was asked for ("builtin", "auto", `None` = auto). `RunPlan.resolve(config)` turns it
+into what a run uses, once: the dataset directory (`sqlenv.datasets.DatasetInfo`, built on first use for
+`builtin`), the run directory and its sub-folders, the device, the precision and the CPU threads. The plan is then
+passed down by construction — to the SFT warm start, the GRPO trainer, the environments TRL builds, the evals and
+the comparison — so nothing reads a class or module global and nothing resolves the dataset name again.
+
+    plan = RunPlan.resolve(TrainConfig.from_json("configs/tiny_cpu.json"))
+    source = plan.episodes("train")        # EpisodeSource: questions file, databases, step budget
+    env = SQLEnvTRL(source)                # what TRL's environment_factory builds (see training.grpo)
+
+`EpisodeSource` is the small, picklable part an environment needs: a questions file, a database folder and a step
+budget (plus optional reward and sandbox settings). Its questions are parsed once and shared by every environment
+built from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from pathlib import Path
+from typing import Any
+
+__all__ = ["EpisodeSource", "RunPlan", "resolve_dataset_info", "open_environment"]
+
+
+def resolve_dataset_info(dataset: Any, data_dir: str | Path | None = None):
+    """A `DatasetInfo` for a dataset name, a prepared directory or an already resolved `DatasetInfo`.
+
+    Args:
+        dataset: `"builtin"`, a name prepared under `data_dir`, a directory path, or a `DatasetInfo` (returned as is).
+        data_dir: where named datasets live; `None` = `$SQLENV_DATA_DIR` or `data/` (`sqlenv.datasets.data_root`).
+    """
+    from sqlenv.datasets import DatasetInfo, resolve_dataset
+
+    if isinstance(dataset, DatasetInfo):
+        return dataset
+    return resolve_dataset(dataset, data_root=data_dir)
+
+
+class EpisodeSource:
+    """The questions an environment plays: one split's questions file, its databases and the step budget.
+
+    Args:
+        questions_path: a `questions_<split>.json` file.
+        db_dir: the folder of `<db_id>/<db_id>.sqlite` files.
+        step_budget: actions per episode (default 10).
+        reward_config: a `sqlenv.RewardConfig` (default: the environment's defaults).
+        sandbox: a `sqlenv.SandboxSettings` (default: the environment's defaults).
+
+    Raises:
+        ValueError / FileNotFoundError: a budget below 1, a missing questions file or database folder.
+    """
+
+    def __init__(self, questions_path: str | Path, db_dir: str | Path, step_budget: int = 10, *,
+                 reward_config: Any = None, sandbox: Any = None):
+        if int(step_budget) < 1:
+            raise ValueError(f"step_budget must be at least 1, got {step_budget}")
+        self.questions_path, self.db_dir = Path(questions_path), Path(db_dir)
+        if not self.questions_path.is_file():
+            raise FileNotFoundError(f"questions file not found: {self.questions_path}")
+        if not self.db_dir.is_dir():
+            raise FileNotFoundError(f"database folder not found: {self.db_dir}")
+        self.step_budget = int(step_budget)
+        self.reward_config = reward_config
+        self.sandbox = sandbox
+        self._questions: list | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_dataset(cls, dataset: Any = "builtin", split: str = "train", step_budget: int = 10, *,
+                     data_dir: str | Path | None = None, **kwargs: Any) -> "EpisodeSource":
+        """The source of one split of a dataset (a name, a directory or a `DatasetInfo`; see `resolve_dataset_info`)."""
+        info = resolve_dataset_info(dataset, data_dir)
+        return cls(info.questions_path(split), info.db_dir, step_budget, **kwargs)
+
+    @property
+    def questions(self) -> list:
+        """The split's questions, parsed on first use and shared by every environment of this source."""
+        with self._lock:
+            if self._questions is None:
+                from sqlenv.datasets import load_questions
+
+                self._questions = load_questions(self.questions_path)
+            return self._questions
+
+    def environment(self):
+        """A new `SQLEnvironment` over these questions (the caller closes it)."""
+        from sqlenv.environment import SQLEnvironment
+
+        return SQLEnvironment(self.questions, self.db_dir, step_budget=self.step_budget,
+                              reward_config=self.reward_config, sandbox=self.sandbox)
+
+    def __repr__(self) -> str:
+        return f"EpisodeSource({str(self.questions_path)!r}, {str(self.db_dir)!r}, step_budget={self.step_budget})"
+
+
+def open_environment(dataset: Any, split: str, step_budget: int, data_dir: str | Path | None = None):
+    """A `SQLEnvironment` over one split of `dataset` (a name, a directory or a `DatasetInfo`)."""
+    from sqlenv.environment import SQLEnvironment
+
+    info = resolve_dataset_info(dataset, data_dir)
+    env = SQLEnvironment(info.questions_path(split), info.db_dir, step_budget=step_budget)
+    env.dataset = info
+    return env
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """What one run uses, resolved once from its `TrainConfig` (see the module docstring).
+
+    Args:
+        config: the resolved `TrainConfig` (`TrainConfig.resolved()`: every auto field filled in).
+        dataset: the resolved dataset directory (`sqlenv.datasets.DatasetInfo`).
+        run_dir: the run directory (`runs/<run_id>/`).
+        device: `"cpu"`, `"cuda"` or `"mps"`.
+        precision: `"bf16"`, `"fp16"` or `"fp32"` (mixed precision: weights stay fp32, see `TrainConfig.precision`).
+        cpu_threads: torch threads on CPU runs (`None` = torch's default).
+    """
+
+    config: Any
+    dataset: Any
+    run_dir: Path
+    device: str
+    precision: str
+    cpu_threads: int | None
+
+    @classmethod
+    def resolve(cls, config: Any, *, run_dir: str | Path | None = None) -> "RunPlan":
+        """Resolve `config` (a `TrainConfig`, resolved here if it is not yet) into a plan.
+
+        Args:
+            config: the run's `TrainConfig`.
+            run_dir: the run directory; default `config.output_dir` (after `config.resolved()`).
+        """
+        if config.run_id is None or config.output_dir is None or config.learning_rate is None:
+            config = config.resolved()
+        device = config.resolved_device()
+        return cls(
+            config=config,
+            dataset=resolve_dataset_info(config.dataset, config.data_dir),
+            run_dir=Path(run_dir) if run_dir is not None else Path(config.output_dir),
+            device=device,
+            precision=config.resolved_precision(),
+            cpu_threads=config.resolved_cpu_threads() if device == "cpu" else None,
+        )
+
+    # --- data -------------------------------------------------------------------------------------------
+    def episodes(self, split: str | None = None) -> EpisodeSource:
+        """The episode source of `split` (default: the train split) with the run's step budget."""
+        return EpisodeSource.from_dataset(self.dataset, split or self.config.train_split, self.config.step_budget)
+
+    def environment(self, split: str):
+        """A new `SQLEnvironment` over `split` with the run's step budget (the caller closes it)."""
+        return open_environment(self.dataset, split, self.config.step_budget)
+
+    # --- files ------------------------------------------------------------------------------------------
+    @property
+    def checkpoints_dir(self) -> Path:
+        """`<run>/checkpoints/`: one folder per phase (`sft/`, `grpo/`), each holding `checkpoint-<step>/`."""
+        return self.run_dir / "checkpoints"
+
+    def phase_dir(self, phase: str) -> Path:
+        """The trainer's output folder of one phase: where its checkpoints are written."""
+        return self.checkpoints_dir / phase
+
+    @property
+    def warm_start_dir(self) -> Path:
+        """`<run>/warm_start/`: the model as SFT left it (what GRPO starts from, its KL reference and LoRA's base)."""
+        return self.run_dir / "warm_start"
