@@ -78,11 +78,13 @@ def _raw_pass(connections: dict, mix: list) -> dict[str, float]:
 
 
 def _clear_sql_cache() -> None:
+    """Forget every SQL text the sandbox has seen: its per-text caches (the full check, the normal form)."""
     from sqlenv import sandbox
 
-    clear = getattr(getattr(sandbox, "check_sql", None), "cache_clear", None)
-    if clear is not None:
-        clear()
+    for name in ("check_sql", "normalize_sql"):
+        clear = getattr(getattr(sandbox, name, None), "cache_clear", None)
+        if clear is not None:
+            clear()
 
 
 def _env_pass(envs: dict, mix: list, cold: bool = False) -> dict[str, float]:

@@ -23,7 +23,7 @@ class RewardConfig:
         new_info: Layer 1 bonus when it revealed something new: the first DESCRIBE/SAMPLE of a table or a
             QUERY result not seen before in the episode (default +0.01).
         repeat_penalty: Layer 1 penalty for repeating an earlier action (same type and normalised argument;
-            SQL is normalised with sqlglot) (default -0.03).
+            SQL by `sandbox.normalize_sql`: case, spacing and comments ignored) (default -0.03).
         step_cost: Layer 1 cost paid by every step, so wandering is never free (default -0.02).
         progress_scale: Layer 2 shaping weight: reward = progress_scale * (Phi(now) - Phi(before)), where Phi
             is the best-so-far progress binned to `progress_bins` (default 0.15). Potential-based, so it
