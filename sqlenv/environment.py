@@ -205,7 +205,7 @@ class SQLEnvironment:
         if self.state.done:
             return self._fail("The episode is over: call reset() to start a new one.")
 
-        action_type, argument = _unpack(action)
+        action_type, argument = unpack_action(action)
         kind = action_type.strip().upper()
         arg = argument.strip()
         cfg = self.reward_config
@@ -341,6 +341,11 @@ class SQLEnvironment:
         return list(self._tables)
 
     @property
+    def outcome(self) -> str:
+        """How the episode stands: "unfinished", "correct", "wrong_answer" or "budget_exhausted"."""
+        return self._outcome
+
+    @property
     def best_progress(self) -> float:
         """Best progress score reached by a QUERY in this episode (0..1)."""
         return self._best_progress
@@ -385,7 +390,7 @@ def _utf8(text: str) -> str:
     return text if text.isascii() else text.encode("utf-8", "replace").decode("utf-8")
 
 
-def _unpack(action: Any) -> tuple[str, str]:
+def unpack_action(action: Any) -> tuple[str, str]:
     """(action_type, argument) as strings from an SQLAction, a dict or a 2-tuple; anything else → ("", "")."""
     if isinstance(action, SQLAction) or (hasattr(action, "action_type") and hasattr(action, "argument")):
         action_type, argument = action.action_type, action.argument
