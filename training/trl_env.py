@@ -61,6 +61,7 @@ class SQLEnvTRL:
         split: str = "train",
         reward_config: Any = None,
         sandbox: Any = None,
+        base_url: str | None = None,
     ) -> None:
         """Choose the questions every instance will play (TRL constructs instances without arguments).
 
@@ -72,6 +73,10 @@ class SQLEnvTRL:
             split: the split of `dataset` (default `"train"`).
             reward_config: a `sqlenv.RewardConfig` (default: the environment's defaults).
             sandbox: a `sqlenv.SandboxSettings` (default: the environment's defaults).
+            base_url: play on a SQLEnv server at this URL (`python -m sqlenv serve`) instead of in-process
+                (default None). Each instance holds one session; the server owns the databases, rewards and
+                sandbox, so `db_dir`, `reward_config` and `sandbox` stay unset; the questions file still
+                names the questions (and fills the gold fields of transcripts).
         """
         if int(step_budget) < 1:
             raise ValueError(f"step_budget must be at least 1, got {step_budget}")
@@ -80,12 +85,16 @@ class SQLEnvTRL:
 
             info = resolve_dataset(dataset)
             questions_path, db_dir = info.questions_path(split), info.db_dir
-        if questions_path is None or db_dir is None:
+        if base_url is not None and (reward_config is not None or sandbox is not None):
+            raise ValueError("with base_url the server sets the rewards and the sandbox: leave reward_config and "
+                             "sandbox unset")
+        if questions_path is None or (db_dir is None and base_url is None):
             raise ValueError("configure() needs a dataset, or both questions_path and db_dir")
-        questions_path, db_dir = Path(questions_path), Path(db_dir)
+        questions_path = Path(questions_path)
+        db_dir = None if db_dir is None else Path(db_dir)
         if not questions_path.is_file():
             raise FileNotFoundError(f"questions file not found: {questions_path}")
-        if not db_dir.is_dir():
+        if base_url is None and not db_dir.is_dir():
             raise FileNotFoundError(f"database folder not found: {db_dir}")
         with cls._lock:
             cls._settings = {
@@ -94,6 +103,7 @@ class SQLEnvTRL:
                 "step_budget": int(step_budget),
                 "reward_config": reward_config,
                 "sandbox": sandbox,
+                "base_url": base_url,
             }
 
     @classmethod
@@ -121,19 +131,25 @@ class SQLEnvTRL:
     def _environment(self):
         settings = self.settings()
         questions = self._questions(settings["questions_path"])
-        key = (id(questions), settings["db_dir"], settings["step_budget"])
+        key = (id(questions), settings["db_dir"], settings["step_budget"], settings.get("base_url"))
         if self._env is None or getattr(self, "_env_key", None) != key:
             from sqlenv.environment import SQLEnvironment
 
             if self._env is not None:
                 self._env.close()
-            self._env = SQLEnvironment(
-                questions,
-                settings["db_dir"],
-                step_budget=settings["step_budget"],
-                reward_config=settings["reward_config"],
-                sandbox=settings["sandbox"],
-            )
+            if settings.get("base_url"):
+                from sqlenv.server.remote import RemoteSQLEnvironment  # needs the sqlenv[server] extra
+
+                self._env = RemoteSQLEnvironment(settings["base_url"], questions=questions,
+                                                 step_budget=settings["step_budget"])
+            else:
+                self._env = SQLEnvironment(
+                    questions,
+                    settings["db_dir"],
+                    step_budget=settings["step_budget"],
+                    reward_config=settings["reward_config"],
+                    sandbox=settings["sandbox"],
+                )
             self._env_key = key
         return self._env
 
