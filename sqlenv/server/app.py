@@ -74,4 +74,7 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, *,
     print(f"sqlenv server: {config.dataset or 'dataset'}/{config.split} ({len(config.questions)} questions) on "
           f"http://{host}:{port} (WebSocket /ws, at most {max_sessions} sessions{', playground /web' if web else ''})",
           flush=True)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, ws_max_size=WS_MAX_MESSAGE_BYTES)
+    # No per-message compression: observations are small text, and deflating every frame costs more CPU on
+    # both ends than the bytes it saves.
+    uvicorn.run(app, host=host, port=port, log_level=log_level, ws_max_size=WS_MAX_MESSAGE_BYTES,
+                ws_per_message_deflate=False)

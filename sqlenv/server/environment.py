@@ -106,6 +106,7 @@ class SQLEnvServerEnvironment(Environment[SQLAction, SQLObservation, EpisodeStat
         self.config = config
         self._env = SQLEnvironment(config.questions, config.db_dir, step_budget=config.step_budget,
                                    reward_config=config.reward_config, sandbox=config.sandbox)
+        self._reward_config = asdict(config.reward_config)  # sent with every reset
         self._closed = False
         config.sessions.opened()
 
@@ -128,7 +129,7 @@ class SQLEnvServerEnvironment(Environment[SQLAction, SQLObservation, EpisodeStat
             self._env.state.episode_id = episode_id
         meta = self._metadata(obs)
         meta["step_budget"] = budget
-        meta["reward_config"] = asdict(self._env.reward_config)
+        meta["reward_config"] = dict(self._reward_config)
         return SQLObservation.from_core(obs, meta)
 
     def step(self, action: SQLAction, timeout_s: float | None = None, **kwargs: Any) -> SQLObservation:

@@ -59,10 +59,11 @@ class SQLObservation(Observation):
 
     @classmethod
     def from_core(cls, obs: core.SQLObservation, metadata: dict[str, Any] | None = None) -> "SQLObservation":
-        return cls(question=obs.question, schema_info=obs.schema_info, result=obs.result, error=obs.error,
-                   step_count=obs.step_count, budget_remaining=obs.budget_remaining,
-                   action_history=list(obs.action_history), done=obs.done, reward=obs.reward,
-                   metadata=dict(metadata or {}))
+        # The environment's own values, already of these types: built without validation (every step).
+        return cls.model_construct(question=obs.question, schema_info=obs.schema_info, result=obs.result,
+                                   error=obs.error, step_count=obs.step_count, budget_remaining=obs.budget_remaining,
+                                   action_history=list(obs.action_history), done=obs.done, reward=obs.reward,
+                                   metadata=dict(metadata or {}))
 
     def to_core(self) -> core.SQLObservation:
         """The `sqlenv.types.SQLObservation`, its `reward_layers` read back from `metadata`."""
