@@ -414,6 +414,20 @@ def test_the_core_package_imports_no_web_stack():
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
+def test_readme_server_example_runs(no_leak):
+    import contextlib
+    import io
+    import re
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "GenericEnvClient" in b)
+    namespace: dict = {}
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        exec(compile(block.replace("http://127.0.0.1:8000", no_leak.url), "README.md", "exec"), namespace)
+    assert namespace["result"].observation["error"] == "" and namespace["obs"].done
+    assert printed.getvalue().rstrip().endswith(" correct")
+
+
 def test_openenv_manifest_names_the_wire_types():
     import yaml
 
