@@ -106,6 +106,8 @@ def flatten_values(rows: Iterable[tuple]) -> set:
     """
     values = set(chain.from_iterable(rows))
     values.discard(None)
+    if float not in set(map(type, values)):  # C-level check: most results hold no float at all
+        return values
     floats = [v for v in values if type(v) is float]
     if floats:
         values.difference_update(floats)
