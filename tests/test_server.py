@@ -10,6 +10,7 @@ connected clients.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import subprocess
 import sys
@@ -156,7 +157,9 @@ def test_async_sessions_are_independent(no_leak, questions):
             state_one, state_two = await asyncio.gather(one.state(), two.state())
             return first, steps, state_one, state_two
 
-    first, steps, state_one, state_two = asyncio.run(play())
+    # In a thread of its own: a test before this one may leave an event loop running in the main thread.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        first, steps, state_one, state_two = pool.submit(asyncio.run, play()).result(timeout=120)
     assert first[0].observation.question == a.question_text and first[1].observation.question == b.question_text
     assert steps[0].observation.error == "" and not steps[0].done
     assert steps[1].done and steps[1].observation.result == "Answer submitted: incorrect."
@@ -237,6 +240,19 @@ def test_a_1mb_argument_is_an_ordinary_observation(no_leak, questions, local, ki
         assert over_the_wire.error or over_the_wire.result == "Answer submitted: incorrect."
         assert remote.transcript() == local.transcript()
         assert len(remote.transcript()["steps"][0]["argument"]) <= 10_000
+
+
+@pytest.mark.parametrize("argument", ["caf\udce9", "a\x00b", "emoji 🙂 ü", "\n\t ;"])
+def test_odd_text_arguments_travel_and_score_as_in_process(no_leak, questions, local, argument):
+    from sqlenv.server.remote import RemoteSQLEnvironment
+
+    q = questions[1]
+    with RemoteSQLEnvironment(no_leak.url, questions=questions) as remote:
+        remote.reset(question_id=q.question_id)
+        local.reset(question_id=q.question_id)
+        for kind in ("DESCRIBE", "QUERY", "ANSWER"):
+            assert remote.step(SQLAction(kind, argument)) == local.step(SQLAction(kind, argument))
+        assert remote.transcript() == local.transcript()
 
 
 def test_a_message_over_the_size_limit_closes_only_its_connection(no_leak, questions):
