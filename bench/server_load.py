@@ -3,8 +3,9 @@
     SQLENV_SPIDER_DIR=../shared/spider python bench/server_load.py [--sessions 64] [--episodes 16] [--dataset DIR]
 
 Starts `python -m sqlenv serve` on 127.0.0.1 (a free port; stopped at the end), then in one asyncio loop opens
-`--sessions` WebSocket sessions with `SQLEnvClient`. Each session plays `--episodes` episodes per phase, one
-step at a time (closed loop, as a trainer's environments do):
+`--sessions` WebSocket sessions with `SQLEnvClient` and warms each up (one oracle episode per database, not
+timed: a long-lived trainer session pays that once). Each session then plays `--episodes` episodes per phase,
+one step at a time (closed loop, as a trainer's environments do):
 
 - oracle: DESCRIBE the tables involved, QUERY the gold SQL, ANSWER the gold answer (the gold-query mix;
   every episode must end correct);
@@ -99,25 +100,41 @@ async def _session(client, kind: str, plan: list, index: int, deadline: float, o
         out["errors"].append(f"session {index}: {type(exc).__name__}: {exc}")
 
 
-async def _over_the_wire(url: str, kind: str, plans: list, time_limit: float) -> dict:
-    """All sessions connect first; the clock runs from the first reset to the last reply."""
-    out = {"latency": [], "kinds": [], "episodes": 0, "not_correct": 0, "errors": []}
+async def _over_the_wire(url: str, plans: list, warmup: list, time_limit: float, server_pid: int) -> dict:
+    """Connect every session, warm each up (one oracle episode per database: its connections open, its gold
+    results are summarised), then time the oracle phase and the random phase on the same sessions. Each
+    phase's clock runs from its first reset to its last reply."""
+    runs = {}
     async with contextlib.AsyncExitStack() as stack:
         clients = [await stack.enter_async_context(SQLEnvClient(base_url=url, message_timeout_s=60.0))
                    for _ in plans]
+        phases = [("warm-up", "oracle", [warmup] * len(plans)), ("oracle", "oracle", plans),
+                  ("random", "random", plans)]
+        for name, kind, phase_plans in phases:
+            out = {"latency": [], "kinds": [], "episodes": 0, "not_correct": 0, "errors": []}
+            cpu0, client0 = _cpu_seconds(server_pid), time.process_time()
+            deadline = time.monotonic() + time_limit
+            started = time.perf_counter()
+            await asyncio.gather(*(_session(c, kind, plan, i, deadline, out)
+                                   for i, (c, plan) in enumerate(zip(clients, phase_plans))))
+            out["wall"] = time.perf_counter() - started
+            out["server_cpu_s"] = _cpu_seconds(server_pid) - cpu0
+            out["client_cpu_s"] = time.process_time() - client0
+            runs[name] = out
+    return runs
+
+
+def _in_process(info: DatasetInfo, split: str, kind: str, plans: list, time_limit: float, warmup: list) -> dict:
+    """The same episodes, one after another, on one `SQLEnvironment` (warmed up like each session)."""
+    out = {"latency": [], "kinds": [], "episodes": 0, "not_correct": 0, "errors": []}
+    with SQLEnvironment(info.questions_path(split), info.db_dir) as env:
+        for question in warmup:
+            policy, observation = OraclePolicy(), env.reset(question_id=question.question_id)
+            policy.reset(env, observation)
+            while not observation.done:
+                observation = env.step(policy.act(env, observation))
         deadline = time.monotonic() + time_limit
         started = time.perf_counter()
-        await asyncio.gather(*(_session(c, kind, plan, i, deadline, out)
-                               for i, (c, plan) in enumerate(zip(clients, plans))))
-        out["wall"] = time.perf_counter() - started
-    return out
-
-
-def _in_process(info: DatasetInfo, split: str, kind: str, plans: list, time_limit: float) -> dict:
-    out = {"latency": [], "kinds": [], "episodes": 0, "not_correct": 0, "errors": []}
-    deadline = time.monotonic() + time_limit
-    started = time.perf_counter()
-    with SQLEnvironment(info.questions_path(split), info.db_dir) as env:
         for index, plan in enumerate(plans):
             for episode, question in enumerate(plan):
                 if time.monotonic() > deadline:
@@ -134,7 +151,7 @@ def _in_process(info: DatasetInfo, split: str, kind: str, plans: list, time_limi
                 out["episodes"] += 1
                 if kind == "oracle" and env.outcome != "correct":
                     out["not_correct"] += 1
-    out["wall"] = time.perf_counter() - started
+        out["wall"] = time.perf_counter() - started
     return out
 
 
@@ -179,32 +196,35 @@ def main() -> None:
         info = _prepare(args, Path(tmp))
         questions = load_questions(info.questions_path(args.split))
         plans = _plan(questions, args.sessions, args.episodes, args.seed)
+        warmup = list({q.database_name: q for q in questions}.values())  # one question per database
         server = ServerProcess(["--dataset", str(info.root), "--split", args.split,
                                 "--max-sessions", str(args.sessions)]).start()
         report: dict = {"dataset": info.name, "sessions": args.sessions, "episodes_per_session": args.episodes}
         try:
             report["sessions_open_before"] = server.sessions()["open"]
-            for kind in ("oracle", "random"):
-                cpu0, client0 = _cpu_seconds(server.proc.pid), time.process_time()
-                run = asyncio.run(_over_the_wire(server.url, kind, plans, args.time_limit))
-                wire, wire_errors = _summary(run), run["errors"]
-                wire["server_cpu_s"] = round(_cpu_seconds(server.proc.pid) - cpu0, 2)
-                wire["client_cpu_s"] = round(time.process_time() - client0, 2)
-                local = _summary(_in_process(info, args.split, kind, plans, args.time_limit))
-                for line in wire_errors[:3]:
-                    print("  error:", line)
-                report[kind] = {"wire": wire, "in_process": local,
-                                "wire_vs_in_process": round(wire["steps_per_s"] / local["steps_per_s"], 3)}
-                print(f"{kind:6s} over the wire: {wire['steps_per_s']:7.1f} steps/s  p50 {wire['p50_ms']:6.2f} ms  "
-                      f"p99 {wire['p99_ms']:6.2f} ms (QUERY p99 {wire['query_p99_ms']:.2f})  errors {wire['errors']}  "
-                      f"not correct {wire['not_correct']}  ({wire['steps']} steps; CPU s: server {wire['server_cpu_s']}, "
-                      f"bench client {wire['client_cpu_s']})")
-                print(f"{kind:6s} in-process:    {local['steps_per_s']:7.1f} steps/s  p50 {local['p50_ms']:6.2f} ms  "
-                      f"p99 {local['p99_ms']:6.2f} ms  ({local['steps']} steps)  -> wire/in-process "
-                      f"{report[kind]['wire_vs_in_process']:.3f}")
+            runs = asyncio.run(_over_the_wire(server.url, plans, warmup, args.time_limit, server.proc.pid))
             report["sessions_open_after"] = server.wait_sessions(0)
         finally:
             server.stop()
+        print(f"warm-up: {args.sessions} sessions x {len(warmup)} oracle episodes (one per database) in "
+              f"{runs['warm-up']['wall']:.1f} s, errors {len(runs['warm-up']['errors'])} (not timed below)")
+        for kind in ("oracle", "random"):
+            run = runs[kind]
+            wire = _summary(run)
+            wire["server_cpu_s"] = round(run["server_cpu_s"], 2)
+            wire["client_cpu_s"] = round(run["client_cpu_s"], 2)
+            local = _summary(_in_process(info, args.split, kind, plans, args.time_limit, warmup))
+            for line in run["errors"][:3]:
+                print("  error:", line)
+            report[kind] = {"wire": wire, "in_process": local,
+                            "wire_vs_in_process": round(wire["steps_per_s"] / local["steps_per_s"], 3)}
+            print(f"{kind:6s} over the wire: {wire['steps_per_s']:7.1f} steps/s  p50 {wire['p50_ms']:6.2f} ms  "
+                  f"p99 {wire['p99_ms']:6.2f} ms (QUERY p99 {wire['query_p99_ms']:.2f})  errors {wire['errors']}  "
+                  f"not correct {wire['not_correct']}  ({wire['steps']} steps; CPU s: server {wire['server_cpu_s']}, "
+                  f"bench client {wire['client_cpu_s']})")
+            print(f"{kind:6s} in-process:    {local['steps_per_s']:7.1f} steps/s  p50 {local['p50_ms']:6.2f} ms  "
+                  f"p99 {local['p99_ms']:6.2f} ms  ({local['steps']} steps)  -> wire/in-process "
+                  f"{report[kind]['wire_vs_in_process']:.3f}")
         print(f"sessions open before {report['sessions_open_before']}, after {report['sessions_open_after']}; "
               f"load average {os.getloadavg()[0]:.2f}")
         report["load_average_1m_end"] = round(os.getloadavg()[0], 2)
