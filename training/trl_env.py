@@ -222,7 +222,7 @@ class SQLEnvTRL:
     # ------------------------------------------------------------------------- rewards (read, not tools)
     @property
     def environment(self):
-        """The underlying `SQLEnvironment` (None before the first reset)."""
+        """The underlying `SQLEnvironment` (a `RemoteSQLEnvironment` with `base_url`; None before the first reset)."""
         return self._env
 
     @property
