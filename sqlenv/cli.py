@@ -397,7 +397,6 @@ def _cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         config = ServerConfig.from_dataset(info.root, split=args.split, step_budget=args.budget)
     except ValueError as exc:
         raise CLIError(_one_line(exc)) from None
-    config.dataset = info.name
     serve(config, host=args.host, port=args.port, max_sessions=args.max_sessions, web=args.web,
           log_level=args.log_level)
     return 0
