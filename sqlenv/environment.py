@@ -253,8 +253,9 @@ class SQLEnvironment:
                 if self._gold is not None:
                     score = progress_score(res.rows, res.n_rows, self._gold, cfg)
                     before = self._best_progress
-                    self._best_progress = max(before, score)
-                    progress = cfg.shaping(before, self._best_progress)
+                    if score > before:  # shaping rewards only a new best (it is 0 otherwise)
+                        self._best_progress = score
+                        progress = cfg.shaping(before, score)
                 summary = f"{res.n_rows} row{'s' if res.n_rows != 1 else ''}"
             except SandboxError as err:
                 error = str(err)

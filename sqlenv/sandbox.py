@@ -176,9 +176,9 @@ def _text_refusal(sql: str, max_sql_chars: int) -> str | None:
     return None
 
 
-def _first_word(sql: str) -> str:
-    """The first word of `sql` after whitespace and comments, lower-cased ("" when there is none or a
-    comment is unterminated). A plain scan, no regular expression: linear on any input."""
+def _starts_select_or_with(sql: str) -> bool:
+    """Whether the first word of `sql`, after whitespace and comments, is SELECT or WITH. A plain scan (no
+    regular expression: linear on any input); an unterminated comment is no statement at all."""
     i, n = 0, len(sql)
     while i < n:
         if sql[i].isspace():
@@ -189,21 +189,22 @@ def _first_word(sql: str) -> str:
         elif sql.startswith("/*", i):
             end = sql.find("*/", i + 2)
             if end < 0:
-                return ""
+                return False
             i = end + 2
         else:
             break
-    j = i
-    while j < n and (sql[j].isalnum() or sql[j] == "_"):
-        j += 1
-    return sql[i:j].lower()
+    for word in ("select", "with"):
+        end = i + len(word)
+        if sql[i:end].lower() == word and (end >= n or not (sql[end].isalnum() or sql[end] in "_$")):
+            return True
+    return False
 
 
 def quick_check(sql: str, max_sql_chars: int = 20_000) -> bool:
     """The per-step text check: True when `sql` may go to SQLite (not empty or too long, no NUL, valid UTF-8,
     first word SELECT or WITH). SQLite itself enforces the rest (one statement, read-only, authorizer);
     when either refuses, `check_sql` explains why."""
-    return _text_refusal(sql, max_sql_chars) is None and _first_word(sql) in ("select", "with")
+    return _text_refusal(sql, max_sql_chars) is None and _starts_select_or_with(sql)
 
 
 @functools.lru_cache(maxsize=1024)
