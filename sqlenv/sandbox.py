@@ -123,7 +123,7 @@ class SandboxError(Exception):
     """A query the sandbox refuses or that failed; its message is shown to the agent."""
 
 
-@dataclass
+@dataclass(slots=True)
 class QueryResult:
     """A statement's result: column names, the kept rows (≤ max_scoring_rows) and the total row count."""
 

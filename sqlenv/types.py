@@ -27,7 +27,7 @@ class SQLAction:
     argument: str = ""
 
 
-@dataclass
+@dataclass(slots=True)
 class RewardLayers:
     """A step's reward split by layer. `total` is what the step earned after clipping the dense part."""
 
@@ -45,7 +45,7 @@ class RewardLayers:
                 "total": self.total}
 
 
-@dataclass
+@dataclass(slots=True)
 class RewardBreakdown:
     """An episode's reward so far: sums of the operational and progress layers, and correctness 0/1."""
 
@@ -62,7 +62,7 @@ class RewardBreakdown:
                 "total": self.total}
 
 
-@dataclass
+@dataclass(slots=True)  # created every step: slots make that and attribute reads cheaper
 class SQLObservation:
     """What the agent sees after `reset()` or `step()`.
 
@@ -88,7 +88,7 @@ class SQLObservation:
         return data
 
 
-@dataclass
+@dataclass(slots=True)
 class EpisodeState:
     """Bookkeeping of the current episode (gymnasium-style `env.state`)."""
 
