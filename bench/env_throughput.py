@@ -6,14 +6,16 @@ Prepares spider10 into a temp dir (or uses --dataset DIR), then alternates round
 
 - raw: `sqlite3`, one read-only connection per database, `execute(gold_sql).fetchall()`;
 - env warm: for each question `reset(question_id=...)`, then `step(QUERY gold_sql)`; only the step counts as a
-  QUERY step (the reset is timed apart). The sandbox's per-string SQL check cache is warm, as for the
+  QUERY step (the reset is timed apart). The sandbox's per-text caches (normal form, full check) are warm, as for the
   repeated queries of GRPO groups;
-- env cold: the same after clearing that cache, i.e. every SQL text is new (sqlglot parses it).
+- env cold: the same after clearing those caches, i.e. every SQL text is new to the sandbox (its normal form is
+  computed again; the text check on the hot path is a prefix scan, SQLite enforces the rest). The target is
+  cold >= 0.6 of raw.
 
 The mix is shuffled (training draws questions at random, not grouped by database). Every pass is timed on
 two clocks: wall time, and the process's CPU time (`time.process_time`), which ignores the time the process
 spends waiting for a core — on a shared, loaded machine the CPU-time ratio is the stable figure.
-Prints both rates, their ratio (target >= 0.5), the reset() time, and as the last line one JSON object.
+Prints the rates, their ratios (targets: warm >= 0.5, cold >= 0.6), the reset() time, and as the last line one JSON object.
 `--profile` adds a cProfile of one warm environment pass.
 """
 
@@ -78,11 +80,13 @@ def _raw_pass(connections: dict, mix: list) -> dict[str, float]:
 
 
 def _clear_sql_cache() -> None:
+    """Forget every SQL text the sandbox has seen: its per-text caches (the full check, the normal form)."""
     from sqlenv import sandbox
 
-    clear = getattr(getattr(sandbox, "check_sql", None), "cache_clear", None)
-    if clear is not None:
-        clear()
+    for name in ("check_sql", "normalize_sql"):
+        clear = getattr(getattr(sandbox, name, None), "cache_clear", None)
+        if clear is not None:
+            clear()
 
 
 def _env_pass(envs: dict, mix: list, cold: bool = False) -> dict[str, float]:
@@ -160,7 +164,8 @@ def main() -> None:
             print(f"  raw sqlite3              {med['raw']:8.0f} queries/s")
             print(f"  SQLEnvironment QUERY     {med['warm']:8.0f} steps/s   ratio {ratio:.2f}  "
                   f"(target >= 0.5: {'OK' if ratio >= 0.5 else 'BELOW'})")
-            print(f"  ... every SQL text new   {med['cold']:8.0f} steps/s   ratio {cold_ratio:.2f}  (sqlglot check uncached)")
+            print(f"  ... every SQL text new   {med['cold']:8.0f} steps/s   ratio {cold_ratio:.2f}  (per-text caches cleared; "
+                  f"target >= 0.6: {'OK' if cold_ratio >= 0.6 else 'BELOW'})")
             print(f"  reset()                  {med['reset_ms']:8.3f} ms")
             summary.update({f"raw_qps_{clock}": round(med["raw"]), f"env_steps_per_s_{clock}": round(med["warm"]),
                             f"ratio_{clock}": round(ratio, 3), f"env_cold_steps_per_s_{clock}": round(med["cold"]),

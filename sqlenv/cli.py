@@ -6,6 +6,7 @@
     python -m sqlenv data list
     python -m sqlenv play --dataset builtin --split eval
     python -m sqlenv eval --dataset builtin --split eval --policy oracle --episodes 50 --seed 0 [--json]
+    python -m sqlenv serve --dataset builtin --split train --host 127.0.0.1 --port 8000   # needs sqlenv[server]
 
 Wherever a dataset is named, `builtin`, a name prepared under `data/` ($SQLENV_DATA_DIR) or the path of a
 prepared dataset directory works. Bad input of any kind (arguments, datasets, splits, paths) is reported as
@@ -46,6 +47,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number from 0 to 65535, got {text!r}")
+    return value
+
+
 def _int(text: str) -> int:
     try:
         return int(text)
@@ -55,7 +66,7 @@ def _int(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="SQLEnv: a sandboxed SQL-exploration environment.")
-    commands = parser.add_subparsers(dest="command", metavar="{data,play,eval}", required=True)
+    commands = parser.add_subparsers(dest="command", metavar="{data,play,eval,serve}", required=True)
 
     # data ------------------------------------------------------------------------------------------
     data = commands.add_parser("data", help="build, prepare, download and list datasets")
@@ -100,6 +111,20 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--budget", type=_positive_int, default=15, help="step budget (default 15)")
     ev.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     ev.add_argument("--transcripts", default=None, help="also write every episode transcript to this JSONL file")
+
+    # serve -----------------------------------------------------------------------------------------
+    srv = commands.add_parser("serve", help="serve the environment over HTTP/WebSocket (OpenEnv; needs sqlenv[server])")
+    srv.add_argument("--dataset", default="builtin", help="dataset name or path (default: builtin)")
+    srv.add_argument("--split", default="train", help="split served (default: train)")
+    srv.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1; 0.0.0.0 in a container)")
+    srv.add_argument("--port", type=_port, default=8000, help="TCP port (default 8000)")
+    srv.add_argument("--budget", type=_positive_int, default=15,
+                     help="step budget when a reset asks for none (default 15)")
+    srv.add_argument("--max-sessions", type=_positive_int, default=64,
+                     help="most concurrent WebSocket sessions (default 64)")
+    srv.add_argument("--web", action="store_true", help="also serve OpenEnv's playground page at /web")
+    srv.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="warning",
+                     help="uvicorn log level (default warning)")
     return parser
 
 
@@ -357,6 +382,29 @@ def _cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
 # ---------------------------------------------------------------------------------------------------
 
 
+def _cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
+    info = _resolve(args.dataset)  # bad input first: the server stack takes seconds to import
+    try:
+        info.questions_path(args.split)
+    except ValueError as exc:
+        raise CLIError(_one_line(exc)) from None
+    try:
+        from sqlenv.server.app import serve
+        from sqlenv.server.environment import ServerConfig
+    except ImportError as exc:
+        raise CLIError(_one_line(exc)) from None
+    try:
+        config = ServerConfig.from_dataset(info.root, split=args.split, step_budget=args.budget)
+    except ValueError as exc:
+        raise CLIError(_one_line(exc)) from None
+    serve(config, host=args.host, port=args.port, max_sessions=args.max_sessions, web=args.web,
+          log_level=args.log_level)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
 def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 failure, 2 bad input)."""
     parser = build_parser()
@@ -376,6 +424,8 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
             return _cmd_play(args, out, inp)
         if args.command == "eval":
             return _cmd_eval(args, out)
+        if args.command == "serve":
+            return _cmd_serve(args, out)
     except CLIError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

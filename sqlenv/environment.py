@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import random
-import os
-import secrets
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -82,6 +80,9 @@ class SQLEnvironment:
         self._by_id = {q.question_id: i for i, q in enumerate(self.questions)}
         self.dataset = None  # the DatasetInfo when built by from_dataset
         self._rng = random.Random(seed)
+        # Episode ids need only be unique, not secret: drawn without a system call per reset, and apart from
+        # the question sampler so they never shift the seeded question sequence.
+        self._episode_ids = random.Random()
 
         self.question: Question | None = None
         self.state = EpisodeState()
@@ -108,6 +109,7 @@ class SQLEnvironment:
         self._described: list[str] = []
         self._sampled: set[str] = set()
         self._columns: dict[str, str] = {}
+        self._schema_text = ""  # schema_info, extended on each new DESCRIBE (built once, read every step)
         self._history: list[str] = []
         self._steps: list[dict] = []
         self._best_progress = 0.0
@@ -142,9 +144,10 @@ class SQLEnvironment:
         self._seed = seed
         self.question = question
         self._tables = tables
+        self._schema_text = "Tables: " + ", ".join(tables)
         self._gold = self._gold_profile(question)
         self._gold_ordered = has_top_level_order_by(question.gold_sql)
-        self.state = EpisodeState(episode_id=secrets.token_hex(6), step_count=0,
+        self.state = EpisodeState(episode_id=f"{self._episode_ids.getrandbits(48):012x}", step_count=0,
                                   question_id=question.question_id, done=False)
         self.reward_breakdown = RewardBreakdown()
         self.last_observation = self._observation(result="", error="", reward=RewardLayers())
@@ -155,12 +158,11 @@ class SQLEnvironment:
         question and database file in this process; the profile is shared read-only)."""
         settings = self.sandbox_settings
         try:
-            path = self.sandbox.database(question.database_name).path
-            stat = os.stat(path)
-        except (SandboxError, OSError):
+            identity = self.sandbox.database(question.database_name).identity
+        except SandboxError:
             return None
-        key = (str(path), stat.st_mtime_ns, stat.st_size, question.gold_sql, settings.max_scoring_rows,
-               settings.max_result_bytes, self.reward_config.max_numbers)
+        key = (identity, question.gold_sql, settings.max_scoring_rows, settings.max_result_bytes,
+               self.reward_config.max_numbers)
         with _GOLD_LOCK:
             if key in _GOLD_CACHE:
                 _GOLD_CACHE.move_to_end(key)
@@ -203,7 +205,7 @@ class SQLEnvironment:
         if self.state.done:
             return self._fail("The episode is over: call reset() to start a new one.")
 
-        action_type, argument = _unpack(action)
+        action_type, argument = unpack_action(action)
         kind = action_type.strip().upper()
         arg = argument.strip()
         cfg = self.reward_config
@@ -232,6 +234,7 @@ class SQLEnvironment:
                             " ".join([c, t or "ANY"] + (["PK"] if pk else [])
                                      + ([f"-> {info.foreign_keys[c]}"] if c in info.foreign_keys else []))
                             for c, t, pk in info.columns)
+                        self._schema_text += f"\n{info.name}({self._columns[info.name]})"
                     summary = f"{len(info.columns)} columns"
                 else:
                     result = self.sandbox.sample(self.question.database_name, info.name)
@@ -250,8 +253,9 @@ class SQLEnvironment:
                 if self._gold is not None:
                     score = progress_score(res.rows, res.n_rows, self._gold, cfg)
                     before = self._best_progress
-                    self._best_progress = max(before, score)
-                    progress = cfg.shaping(before, self._best_progress)
+                    if score > before:  # shaping rewards only a new best (it is 0 otherwise)
+                        self._best_progress = score
+                        progress = cfg.shaping(before, score)
                 summary = f"{res.n_rows} row{'s' if res.n_rows != 1 else ''}"
             except SandboxError as err:
                 error = str(err)
@@ -273,29 +277,34 @@ class SQLEnvironment:
             self._outcome = "budget_exhausted"
             result = (result + "\n" if result else "") + "Step budget exhausted: the episode is over."
         layers = RewardLayers(operational=operational, progress=progress, terminal=terminal)
-        self.reward_breakdown.operational += operational
-        self.reward_breakdown.progress += progress
-        self.reward_breakdown.correctness += 1.0 if self._correct and kind == "ANSWER" else 0.0
+        total = layers.total
+        breakdown = self.reward_breakdown
+        breakdown.operational += operational
+        breakdown.progress += progress
+        if self._correct and kind == "ANSWER":
+            breakdown.correctness += 1.0
 
         limit = self.sandbox_settings.max_observation_chars
         error = cut_text(error, limit)
         result = cut_text(result, limit)
-        if kind in ACTION_TYPES:
+        known = kind in ACTION_TYPES
+        if known:
             head = arg[:60]
             if head.isprintable():
                 shown_arg = head if len(arg) <= 60 else head[:59] + "…"
             else:
                 shown_arg = _clean_for_display(arg, 60)
+            shown_kind = kind
         else:
             shown_arg = _clean_for_display(argument, 30)
-        shown_kind = kind if kind in ACTION_TYPES else _clean_for_display(action_type, 20) or "''"
-        self._history.append(f"{self.state.step_count}. {shown_kind} {shown_arg} -> "
-                             f"{'error' if error else summary or 'ok'}")
+            shown_kind = _clean_for_display(action_type, 20) or "''"
+        step_count, done = self.state.step_count, self.state.done
+        self._history.append(f"{step_count}. {shown_kind} {shown_arg} -> {'error' if error else summary or 'ok'}")
         obs = self._observation(result=result, error=error, reward=layers)
         stored_arg = _clean_for_display(argument, 10_000) if len(argument) > 10_000 else _utf8(argument)
-        layer_dict = {"operational": operational, "progress": progress, "terminal": terminal, "total": layers.total}
-        self._steps.append(make_step(self.state.step_count, kind if kind in ACTION_TYPES else shown_kind, stored_arg,
-                                     result, error, layers.total, layer_dict, obs.budget_remaining, self.state.done))
+        layer_dict = {"operational": operational, "progress": progress, "terminal": terminal, "total": total}
+        self._steps.append(make_step(step_count, shown_kind, stored_arg, result, error, total, layer_dict,
+                                     obs.budget_remaining, done))
         self.last_observation = obs
         return obs
 
@@ -310,10 +319,7 @@ class SQLEnvironment:
     @property
     def schema_info(self) -> str:
         """Table names, plus the columns of every DESCRIBEd table (compact, one line per table)."""
-        lines = ["Tables: " + ", ".join(self._tables)]
-        for name in self._described:
-            lines.append(f"{name}({self._columns[name]})")
-        return "\n".join(lines)
+        return self._schema_text
 
     def _observation(self, result: str, error: str, reward: RewardLayers) -> SQLObservation:
         assert self.question is not None
@@ -334,6 +340,11 @@ class SQLEnvironment:
     def tables(self) -> list[str]:
         """Table names of the current episode's database."""
         return list(self._tables)
+
+    @property
+    def outcome(self) -> str:
+        """How the episode stands: "unfinished", "correct", "wrong_answer" or "budget_exhausted"."""
+        return self._outcome
 
     @property
     def best_progress(self) -> float:
@@ -377,10 +388,10 @@ class SQLEnvironment:
 
 def _utf8(text: str) -> str:
     """`text` with lone surrogates replaced, so transcripts always encode as UTF-8."""
-    return text.encode("utf-8", "replace").decode("utf-8")
+    return text if text.isascii() else text.encode("utf-8", "replace").decode("utf-8")
 
 
-def _unpack(action: Any) -> tuple[str, str]:
+def unpack_action(action: Any) -> tuple[str, str]:
     """(action_type, argument) as strings from an SQLAction, a dict or a 2-tuple; anything else → ("", "")."""
     if isinstance(action, SQLAction) or (hasattr(action, "action_type") and hasattr(action, "argument")):
         action_type, argument = action.action_type, action.argument

@@ -23,7 +23,7 @@ class RewardConfig:
         new_info: Layer 1 bonus when it revealed something new: the first DESCRIBE/SAMPLE of a table or a
             QUERY result not seen before in the episode (default +0.01).
         repeat_penalty: Layer 1 penalty for repeating an earlier action (same type and normalised argument;
-            SQL is normalised with sqlglot) (default -0.03).
+            SQL by `sandbox.normalize_sql`: case, spacing and comments ignored) (default -0.03).
         step_cost: Layer 1 cost paid by every step, so wandering is never free (default -0.02).
         progress_scale: Layer 2 shaping weight: reward = progress_scale * (Phi(now) - Phi(before)), where Phi
             is the best-so-far progress binned to `progress_bins` (default 0.15). Potential-based, so it
@@ -106,6 +106,8 @@ def flatten_values(rows: Iterable[tuple]) -> set:
     """
     values = set(chain.from_iterable(rows))
     values.discard(None)
+    if float not in set(map(type, values)):  # C-level check: most results hold no float at all
+        return values
     floats = [v for v in values if type(v) is float]
     if floats:
         values.difference_update(floats)

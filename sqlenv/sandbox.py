@@ -2,12 +2,18 @@
 
 Model-written SQL runs here, so the executor is defensive in depth (Datasette-style named limits):
 
-1. Text checks before SQLite sees anything: length cap, no NUL bytes, exactly one statement (sqlglot's
-   tokenizer and `sqlite3.complete_statement`), and it must be a SELECT or WITH ... SELECT.
-2. The database is opened through a `file:...?mode=ro` URI with `PRAGMA query_only=1`.
-3. An authorizer callback allows only reads, functions and recursive CTEs (no ATTACH, PRAGMA, writes).
-4. A progress handler aborts any statement that runs past `timeout_s`.
-5. Rows are fetched in batches and at most `max_scoring_rows` are held; values and texts are cut.
+1. Text checks before SQLite sees anything, cheap enough for every step: length cap, no NUL bytes, valid
+   UTF-8, and the first word (after comments) must be SELECT or WITH.
+2. Exactly one statement: the `sqlite3` module refuses a statement followed by another one before running
+   anything ("You can only execute one statement at a time").
+3. The database is opened through a `file:...?mode=ro` URI with `PRAGMA query_only=1`.
+4. An authorizer callback allows only reads, functions and recursive CTEs (no ATTACH, PRAGMA, writes).
+5. A progress handler aborts any statement that runs past `timeout_s`.
+6. Rows are fetched in batches and at most `max_scoring_rows` are held; values and texts are cut.
+
+When SQLite refuses a query, the full text check (`check_sql`, on sqlglot's tokens) runs to say why in
+words the agent can act on ("Only one SQL statement is allowed per QUERY", "... DELETE is not"). Repeated
+queries are spotted on a cheap normal form (`normalize_sql`, one regular expression), not on a parse.
 
 Database names come from question files, so they are validated and resolved to stay inside `db_dir`.
 """
@@ -117,7 +123,7 @@ class SandboxError(Exception):
     """A query the sandbox refuses or that failed; its message is shown to the agent."""
 
 
-@dataclass
+@dataclass(slots=True)
 class QueryResult:
     """A statement's result: column names, the kept rows (≤ max_scoring_rows) and the total row count."""
 
@@ -139,10 +145,9 @@ class TableInfo:
 
 @dataclass(frozen=True)
 class SQLCheck:
-    """The cached verdict of the text checks on one SQL string."""
+    """The cached verdict of the full text check on one SQL string (`error` is None when it passes)."""
 
     error: str | None
-    normalized: str
 
 
 # ----------------------------------------------------------------------------------------- SQL text checks
@@ -155,36 +160,69 @@ def _clean_for_display(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _fallback_normal_form(sql: str) -> str:
-    return " ".join(sql.strip().rstrip(";").split()).lower()
+def _text_refusal(sql: str, max_sql_chars: int) -> str | None:
+    """Why `sql` cannot even be looked at (empty, too long, a NUL byte, not UTF-8), or None. O(len) in C."""
+    if not sql or sql.isspace():
+        return "Empty SQL: give one SELECT statement."
+    if len(sql) > max_sql_chars:
+        return f"SQL too long ({len(sql)} characters, limit {max_sql_chars})."
+    if "\x00" in sql:
+        return "SQL contains a NUL byte."
+    if not sql.isascii():
+        try:
+            sql.encode("utf-8")
+        except UnicodeEncodeError:
+            return "SQL is not valid UTF-8 text."
+    return None
 
 
-@functools.lru_cache(maxsize=8192)
+def _starts_select_or_with(sql: str) -> bool:
+    """Whether the first word of `sql`, after whitespace and comments, is SELECT or WITH. A plain scan (no
+    regular expression: linear on any input); an unterminated comment is no statement at all."""
+    i, n = 0, len(sql)
+    while i < n:
+        if sql[i].isspace():
+            i += 1
+        elif sql.startswith("--", i):
+            end = sql.find("\n", i)
+            i = n if end < 0 else end + 1
+        elif sql.startswith("/*", i):
+            end = sql.find("*/", i + 2)
+            if end < 0:
+                return False
+            i = end + 2
+        else:
+            break
+    for word in ("select", "with"):
+        end = i + len(word)
+        if sql[i:end].lower() == word and (end >= n or not (sql[end].isalnum() or sql[end] in "_$")):
+            return True
+    return False
+
+
+def quick_check(sql: str, max_sql_chars: int = 20_000) -> bool:
+    """The per-step text check: True when `sql` may go to SQLite (not empty or too long, no NUL, valid UTF-8,
+    first word SELECT or WITH). SQLite itself enforces the rest (one statement, read-only, authorizer);
+    when either refuses, `check_sql` explains why."""
+    return _text_refusal(sql, max_sql_chars) is None and _starts_select_or_with(sql)
+
+
+@functools.lru_cache(maxsize=1024)
 def check_sql(sql: str, max_sql_chars: int = 20_000) -> SQLCheck:
-    """Check that `sql` is exactly one read-only SELECT / WITH ... SELECT statement (cached per string).
+    """The full text check: is `sql` exactly one read-only SELECT / WITH ... SELECT statement (cached)?
 
     The text is split into statements on sqlglot's tokens (so semicolons inside strings and comments don't
     count), the statement must start with SELECT or WITH and contain no write/PRAGMA/ATTACH keyword, and
-    `sqlite3.complete_statement` must agree it is complete. Tokens are enough here (a full parse costs ~5x
-    more per new query); the connection's authorizer and read-only mode are the backstop for anything the
-    text checks miss. Returns an `SQLCheck` with `error` set to a message for the agent when refused and the
-    statement's normal form (used to spot repeated queries).
+    `sqlite3.complete_statement` must agree it is complete. It runs when `quick_check` or SQLite refused a
+    query, to name the reason; the connection's authorizer and read-only mode enforce the rules either way.
     """
-    if not sql or not sql.strip():
-        return SQLCheck("Empty SQL: give one SELECT statement.", "")
-    if len(sql) > max_sql_chars:
-        return SQLCheck(f"SQL too long ({len(sql)} characters, limit {max_sql_chars}).",
-                        _fallback_normal_form(sql[: max_sql_chars + 1]))
-    if "\x00" in sql:
-        return SQLCheck("SQL contains a NUL byte.", "")
-    try:
-        sql.encode("utf-8")
-    except UnicodeEncodeError:
-        return SQLCheck("SQL is not valid UTF-8 text.", "")
+    refusal = _text_refusal(sql, max_sql_chars)
+    if refusal:
+        return SQLCheck(refusal)
     try:
         tokens = sqlglot.tokenize(sql, read="sqlite")
     except Exception as err:  # sqlglot raises TokenError on unterminated strings etc.
-        return SQLCheck(f"SQL syntax error: {_clean_for_display(str(err), 160)}", _fallback_normal_form(sql))
+        return SQLCheck(f"SQL syntax error: {_clean_for_display(str(err), 160)}")
     statements: list[list] = [[]]
     for token in tokens:
         if token.token_type == TokenType.SEMICOLON:
@@ -193,14 +231,13 @@ def check_sql(sql: str, max_sql_chars: int = 20_000) -> SQLCheck:
             statements[-1].append(token)
     statements = [s for s in statements if s]
     if not statements:
-        return SQLCheck("Empty SQL: give one SELECT statement.", "")
+        return SQLCheck("Empty SQL: give one SELECT statement.")
     if len(statements) > 1:
-        return SQLCheck("Only one SQL statement is allowed per QUERY.", _fallback_normal_form(sql))
+        return SQLCheck("Only one SQL statement is allowed per QUERY.")
     first = statements[0][0]
     if first.token_type not in (TokenType.SELECT, TokenType.WITH):
         word = first.text.upper()[:20]
-        return SQLCheck(f"Only read-only SELECT (or WITH ... SELECT) queries are allowed, not {word}.",
-                        _fallback_normal_form(sql))
+        return SQLCheck(f"Only read-only SELECT (or WITH ... SELECT) queries are allowed, not {word}.")
     # Inside the statement: a write after WITH (WITH x AS (...) DELETE ...). Other words (VACUUM, BEGIN...)
     # can only start a statement, which the checks above already refuse; names such as "release" stay legal.
     body = statements[0]
@@ -210,36 +247,40 @@ def check_sql(sql: str, max_sql_chars: int = 20_000) -> SQLCheck:
                 and body[i + 1].token_type == TokenType.INTO:
             bad = "REPLACE INTO"  # replace() the function is fine
         if bad is not None:
-            return SQLCheck(f"Only read-only SELECT queries are allowed ({bad} is not).", _fallback_normal_form(sql))
+            return SQLCheck(f"Only read-only SELECT queries are allowed ({bad} is not).")
     # SQLite's own view of completeness: catches unterminated strings / comments the tokenizer tolerated.
     if not sqlite3.complete_statement(sql.rstrip().rstrip(";") + "\n;"):
-        return SQLCheck("Incomplete SQL statement (unterminated string, comment or parenthesis?).",
-                        _fallback_normal_form(sql))
-    return SQLCheck(None, _token_normal_form(statements[0]))
+        return SQLCheck("Incomplete SQL statement (unterminated string, comment or parenthesis?).")
+    return SQLCheck(None)
 
 
-def _token_normal_form(tokens: list) -> str:
-    """A statement's normal form from its sqlglot tokens: keywords upper-case, bare names lower-case (SQLite
-    names are case-insensitive), strings and quoted names as written (SQLite reads an unknown "x" as a
-    string), comments and whitespace gone."""
-    parts = []
-    for token in tokens:
-        kind = token.token_type
-        if kind is TokenType.STRING:
-            parts.append("'" + token.text.replace("'", "''") + "'")
-        elif kind is TokenType.IDENTIFIER:
-            parts.append('"' + token.text.replace('"', '""') + '"')
-        elif kind is TokenType.VAR:
-            parts.append(token.text.lower())
-        else:
-            parts.append(token.text.upper())
-    return " ".join(parts)
+# The parts of a query kept as written in its normal form: quoted strings and names ('Bob' and 'bob' differ,
+# and SQLite reads an unknown "x" as a string), and comments (dropped). Every alternative is linear.
+_QUOTED_OR_COMMENT = re.compile(r"""('(?:[^']|'')*'?|"(?:[^"]|"")*"?|`(?:[^`]|``)*`?|\[[^\]]*\]?"""
+                                r"""|--[^\n]*|/\*(?:[^*]|\*(?!/))*(?:\*/)?)""")
+# Tokens of the rest: a run of word characters or one other character.
+_WORD_OR_CHAR = re.compile(r"[\w$]+|\S")
 
 
+@functools.lru_cache(maxsize=8192)
 def normalize_sql(sql: str, max_sql_chars: int = 20_000) -> str:
-    """The normal form of `sql` (case, whitespace, comments and quoting of names normalised by sqlglot's
-    tokenizer); equal normal forms mark a repeated query. Shares `check_sql`'s cache (pass the same limit)."""
-    return check_sql(sql, max_sql_chars).normalized or _fallback_normal_form(sql[: max_sql_chars + 1])
+    """The normal form of `sql`, used to spot repeated queries: one space between tokens, comments and
+    trailing semicolons gone, keywords and bare names lower-case (SQLite's are case-insensitive), quoted
+    strings and names as written. A few microseconds (regular expressions, no parse), cached per text; at
+    most `max_sql_chars` characters are read."""
+    sql = sql[: max_sql_chars + 1]
+    if "'" in sql or '"' in sql or "`" in sql or "[" in sql or "--" in sql or "/*" in sql:
+        tokens = []
+        for i, part in enumerate(_QUOTED_OR_COMMENT.split(sql)):
+            if i % 2 == 0:
+                tokens += _WORD_OR_CHAR.findall(part.lower())
+            elif not part.startswith(("--", "/*")):
+                tokens.append(part)
+    else:  # no quotes or comments (the common case): one pass over the lower-cased text
+        tokens = _WORD_OR_CHAR.findall(sql.lower())
+    while tokens and tokens[-1] == ";":
+        tokens.pop()
+    return " ".join(tokens)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -362,6 +403,10 @@ class _Database:
     def __init__(self, path: Path, settings: SandboxSettings):
         self.path = path
         self.settings = settings
+        stat = path.stat()
+        # The file this connection reads, as of opening (a file replaced later is a new identity once reopened):
+        # keys caches of results derived from it, without a stat per use.
+        self.identity = (str(path), stat.st_ino, stat.st_mtime_ns, stat.st_size)
         uri = path.as_uri() + "?mode=ro"
         conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None,
                                cached_statements=max(0, settings.statement_cache_size))
@@ -428,7 +473,7 @@ class Sandbox:
             path = resolve_database_path(self.db_dir, name)
             try:
                 db = _Database(path, self.settings)
-            except sqlite3.Error as err:
+            except (sqlite3.Error, OSError) as err:
                 raise SandboxError(f"Cannot open database {name!r}: {err}") from None
             self._dbs[name] = db
             while len(self._dbs) > max(1, self.settings.max_open_databases):
@@ -504,12 +549,21 @@ class Sandbox:
         """Run one checked, read-only statement; raises `SandboxError` with a message for the agent."""
         if not isinstance(sql, str):
             raise SandboxError("SQL must be text.")
-        check = check_sql(sql, self.settings.max_sql_chars)
-        if check.error:
-            raise SandboxError(check.error)
+        limit = self.settings.max_sql_chars
+        if not quick_check(sql, limit):
+            raise SandboxError(check_sql(sql, limit).error
+                               or "Only read-only SELECT (or WITH ... SELECT) queries are allowed.")
         cap = self.settings.max_scoring_rows if max_rows is None else max_rows
-        with self._lock:  # no other thread may close this connection (LRU) between lookup and run
-            return self._run(self.database(db_name), sql, max_rows=cap)
+        try:
+            with self._lock:  # no other thread may close this connection (LRU) between lookup and run
+                return self._run(self.database(db_name), sql, max_rows=cap)
+        except SandboxError as err:
+            # SQLite refused or failed it: the full text check may name the reason better (a second
+            # statement, a write keyword); otherwise SQLite's own message stands.
+            reason = check_sql(sql, limit).error
+            if reason:
+                raise SandboxError(reason) from None
+            raise err from None
 
     def render(self, result: QueryResult) -> str:
         """QUERY observation text for a result (≤ max_display_rows rows, cut to max_observation_chars)."""
@@ -540,6 +594,9 @@ class Sandbox:
                 truncated = False
                 batch = max(1, settings.fetch_batch_rows)
                 held_bytes, byte_cap = 0, settings.max_result_bytes
+                # No value exceeds max_value_bytes (SQLITE_LIMIT_LENGTH), so a last batch of few cells keeps the
+                # held bytes under the cap for sure and needs no estimate (the common case: counts, names, lists).
+                row_bound = max(1, len(columns)) * settings.max_value_bytes
                 while True:
                     chunk = cursor.fetchmany(batch)
                     if not chunk:
@@ -550,7 +607,10 @@ class Sandbox:
                         taken = chunk if room >= len(chunk) else chunk[:room]
                         # Bytes held, estimated from three rows per batch (exact accounting would cost
                         # as much as the fetch itself); past the cap rows are counted, not kept.
-                        per_row = _sample_row_bytes(taken)
+                        if len(chunk) < batch and held_bytes + len(taken) * row_bound <= byte_cap:
+                            per_row = row_bound  # the last batch, and even its upper bound fits
+                        else:
+                            per_row = _sample_row_bytes(taken)
                         if held_bytes + per_row * len(taken) <= byte_cap:
                             rows.extend(taken)
                             held_bytes += per_row * len(taken)

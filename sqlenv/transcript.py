@@ -25,9 +25,9 @@ STEP_KEYS = ("step", "action_type", "argument", "observation", "error", "reward"
 
 def make_step(step: int, action_type: str, argument: str, observation: str, error: str, reward: float,
               layers: dict[str, float], budget_remaining: int, done: bool) -> dict[str, Any]:
-    """One step record of a transcript."""
+    """One step record of a transcript (it keeps `layers` itself: pass a dict of its own)."""
     return {"step": step, "action_type": action_type, "argument": argument, "observation": observation,
-            "error": error, "reward": reward, "layers": dict(layers), "budget_remaining": budget_remaining,
+            "error": error, "reward": reward, "layers": layers, "budget_remaining": budget_remaining,
             "done": done}
 
 

@@ -256,3 +256,39 @@ def test_sql_normal_form_and_order_detection():
 def test_settings_are_validated(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
         SandboxSettings(**bad)
+
+
+def test_accepted_queries_run_without_a_parse(sandbox, monkeypatch):
+    """The hot path leaves the one-statement and read-only rules to SQLite: sqlglot only runs to explain a
+    refusal. With sqlglot's tokenizer broken, good queries still run and refusals still happen."""
+    import sqlglot
+
+    def broken(*args, **kwargs):
+        raise AssertionError("sqlglot was called on the hot path")
+
+    monkeypatch.setattr(sqlglot, "tokenize", broken)
+    assert sandbox.execute("music", "/* c */ select count(*) -- n\n FROM singer;").rows == [(30,)]
+    assert sandbox.execute("music", "WITH s AS (SELECT * FROM singer) SELECT count(*) FROM s").rows == [(30,)]
+    for sql in ["SELECT 1; DROP TABLE singer", "WITH x AS (SELECT 1) DELETE FROM singer", "VACUUM", "PRAGMA x"]:
+        with pytest.raises(SandboxError):
+            sandbox.execute("music", sql)
+    assert sandbox.execute("music", "SELECT count(*) FROM singer").rows == [(30,)]
+
+
+@pytest.mark.parametrize("a,b,same", [
+    ("SELECT a FROM t", "select  A\nfrom T;", True),
+    ("SELECT count(*) FROM t", "SELECT COUNT ( * ) FROM t -- why", True),
+    ("SELECT a FROM t /* x */ WHERE b='--'", "SELECT a FROM t WHERE b = '--'", True),
+    ("SELECT a FROM t WHERE b = 'X'", "SELECT a FROM t WHERE b = 'x'", False),
+    ("SELECT [My Col] FROM t", "SELECT [my col] FROM t", False),
+    ("SELECT a b FROM t", "SELECT ab FROM t", False),
+    ("SELECT 'it''s' FROM t", "SELECT 'it''s'  FROM  t", True),
+    ("SELECT a FROM t /* unterminated", "SELECT a FROM t", True),
+])
+def test_normal_form_for_repeats(a, b, same):
+    assert (normalize_sql(a) == normalize_sql(b)) is same
+
+
+def test_normal_form_reads_a_bounded_prefix():
+    huge = "SELECT " + "a, " * 500_000 + "b FROM t"
+    assert len(normalize_sql(huge, 20_000)) <= 20_001 * 2

@@ -93,6 +93,10 @@ class TrainConfig:
         dataset: `"builtin"` (default; generated offline on first use), a dataset prepared under `data_dir`
             (e.g. `"spider10"`), or the path of a prepared dataset directory.
         data_dir: where named datasets are looked up. `None` (default) = `$SQLENV_DATA_DIR`, else `data/`.
+        env_url: play the training episodes on a SQLEnv server at this URL (`python -m sqlenv serve`, e.g.
+            `"http://127.0.0.1:8000"`; needs the `server` extra) instead of in-process. `None` (default) =
+            in-process. The server must serve the same dataset and split: `dataset` still names the questions,
+            and evals and the comparison run in-process on it. Same rewards and transcripts either way.
         train_split: split whose questions GRPO trains on (default `"train"`).
         eval_split: split used for periodic evals and the final comparison (default `"eval"`: held-out
             question instances; `"eval_unseen_db"` on the built-in data measures transfer to a new database).
@@ -211,6 +215,7 @@ class TrainConfig:
     model: str = BUILTIN_MODEL
     dataset: str = "builtin"
     data_dir: str | None = None
+    env_url: str | None = None
     train_split: str = "train"
     eval_split: str = "eval"
     step_budget: int = 10
@@ -395,6 +400,9 @@ class TrainConfig:
 
             if not RUN_ID_PATTERN.match(self.run_id):
                 fail(f"run_id {self.run_id!r} is invalid: use letters, digits, '.', '_' and '-' (max 128)")
+        if self.env_url is not None and not self.env_url.startswith(("http://", "https://", "ws://", "wss://")):
+            fail(f"env_url must be a server URL like http://127.0.0.1:8000 (got {self.env_url!r}), or null to play "
+                 "in-process")
         self._validate_dataset()
 
     def _validate_report_to(self) -> None:

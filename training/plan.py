@@ -48,23 +48,33 @@ class EpisodeSource:
         step_budget: actions per episode (default 10).
         reward_config: a `sqlenv.RewardConfig` (default: the environment's defaults).
         sandbox: a `sqlenv.SandboxSettings` (default: the environment's defaults).
+        base_url: play on a SQLEnv server at this URL (`python -m sqlenv serve`) instead of in-process (default
+            None; needs the `server` extra). Each environment then holds one server session; the server owns the
+            databases, rewards and sandbox, so `reward_config` and `sandbox` stay unset and `db_dir` may be None;
+            the questions file still names the questions (and fills the gold fields of transcripts).
 
     Raises:
-        ValueError / FileNotFoundError: a budget below 1, a missing questions file or database folder.
+        ValueError / FileNotFoundError: a budget below 1, a missing questions file or database folder, rewards or
+            a sandbox set for a server.
     """
 
-    def __init__(self, questions_path: str | Path, db_dir: str | Path, step_budget: int = 10, *,
-                 reward_config: Any = None, sandbox: Any = None):
+    def __init__(self, questions_path: str | Path, db_dir: str | Path | None, step_budget: int = 10, *,
+                 reward_config: Any = None, sandbox: Any = None, base_url: str | None = None):
         if int(step_budget) < 1:
             raise ValueError(f"step_budget must be at least 1, got {step_budget}")
-        self.questions_path, self.db_dir = Path(questions_path), Path(db_dir)
+        if base_url is not None and (reward_config is not None or sandbox is not None):
+            raise ValueError("with base_url the server sets the rewards and the sandbox: leave reward_config and "
+                             "sandbox unset")
+        self.questions_path = Path(questions_path)
+        self.db_dir = None if db_dir is None else Path(db_dir)
         if not self.questions_path.is_file():
             raise FileNotFoundError(f"questions file not found: {self.questions_path}")
-        if not self.db_dir.is_dir():
+        if base_url is None and (self.db_dir is None or not self.db_dir.is_dir()):
             raise FileNotFoundError(f"database folder not found: {self.db_dir}")
         self.step_budget = int(step_budget)
         self.reward_config = reward_config
         self.sandbox = sandbox
+        self.base_url = base_url
         self._questions: list | None = None
         self._lock = threading.Lock()
 
@@ -86,14 +96,21 @@ class EpisodeSource:
             return self._questions
 
     def environment(self):
-        """A new `SQLEnvironment` over these questions (the caller closes it)."""
+        """A new `SQLEnvironment` over these questions (the caller closes it): a `RemoteSQLEnvironment`, with
+        the same interface, when the source plays on a server."""
+        if self.base_url is not None:
+            from sqlenv.server.remote import RemoteSQLEnvironment  # needs the sqlenv[server] extra
+
+            return RemoteSQLEnvironment(self.base_url, questions=self.questions, step_budget=self.step_budget)
         from sqlenv.environment import SQLEnvironment
 
         return SQLEnvironment(self.questions, self.db_dir, step_budget=self.step_budget,
                               reward_config=self.reward_config, sandbox=self.sandbox)
 
     def __repr__(self) -> str:
-        return f"EpisodeSource({str(self.questions_path)!r}, {str(self.db_dir)!r}, step_budget={self.step_budget})"
+        where = f", base_url={self.base_url!r}" if self.base_url else ""
+        return (f"EpisodeSource({str(self.questions_path)!r}, {str(self.db_dir)!r}, "
+                f"step_budget={self.step_budget}{where})")
 
 
 def open_environment(dataset: Any, split: str, step_budget: int, data_dir: str | Path | None = None):
@@ -148,8 +165,10 @@ class RunPlan:
 
     # --- data -------------------------------------------------------------------------------------------
     def episodes(self, split: str | None = None) -> EpisodeSource:
-        """The episode source of `split` (default: the train split) with the run's step budget."""
-        return EpisodeSource.from_dataset(self.dataset, split or self.config.train_split, self.config.step_budget)
+        """The episode source of `split` (default: the train split) with the run's step budget, on the run's
+        environment server when `env_url` is set."""
+        return EpisodeSource.from_dataset(self.dataset, split or self.config.train_split, self.config.step_budget,
+                                          base_url=self.config.env_url)
 
     def environment(self, split: str):
         """A new `SQLEnvironment` over `split` with the run's step budget (the caller closes it)."""

@@ -38,7 +38,8 @@ class QuestionIndex:
 
     Args:
         questions: the questions the prompts were made from (`EpisodeSource.questions`).
-        table_names: `table_names(database_name) -> list[str]` (an environment's `sandbox.table_names`).
+        table_names: `table_names(database_name) -> list[str]` (an environment's `sandbox.table_names`); None
+            when no database is at hand (episodes on a server): a text two databases share then takes the first.
     """
 
     def __init__(self, questions: list, table_names: Any):
@@ -54,7 +55,7 @@ class QuestionIndex:
             return None
         candidates = self._by_text.get(m.group(1).strip(), [])
         databases = {q.database_name for q in candidates}
-        if len(databases) > 1:
+        if len(databases) > 1 and self._table_names is not None:
             tables = _TABLES_LINE.search(user_text)
             for q in candidates:
                 if q.database_name not in self._tables:
@@ -86,7 +87,8 @@ class BatchedRollout:
         self._lock = threading.Lock()
         self._index: QuestionIndex | None = None
 
-    def _environments(self, n: int) -> list[Any]:
+    def environments(self, n: int) -> list[Any]:
+        """The first `n` environments of the pool (one `SQLEnvTRL` per episode of a batch), created as needed."""
         from training.trl_env import SQLEnvTRL
 
         with self._lock:
@@ -96,7 +98,8 @@ class BatchedRollout:
 
     def _question_index(self, env: Any) -> QuestionIndex:
         if self._index is None:
-            self._index = QuestionIndex(self.source.questions, env.environment.sandbox.table_names)
+            sandbox = getattr(env.environment, "sandbox", None)  # a server session has no local sandbox
+            self._index = QuestionIndex(self.source.questions, sandbox.table_names if sandbox is not None else None)
         return self._index
 
     def __call__(self, prompts: list, trainer: Any) -> dict[str, list]:
@@ -110,7 +113,7 @@ class BatchedRollout:
         if self.renderer is None:
             self.renderer = ChatRenderer.from_trainer(trainer)
         renderer = self.renderer
-        envs = self._environments(len(prompts))
+        envs = self.environments(len(prompts))
         index = self._question_index(envs[0])
         episodes = []
         for prompt, env in zip(prompts, envs):

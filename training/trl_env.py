@@ -75,6 +75,7 @@ class SQLEnvTRL:
         split: str = "train",
         reward_config: Any = None,
         sandbox: Any = None,
+        base_url: str | None = None,
     ) -> None:
         """Choose the questions that instances built without a source play (`SQLEnvTRL()`, as TRL builds them when
         handed the class). It sets up an `EpisodeSource`; passing one to the constructor needs no configure().
@@ -87,6 +88,10 @@ class SQLEnvTRL:
             split: the split of `dataset` (default `"train"`).
             reward_config: a `sqlenv.RewardConfig` (default: the environment's defaults).
             sandbox: a `sqlenv.SandboxSettings` (default: the environment's defaults).
+            base_url: play on a SQLEnv server at this URL (`python -m sqlenv serve`) instead of in-process
+                (default None). Each instance holds one session; the server owns the databases, rewards and
+                sandbox, so `db_dir`, `reward_config` and `sandbox` stay unset; the questions file still
+                names the questions (and fills the gold fields of transcripts).
         """
         from training.plan import EpisodeSource
 
@@ -94,11 +99,12 @@ class SQLEnvTRL:
             raise ValueError(f"step_budget must be at least 1, got {step_budget}")
         if dataset is not None:
             source = EpisodeSource.from_dataset(dataset, split, step_budget, reward_config=reward_config,
-                                                sandbox=sandbox)
-        elif questions_path is None or db_dir is None:
+                                                sandbox=sandbox, base_url=base_url)
+        elif questions_path is None or (db_dir is None and base_url is None):
             raise ValueError("configure() needs a dataset, or both questions_path and db_dir")
         else:
-            source = EpisodeSource(questions_path, db_dir, step_budget, reward_config=reward_config, sandbox=sandbox)
+            source = EpisodeSource(questions_path, db_dir, step_budget, reward_config=reward_config, sandbox=sandbox,
+                                   base_url=base_url)
         with cls._lock:
             cls._default_source = source
 
@@ -110,13 +116,13 @@ class SQLEnvTRL:
 
     @classmethod
     def settings(cls) -> dict[str, Any]:
-        """What `configure()` set: questions_path, db_dir, step_budget, reward_config, sandbox."""
+        """What `configure()` set: questions_path, db_dir, step_budget, reward_config, sandbox, base_url."""
         source = cls._default_source
         if source is None:
             raise RuntimeError("SQLEnvTRL.configure(...) must be called before episodes start, "
                                "or pass an EpisodeSource: SQLEnvTRL(source)")
         return {"questions_path": source.questions_path, "db_dir": source.db_dir, "step_budget": source.step_budget,
-                "reward_config": source.reward_config, "sandbox": source.sandbox}
+                "reward_config": source.reward_config, "sandbox": source.sandbox, "base_url": source.base_url}
 
     @property
     def source(self) -> Any:
@@ -203,7 +209,7 @@ class SQLEnvTRL:
     # ------------------------------------------------------------------------- rewards (read, not tools)
     @property
     def environment(self):
-        """The underlying `SQLEnvironment` (opened on first use)."""
+        """The underlying `SQLEnvironment` (a `RemoteSQLEnvironment` with `base_url`; opened on first use)."""
         return self._environment()
 
     @property

@@ -1,0 +1,173 @@
+"""`SQLEnvServerEnvironment`: one `SQLEnvironment` behind OpenEnv's `Environment` interface.
+
+The OpenEnv server (`sqlenv.server.app`) builds one instance per WebSocket session (and a short-lived one per
+stateless HTTP call), so every session has its own episode and its own read-only database connections: a
+slow query in one session never holds up another. What instances share is resolved once per server in a
+`ServerConfig`: the questions, the database folder, the limits. The gold-result summaries are shared by the
+whole process already (`sqlenv.environment`).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from openenv.core.env_server.interfaces import Environment
+from openenv.core.env_server.types import EnvironmentMetadata
+
+import sqlenv
+from sqlenv.environment import SQLEnvironment
+from sqlenv.rewards import RewardConfig
+from sqlenv.sandbox import SandboxSettings
+from sqlenv.server.models import EpisodeState, SQLAction, SQLObservation
+from sqlenv.types import Question
+
+__all__ = ["ServerConfig", "SessionCounter", "SQLEnvServerEnvironment", "MAX_STEP_BUDGET"]
+
+#: The largest step budget a client may ask for in `reset(step_budget=...)`.
+MAX_STEP_BUDGET = 1000
+
+
+class SessionCounter:
+    """How many environments the server holds open right now (a leak shows as a count that never drops)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open = 0
+
+    def opened(self) -> None:
+        with self._lock:
+            self._open += 1
+
+    def closed(self) -> None:
+        with self._lock:
+            self._open -= 1
+
+    @property
+    def open(self) -> int:
+        return self._open
+
+
+@dataclass
+class ServerConfig:
+    """What every session of one server plays, resolved once when the server starts.
+
+    Args:
+        questions: the questions served (one split of a prepared dataset).
+        db_dir: the folder of `<db_id>/<db_id>.sqlite` files.
+        dataset: the dataset's name, shown in `/metadata` (default "").
+        split: the split served, shown in `/metadata` (default "").
+        step_budget: steps per episode when `reset` does not ask for another budget (default 15).
+        reward_config: reward constants (default `RewardConfig()`); sent to clients at each reset.
+        sandbox: sandbox limits (default `SandboxSettings()`).
+        sessions: the open-environment counter the app reports at `/sessions`.
+    """
+
+    questions: list[Question]
+    db_dir: Path
+    dataset: str = ""
+    split: str = ""
+    step_budget: int = 15
+    reward_config: RewardConfig = field(default_factory=RewardConfig)
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    sessions: SessionCounter = field(default_factory=SessionCounter)
+
+    def __post_init__(self) -> None:
+        if not self.questions:
+            raise ValueError("ServerConfig needs at least one question")
+        if not 1 <= int(self.step_budget) <= MAX_STEP_BUDGET:
+            raise ValueError(f"step_budget must be between 1 and {MAX_STEP_BUDGET}, got {self.step_budget}")
+
+    @classmethod
+    def from_dataset(cls, name_or_path: str | Path = "builtin", split: str = "train", data_root=None,
+                     **kwargs: Any) -> "ServerConfig":
+        """The config serving one split of a prepared dataset ("builtin", a name under `data/`, or a path)."""
+        from sqlenv.datasets import load_questions, resolve_dataset
+
+        info = resolve_dataset(name_or_path, data_root=data_root)
+        questions = load_questions(info.questions_path(split))
+        return cls(questions=questions, db_dir=info.db_dir, dataset=info.name, split=split, **kwargs)
+
+
+class SQLEnvServerEnvironment(Environment[SQLAction, SQLObservation, EpisodeState]):
+    """A `SQLEnvironment` as an OpenEnv environment (one per session; build it with `functools.partial`).
+
+    `reset` takes OpenEnv's `seed` and `episode_id`, plus `question_id` (play this question) and `step_budget`
+    (1..1000, default the server's). A bad value raises `ValueError`, which the server sends back as an
+    error message; `step` never raises (bad actions are error observations, as in-process).
+    """
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self, config: ServerConfig):
+        super().__init__()
+        self.config = config
+        self._env = SQLEnvironment(config.questions, config.db_dir, step_budget=config.step_budget,
+                                   reward_config=config.reward_config, sandbox=config.sandbox)
+        self._reward_config = asdict(config.reward_config)  # sent with every reset
+        self._closed = False
+        config.sessions.opened()
+
+    # ---------------------------------------------------------------------------------------- episode
+    def reset(self, seed: int | None = None, episode_id: str | None = None, question_id: str | None = None,
+              step_budget: int | None = None, **kwargs: Any) -> SQLObservation:
+        """Start an episode on `question_id`, or on a question drawn with `seed` (same seed, same question)."""
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"seed must be an integer, got {type(seed).__name__}")
+        if question_id is not None and not isinstance(question_id, str):
+            raise ValueError(f"question_id must be a string, got {type(question_id).__name__}")
+        if episode_id is not None and (not isinstance(episode_id, str) or len(episode_id) > 255):
+            raise ValueError("episode_id must be a string of at most 255 characters")
+        budget = self.config.step_budget if step_budget is None else step_budget
+        if isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= MAX_STEP_BUDGET:
+            raise ValueError(f"step_budget must be an integer from 1 to {MAX_STEP_BUDGET}, got {step_budget!r}")
+        self._env.step_budget = budget
+        obs = self._env.reset(seed=seed, question_id=question_id)
+        if episode_id is not None:
+            self._env.state.episode_id = episode_id
+        meta = self._metadata(obs)
+        meta["step_budget"] = budget
+        meta["reward_config"] = dict(self._reward_config)
+        return SQLObservation.from_core(obs, meta)
+
+    def step(self, action: SQLAction, timeout_s: float | None = None, **kwargs: Any) -> SQLObservation:
+        """Apply one action (the sandbox's own time limit bounds it; `timeout_s` is not used)."""
+        obs = self._env.step(action.to_core() if isinstance(action, SQLAction) else action)
+        return SQLObservation.from_core(obs, self._metadata(obs))
+
+    def _metadata(self, obs) -> dict[str, Any]:
+        env = self._env
+        return {"episode_id": env.state.episode_id or None, "question_id": env.state.question_id,
+                "outcome": env.outcome, "reward_layers": obs.reward_layers.to_dict(),
+                "reward_breakdown": env.reward_breakdown.to_dict()}
+
+    @property
+    def state(self) -> EpisodeState:
+        env = self._env
+        transcript = None
+        if env.question is not None:
+            transcript = env.transcript()
+            if not env.state.done:  # the answer stays on the server until the episode is over
+                transcript["gold_sql"] = transcript["gold_answer"] = None
+        return EpisodeState(episode_id=env.state.episode_id or None, step_count=env.state.step_count,
+                            question_id=env.state.question_id, done=env.state.done, step_budget=env.step_budget,
+                            outcome=env.outcome, reward_breakdown=env.reward_breakdown.to_dict(),
+                            transcript=transcript)
+
+    def get_metadata(self) -> EnvironmentMetadata:
+        served = f"{self.config.dataset or 'a dataset'}, split {self.config.split or '?'}"
+        return EnvironmentMetadata(
+            name="sqlenv",
+            description=("Answer a question about a SQLite database like an analyst: DESCRIBE and SAMPLE tables, "
+                         f"QUERY with one read-only SELECT, then ANSWER. Serving {served} "
+                         f"({len(self.config.questions)} questions)."),
+            version=sqlenv.__version__,
+        )
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._env.close()
+            self.config.sessions.closed()

@@ -1,0 +1,109 @@
+"""A real SQLEnv server in a subprocess on 127.0.0.1, for tests and benches (bounded start and stop times)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get_json(url: str, timeout: float = 5.0):
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+class ServerProcess:
+    """`python -m sqlenv serve ...` on 127.0.0.1; `start()` waits for `/health`, `stop()` ends it.
+
+    Args:
+        args: the `serve` arguments besides host and port (default: the built-in dataset's train split).
+        port: the port (default: a free one, kept across restarts).
+        command: a whole command line instead of `python -m sqlenv serve <args>`; `{port}` is filled in.
+    """
+
+    def __init__(self, args: list[str] | None = None, port: int | None = None, command: list[str] | None = None):
+        self.port = port or free_port()
+        self.command = command
+        self.args = ["--dataset", "builtin", "--split", "train"] if args is None else list(args)
+        self.proc: subprocess.Popen | None = None
+        self._log = tempfile.TemporaryFile()  # a file, not a pipe: a chatty server never blocks on a full pipe
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 120.0) -> "ServerProcess":
+        if self.command is not None:
+            cmd = [part.replace("{port}", str(self.port)) for part in self.command]
+        else:
+            cmd = [sys.executable, "-m", "sqlenv", "serve", *self.args, "--host", "127.0.0.1", "--port", str(self.port)]
+        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log[-2000:]}")
+            try:
+                if get_json(self.url + "/health", timeout=1.0).get("status") == "healthy":
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"server not healthy within {timeout:g} s: {self.log[-2000:]}")
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=timeout)
+        self.proc = None
+
+    @property
+    def log(self) -> str:
+        """Everything the server printed so far."""
+        self._log.seek(0)
+        return self._log.read().decode("utf-8", "replace")
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def sessions(self) -> dict:
+        """`GET /sessions`: {"open": environments open now, "max": the session limit}."""
+        return get_json(self.url + "/sessions")
+
+    def wait_sessions(self, expected: int, timeout: float = 15.0) -> int:
+        """Poll `/sessions` until `open == expected` (the server closes a dropped session asynchronously)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            now = self.sessions()["open"]
+            if now == expected or time.monotonic() > deadline:
+                return now
+            time.sleep(0.1)
+
+    def __enter__(self) -> "ServerProcess":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

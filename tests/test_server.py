@@ -1,0 +1,456 @@
+"""The OpenEnv server: a real `python -m sqlenv serve` on 127.0.0.1, driven by SQLEnv's client, by OpenEnv's
+`GenericEnvClient` and by raw WebSocket frames.
+
+Every test on the shared server checks the session count before and after (no leaked sessions). The fault
+cases: malformed JSON, unknown message and action types, wrong field types, a 1 MB argument, a message over the
+size limit, an unknown session, a client dropping mid-episode, capacity, and a server restarted under
+connected clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+
+pytest.importorskip("openenv.core", reason="the server extra is not installed (pip install 'sqlenv[server]')")
+
+from serverproc import REPO, ServerProcess, free_port, get_json  # noqa: E402
+
+from sqlenv.datasets import load_questions, resolve_dataset  # noqa: E402
+from sqlenv.environment import SQLEnvironment  # noqa: E402
+from sqlenv.evaluation import play_episode  # noqa: E402
+from sqlenv.policies import OraclePolicy, RandomPolicy  # noqa: E402
+from sqlenv.types import SQLAction  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def builtin():
+    return resolve_dataset("builtin")
+
+
+@pytest.fixture(scope="module")
+def questions(builtin):
+    return load_questions(builtin.questions_path("train"))
+
+
+@pytest.fixture(scope="module")
+def server(builtin):
+    with ServerProcess(["--dataset", str(builtin.root), "--split", "train"]) as proc:
+        yield proc
+
+
+@pytest.fixture()
+def no_leak(server):
+    """The server holds no session before the test and none after it (closed sessions are released)."""
+    assert server.wait_sessions(0) == 0
+    yield server
+    assert server.wait_sessions(0) == 0, server.sessions()
+
+
+@pytest.fixture()
+def local(builtin):
+    env = SQLEnvironment(builtin.questions_path("train"), builtin.db_dir)
+    yield env
+    env.close()
+
+
+def _one_per_answer_type(questions):
+    picked = {}
+    for q in questions:
+        picked.setdefault(q.answer_type, q)
+    return list(picked.values())
+
+
+def _ws(server, query: str = "", **kwargs):
+    from websockets.sync.client import connect
+
+    return connect(f"ws://127.0.0.1:{server.port}/ws{query}", proxy=None, compression=None, open_timeout=10,
+                   **kwargs)
+
+
+def _request(ws, message) -> dict:
+    ws.send(message if isinstance(message, str) else json.dumps(message))
+    return json.loads(ws.recv(timeout=30))
+
+
+# ----------------------------------------------------------------------------------- same as in-process
+
+def test_oracle_episodes_over_the_wire_match_in_process(no_leak, questions, local):
+    from sqlenv.server.remote import RemoteSQLEnvironment
+
+    picks = _one_per_answer_type(questions)
+    assert len(picks) >= 4
+    with RemoteSQLEnvironment(no_leak.url, questions=questions) as remote:
+        for q in picks:
+            over_the_wire = play_episode(remote, OraclePolicy(), question_id=q.question_id)
+            in_process = play_episode(local, OraclePolicy(), question_id=q.question_id)
+            assert over_the_wire["outcome"] == "correct", over_the_wire
+            assert over_the_wire == in_process
+            assert remote.reward_breakdown == local.reward_breakdown
+        assert no_leak.sessions()["open"] == 1  # one instance, one session
+
+
+def test_random_episodes_over_the_wire_match_in_process(no_leak, questions, local):
+    """Seeded resets draw the same questions; errors, repeats and budgets score the same."""
+    from sqlenv.server.remote import RemoteSQLEnvironment
+
+    with RemoteSQLEnvironment(no_leak.url, questions=questions, step_budget=6) as remote:
+        local.step_budget = 6
+        for seed in range(4):
+            over_the_wire = play_episode(remote, RandomPolicy(seed=seed), seed=seed)
+            in_process = play_episode(local, RandomPolicy(seed=seed), seed=seed)
+            assert over_the_wire == in_process
+        # Errors, a repeat (same query up to case and spacing) and the budget running out.
+        table = questions[0].tables_involved[0]
+        script = [SQLAction("DESCRIBE", "no_such_table"), SQLAction("QUERY", "DROP TABLE x"),
+                  SQLAction("QUERY", f"SELECT count(*) FROM {table}"), SQLAction("query", f"select  count(*)\nfrom {table};"),
+                  SQLAction("FOO", "x"), SQLAction("SAMPLE", table)]
+        remote.reset(question_id=questions[0].question_id)
+        local.reset(question_id=questions[0].question_id)
+        for action in script:
+            assert remote.step(action) == local.step(action)
+        assert remote.transcript() == local.transcript()
+        assert local.transcript()["outcome"] == "budget_exhausted"
+        assert [s["layers"]["operational"] for s in local.transcript()["steps"]][2:4] == pytest.approx([0.01, -0.03])
+
+
+def test_generic_env_client_plays_an_oracle_episode(no_leak, questions, local):
+    from openenv.core import GenericEnvClient
+
+    q = questions[3]
+    in_process = play_episode(local, OraclePolicy(), question_id=q.question_id)
+    with GenericEnvClient(base_url=no_leak.url).sync() as client:
+        result = client.reset(question_id=q.question_id)
+        assert result.observation["question"] == q.question_text and not result.done
+        rewards = []
+        for step in in_process["steps"]:
+            result = client.step({"action_type": step["action_type"], "argument": step["argument"]})
+            rewards.append(result.reward)
+        assert result.done and result.observation["result"] == "Answer submitted: correct."
+        assert rewards == [step["reward"] for step in in_process["steps"]]
+        assert result.metadata["reward_breakdown"] == in_process["reward_breakdown"]
+        state = client.state()
+        assert state["transcript"]["steps"] == in_process["steps"]
+        assert state["transcript"]["gold_sql"] == q.gold_sql  # revealed once the episode is over
+
+
+def test_async_sessions_are_independent(no_leak, questions):
+    from sqlenv.server.client import SQLEnvClient
+    from sqlenv.server.models import SQLAction as WireAction
+
+    a, b = questions[0], questions[40]
+
+    async def play():
+        async with SQLEnvClient(base_url=no_leak.url) as one, SQLEnvClient(base_url=no_leak.url) as two:
+            first = await asyncio.gather(one.reset(question_id=a.question_id), two.reset(question_id=b.question_id))
+            assert no_leak.sessions()["open"] == 2
+            steps = await asyncio.gather(one.step(WireAction(action_type="QUERY", argument=a.gold_sql)),
+                                         two.step(WireAction(action_type="ANSWER", argument="no idea")))
+            state_one, state_two = await asyncio.gather(one.state(), two.state())
+            return first, steps, state_one, state_two
+
+    # In a thread of its own: a test before this one may leave an event loop running in the main thread.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        first, steps, state_one, state_two = pool.submit(asyncio.run, play()).result(timeout=120)
+    assert first[0].observation.question == a.question_text and first[1].observation.question == b.question_text
+    assert steps[0].observation.error == "" and not steps[0].done
+    assert steps[1].done and steps[1].observation.result == "Answer submitted: incorrect."
+    assert state_one.question_id == a.question_id and state_one.step_count == 1 and not state_one.done
+    assert state_one.transcript["gold_sql"] is None and state_one.transcript["gold_answer"] is None  # withheld
+    assert state_two.done and state_two.outcome == "wrong_answer" and state_two.transcript["gold_sql"] == b.gold_sql
+
+
+def test_openenv_validates_the_running_server(no_leak):
+    done = subprocess.run([sys.executable, "-m", "openenv.cli", "validate", "--url", no_leak.url, "--json"],
+                          capture_output=True, text=True, timeout=120)
+    report = json.loads(done.stdout)
+    assert report["passed"], report
+    assert report["mode"] == "simulation"
+
+
+def test_schema_describes_the_wire_types(no_leak):
+    schema = get_json(no_leak.url + "/schema")
+    assert set(schema["action"]["properties"]) >= {"action_type", "argument"}
+    assert set(schema["observation"]["properties"]) >= {"question", "schema_info", "result", "error", "done",
+                                                        "reward", "metadata"}
+    assert "transcript" in schema["state"]["properties"]
+
+
+def test_http_endpoints_are_stateless(no_leak, questions):
+    def post(path, body):
+        request = urllib.request.Request(no_leak.url + path, data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())
+
+    q = questions[0]
+    reset = post("/reset", {"question_id": q.question_id})
+    assert reset["observation"]["question"] == q.question_text
+    assert reset["observation"]["metadata"]["question_id"] == q.question_id
+    step = post("/step", {"action": {"action_type": "DESCRIBE", "argument": "x"}})
+    assert "No episode is running" in step["observation"]["error"]  # each HTTP call has its own environment
+
+
+# ----------------------------------------------------------------------------------------- bad input
+
+def test_malformed_messages_get_clear_errors_and_the_session_goes_on(no_leak, questions):
+    q = questions[0]
+    with _ws(no_leak) as ws:
+        assert _request(ws, "{not json")["data"]["code"] == "INVALID_JSON"
+        assert _request(ws, {"type": "dance"})["data"]["code"] == "UNKNOWN_TYPE"
+        for data in ({"action_type": 5}, {"argument": "x"}, {"action_type": "QUERY", "argument": ["x"]},
+                     {"action_type": "QUERY", "argument": "x", "surprise": 1}):
+            reply = _request(ws, {"type": "step", "data": data})
+            assert reply["type"] == "error" and reply["data"]["code"] == "VALIDATION_ERROR", reply
+        for data, words in (({"question_id": "nope"}, "unknown question_id"), ({"seed": "abc"}, "seed must be"),
+                            ({"step_budget": 0}, "step_budget must be"), ({"question_id": 7}, "question_id must")):
+            reply = _request(ws, {"type": "reset", "data": data})
+            assert reply["data"]["code"] == "EXECUTION_ERROR" and words in reply["data"]["message"], reply
+        assert no_leak.sessions()["open"] == 1
+        # The same session still plays.
+        reply = _request(ws, {"type": "reset", "data": {"question_id": q.question_id}})
+        assert reply["type"] == "observation" and reply["data"]["observation"]["question"] == q.question_text
+        reply = _request(ws, {"type": "step", "data": {"action_type": "EXPLODE", "argument": "x"}})
+        observation = reply["data"]["observation"]
+        assert "Unknown action type 'EXPLODE'" in observation["error"] and observation["step_count"] == 1
+        assert reply["data"]["reward"] == pytest.approx(-0.02)  # it costs its step, as in-process
+        reply = _request(ws, {"type": "step", "data": {"action_type": "query", "argument": q.gold_sql}})
+        assert reply["data"]["observation"]["error"] == ""
+
+
+@pytest.mark.parametrize("kind", ["DESCRIBE", "SAMPLE", "QUERY", "ANSWER"])
+def test_a_1mb_argument_is_an_ordinary_observation(no_leak, questions, local, kind):
+    from sqlenv.server.remote import RemoteSQLEnvironment
+
+    q = questions[1]
+    argument = "SELECT " + "x" * 1_000_000 if kind == "QUERY" else "x" * 1_000_000
+    with RemoteSQLEnvironment(no_leak.url, questions=questions) as remote:
+        remote.reset(question_id=q.question_id)
+        local.reset(question_id=q.question_id)
+        over_the_wire = remote.step(SQLAction(kind, argument))
+        assert over_the_wire == local.step(SQLAction(kind, argument))
+        assert over_the_wire.error or over_the_wire.result == "Answer submitted: incorrect."
+        assert remote.transcript() == local.transcript()
+        assert len(remote.transcript()["steps"][0]["argument"]) <= 10_000
+
+
+@pytest.mark.parametrize("argument", ["caf\udce9", "a\x00b", "emoji 🙂 ü", "\n\t ;"])
+def test_odd_text_arguments_travel_and_score_as_in_process(no_leak, questions, local, argument):
+    from sqlenv.server.remote import RemoteSQLEnvironment
+
+    q = questions[1]
+    with RemoteSQLEnvironment(no_leak.url, questions=questions) as remote:
+        remote.reset(question_id=q.question_id)
+        local.reset(question_id=q.question_id)
+        for kind in ("DESCRIBE", "QUERY", "ANSWER"):
+            assert remote.step(SQLAction(kind, argument)) == local.step(SQLAction(kind, argument))
+        assert remote.transcript() == local.transcript()
+
+
+def test_a_message_over_the_size_limit_closes_only_its_connection(no_leak, questions):
+    from websockets.exceptions import ConnectionClosed
+
+    from sqlenv.server.app import WS_MAX_MESSAGE_BYTES
+    from sqlenv.server.remote import RemoteSQLEnvironment
+
+    with RemoteSQLEnvironment(no_leak.url, questions=questions) as healthy:
+        healthy.reset(question_id=questions[2].question_id)
+        with _ws(no_leak) as ws:
+            _request(ws, {"type": "reset", "data": {}})
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.send(json.dumps({"type": "step", "data": {"action_type": "QUERY",
+                                                              "argument": "x" * (WS_MAX_MESSAGE_BYTES + 1)}}))
+                ws.recv(timeout=30)
+            assert closed.value.rcvd is None or closed.value.rcvd.code == 1009  # "message too big" (if it arrives)
+        assert no_leak.wait_sessions(1) == 1
+        assert play_episode(healthy, OraclePolicy(), question_id=questions[2].question_id)["outcome"] == "correct"
+
+
+def test_an_unknown_session_is_refused(no_leak):
+    with _ws(no_leak, "?session_id=no-such-session") as ws:
+        reply = json.loads(ws.recv(timeout=30))
+        assert reply["type"] == "error" and "Unknown session_id" in reply["data"]["message"]
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"session_id": "no-such-session"}}
+    request = urllib.request.Request(no_leak.url + "/mcp", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        reply = json.loads(response.read())
+    assert "Unknown session_id" in reply["error"]["message"]
+
+
+def test_a_client_dropping_mid_episode_leaves_no_session(no_leak, questions):
+    from sqlenv.server.remote import RemoteSQLEnvironment
+
+    q = questions[5]
+    with RemoteSQLEnvironment(no_leak.url, questions=questions) as healthy:
+        healthy.reset(question_id=q.question_id)
+        healthy.step(SQLAction("DESCRIBE", q.tables_involved[0]))
+        for _ in range(3):
+            with _ws(no_leak) as ws:
+                _request(ws, {"type": "reset", "data": {"question_id": q.question_id}})
+                _request(ws, {"type": "step", "data": {"action_type": "QUERY", "argument": q.gold_sql}})
+                ws.close_socket()  # the TCP connection drops: no close frame
+        assert no_leak.wait_sessions(1) == 1  # only the healthy client's session is left
+        observation = healthy.step(SQLAction("QUERY", q.gold_sql))
+        assert observation.error == "" and healthy.step(SQLAction("ANSWER", "?")).done
+
+
+# ------------------------------------------------------------------------- capacity and restarts
+
+@pytest.fixture(scope="module")
+def small_server(builtin):
+    """A second server with room for two sessions (restarted by a test)."""
+    with ServerProcess(["--dataset", str(builtin.root), "--split", "train", "--max-sessions", "2"]) as proc:
+        yield proc
+
+
+def test_capacity_is_enforced_and_released(small_server, questions):
+    from sqlenv.server.remote import RemoteSQLEnvironment, ServerError
+
+    q = questions[0]
+    one = RemoteSQLEnvironment(small_server.url, questions=questions)
+    two = RemoteSQLEnvironment(small_server.url, questions=questions)
+    three = RemoteSQLEnvironment(small_server.url, questions=questions)
+    try:
+        one.reset(question_id=q.question_id)
+        two.reset(question_id=q.question_id)
+        with pytest.raises(ServerError, match="CAPACITY_REACHED"):
+            three.reset(question_id=q.question_id)
+        assert small_server.sessions() == {"open": 2, "max": 2}
+        one.close()
+        assert small_server.wait_sessions(1) == 1
+        assert three.reset(question_id=q.question_id).question == q.question_text
+        assert two.step(SQLAction("QUERY", q.gold_sql)).error == ""
+    finally:
+        for env in (one, two, three):
+            env.close()
+    assert small_server.wait_sessions(0) == 0
+
+
+def test_a_server_restart_under_connected_clients(small_server, questions, local):
+    from sqlenv.server.client import SQLEnvClient
+    from sqlenv.server.models import SQLAction as WireAction
+    from sqlenv.server.remote import RemoteSQLEnvironment
+
+    q = questions[7]
+    remote = RemoteSQLEnvironment(small_server.url, questions=questions, reconnect_timeout_s=60)
+    typed = SQLEnvClient(base_url=small_server.url).sync()
+    try:
+        remote.reset(question_id=q.question_id)
+        remote.step(SQLAction("DESCRIBE", q.tables_involved[0]))
+        typed.reset(question_id=q.question_id)
+
+        small_server.restart()
+
+        # Mid-episode: the episode is gone with the old process. The remote environment ends it with an error
+        # observation (step never raises) and the next reset connects to the new process.
+        lost = remote.step(SQLAction("QUERY", q.gold_sql))
+        assert lost.done and "Lost the connection to the SQLEnv server" in lost.error
+        transcript = remote.transcript()
+        assert transcript["outcome"] == "error" and len(transcript["steps"]) == 2
+        assert remote.step(SQLAction("ANSWER", "1")).error.startswith("The episode is over")
+        assert play_episode(remote, OraclePolicy(), question_id=q.question_id) == \
+            play_episode(local, OraclePolicy(), question_id=q.question_id)
+        # OpenEnv's client reconnects by itself: the new session has no episode until a reset.
+        result = typed.step(WireAction(action_type="QUERY", argument=q.gold_sql))
+        assert "No episode is running" in result.observation.error
+        assert typed.reset(question_id=q.question_id).observation.question == q.question_text
+
+        # A reset while the server is down waits for it (up to reconnect_timeout_s).
+        small_server.stop()
+        restarter = threading.Timer(2.0, small_server.start)
+        restarter.start()
+        try:
+            started = time.monotonic()
+            assert remote.reset(question_id=q.question_id).question == q.question_text
+            assert time.monotonic() - started >= 1.5
+        finally:
+            restarter.join()
+    finally:
+        remote.close()
+        typed.close()
+    assert small_server.wait_sessions(0) == 0
+
+
+def test_reset_gives_up_on_a_server_that_stays_down(questions):
+    from sqlenv.server.remote import RemoteSQLEnvironment
+
+    with RemoteSQLEnvironment(f"http://127.0.0.1:{free_port()}", questions=questions,
+                              reconnect_timeout_s=1.0, connect_timeout_s=1.0) as remote:
+        with pytest.raises(ConnectionError, match="unreachable"):
+            remote.reset(question_id=questions[0].question_id)
+        assert remote.step(SQLAction("QUERY", "SELECT 1")).error.startswith("No episode is running")
+
+
+# ------------------------------------------------------------------------------ packaging and CLI
+
+def test_the_docker_command_serves_the_playground(builtin):
+    """The Dockerfile's CMD (host and port swapped for a free local one) starts, with its web page."""
+    cmd_line = next(line for line in (REPO / "Dockerfile").read_text().splitlines() if line.startswith("CMD "))
+    command = json.loads(cmd_line[4:])
+    assert command[:3] == ["python", "-m", "sqlenv"]
+    command[0] = sys.executable
+    command[command.index("--host") + 1] = "127.0.0.1"
+    command[command.index("--port") + 1] = "{port}"
+    with ServerProcess(command=command) as proc:
+        assert get_json(proc.url + "/metadata")["name"] == "sqlenv"
+        with urllib.request.urlopen(proc.url + "/web/", timeout=30) as page:
+            assert page.status == 200 and b"<html" in page.read(4096).lower()
+        assert proc.sessions()["open"] == 1  # the playground's one shared environment
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--split", "nope"], "no split 'nope'"),
+    (["--dataset", "no/such/dataset"], "no/such/dataset"),
+    (["--port", "70000"], "port number"),
+    (["--max-sessions", "0"], "positive integer"),
+])
+def test_serve_cli_bad_arguments_exit_2_with_one_line(args, words):
+    done = subprocess.run([sys.executable, "-m", "sqlenv", "serve", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], done.stderr
+
+
+def test_the_core_package_imports_no_web_stack():
+    code = ("import sys, sqlenv, sqlenv.environment, sqlenv.evaluation, sqlenv.cli, sqlenv.datasets; "
+            "sqlenv.cli.build_parser(); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'openenv', 'fastapi', 'starlette', 'uvicorn', 'websockets', 'pydantic', 'gradio', 'httpx'}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_readme_server_example_runs(no_leak):
+    import contextlib
+    import io
+    import re
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "GenericEnvClient" in b)
+    namespace: dict = {}
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        exec(compile(block.replace("http://127.0.0.1:8000", no_leak.url), "README.md", "exec"), namespace)
+    assert namespace["result"].observation["error"] == "" and namespace["obs"].done
+    assert printed.getvalue().rstrip().endswith(" correct")
+
+
+def test_openenv_manifest_names_the_wire_types():
+    import yaml
+
+    manifest = yaml.safe_load((REPO / "openenv.yaml").read_text())
+    assert manifest["name"] == "sqlenv" and manifest["port"] == 8000
+    module, _, name = manifest["client"].partition(":")
+    assert getattr(__import__(module, fromlist=[name]), name).__name__ == "SQLEnvClient"
+    from sqlenv.server import models
+
+    assert hasattr(models, manifest["action"]) and hasattr(models, manifest["observation"])
