@@ -107,14 +107,18 @@ class RunCache:
 
     def try_snapshot(self, name: str | None) -> tuple[RunSnapshot | None, str | None]:
         """(snapshot, None) or (None, a message saying why the run cannot be shown)."""
+        from dashboard.inputs import MAX_NAME_CHARS, quote
+
         if not name:
             return None, "No run selected."
+        if not isinstance(name, str) or len(name) > MAX_NAME_CHARS:  # not echoed back whole
+            return None, f"Refused: invalid run name {quote(name)}"
         try:
             return self.snapshot(name), None
         except InvalidRunName as exc:
             return None, f"Refused: {exc}"
-        except FileNotFoundError as exc:
-            return None, str(exc).strip("'\"")
+        except FileNotFoundError:
+            return None, f"No run named {name!r} under {self.runs_root.name}/."
         except OSError as exc:
             return None, f"Run {name!r} unreadable: {exc}"
 
