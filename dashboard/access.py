@@ -294,16 +294,14 @@ class OwnerGate:
         self.token = gr.BrowserState("", storage_key="sqlenv-owner-token")
         mode = self.policy.mode
         with gr.Row(elem_id="owner-bar", equal_height=True):
-            self.status = gr.HTML(self.status_html(owner=mode == "open"), elem_id="owner-status")
+            self.status = gr.HTML(self.status_html(owner=mode == "open"), elem_id="owner-status", scale=4)
             if mode == "password":
-                with gr.Column(scale=0, min_width=360):
-                    with gr.Row(equal_height=True):
-                        self._password = gr.Textbox(placeholder="owner password", type="password", show_label=False,
-                                                    elem_id="owner-password", min_width=160, max_length=512,
-                                                    container=False)
-                        self._login = gr.Button("Log in", elem_id="owner-login", scale=0, min_width=90)
-                        self._logout = gr.Button("Log out", elem_id="owner-logout", scale=0, min_width=90,
-                                                 visible=False)
+                self._password = gr.Textbox(placeholder="owner password", type="password", show_label=False,
+                                            elem_id="owner-password", scale=1, min_width=180, max_length=512,
+                                            container=False)
+                self._login = gr.Button("Log in", elem_id="owner-login", scale=0, min_width=100, size="md")
+                self._logout = gr.Button("Log out", elem_id="owner-logout", scale=0, min_width=110, size="md",
+                                         visible=False)
             elif mode == "oauth":
                 # Only here: a LoginButton makes Gradio add its OAuth routes, which outside a Space would ask
                 # the Hub who the local user is.

@@ -101,7 +101,16 @@ def tune_queue(demo: gr.Blocks) -> None:
 MAX_UPLOAD_BYTES = 1
 
 
+# After every queued event Gradio rebuilds a pandas summary of the last GRADIO_ANALYTICS_MAX_EVENTS (10,000)
+# events for its monitoring page, which this app does not open: with many visitors playing that was the
+# server's largest cost beside training (bench/visitors.py). Keep 100 events and summarize every 1,000.
+# Gradio reads these when the queue is made; a value already in the environment wins.
+GRADIO_QUEUE_ENV = {"GRADIO_ANALYTICS_MAX_EVENTS": "100", "GRADIO_ANALYTICS_CACHE_FREQUENCY": "1000"}
+
+
 def launch(demo: gr.Blocks, host: str, port: int, prevent_thread_lock: bool = False):
+    for name, value in GRADIO_QUEUE_ENV.items():
+        os.environ.setdefault(name, value)
     demo.queue(default_concurrency_limit=4)
     tune_queue(demo)
     plotly_js = plotly_js_path()  # the live charts' plotly.js, served from the installed package (offline)

@@ -141,23 +141,29 @@ def build(ctx: AppContext) -> dict[str, Any]:
         return gr.update(choices=choices, value=RANDOM), gr.skip()
 
     def new_episode(name, split, question, step_budget, current):
-        _close(current)
         try:
             source = checked.dataset_source(name, ctx.data_root)
             split = checked.name(split, "Split")
             question = None if question in (None, "", RANDOM) else checked.name(question, "Question id")
         except checked.InputRefused as exc:
+            _close(current)
             return {}, refused(exc), "", ""
         try:
+            from sqlenv.datasets import resolve_dataset
             from sqlenv.environment import SQLEnvironment
 
-            env = SQLEnvironment.from_dataset(source, split=split, data_root=ctx.data_root,
-                                              step_budget=int(step_budget or 15))
+            questions = resolve_dataset(source, ctx.data_root).questions_path(split)
+            key = (source, split, int(step_budget or 15), questions.stat().st_mtime_ns)
+            env = current.get("env") if isinstance(current, dict) and current.get("key") == key else None
+            if env is None:  # same dataset, split and budget as this session's last episode: reuse its env
+                _close(current)
+                env = SQLEnvironment.from_dataset(source, split=split, data_root=ctx.data_root, step_budget=key[2])
             env.reset(question_id=question)
         except Exception as exc:
+            _close(current)
             msg = f'<div class="sqe-err-box">Cannot start an episode: {esc(exc)}</div>'
             return {}, msg, "", ""
-        return {"env": env}, episode_header(env), "", steps_table([])
+        return {"env": env, "key": key}, episode_header(env), "", steps_table([])
 
     def do_step(kind, arg, current):
         env = current.get("env") if isinstance(current, dict) else None

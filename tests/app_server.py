@@ -60,7 +60,8 @@ def serve(env: dict[str, str] | None = None, config: dict[str, Any] | None = Non
     cached = REPO_ROOT / "runs" / "models"
     if cached.is_dir():  # the built tiny model (deterministic from its seed): reuse instead of rebuilding
         shutil.copytree(cached, runs / "models", dirs_exist_ok=True)
-    args = [sys.executable, str(REPO_ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(free_port())]
+    port = free_port()
+    args = [sys.executable, str(REPO_ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(port)]
     if config is not None:
         (root / "config.json").write_text(json.dumps(config))
         args += ["--config", str(root / "config.json")]
@@ -72,7 +73,7 @@ def serve(env: dict[str, str] | None = None, config: dict[str, Any] | None = Non
     log_path = root / "app.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(args, cwd=REPO_ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{args[-1]}/"
+        url = f"http://127.0.0.1:{port}/"
         try:
             try:
                 wait_http(url, proc)
