@@ -1,29 +1,30 @@
 """Many visitors at once on a dashboard that is training: does it keep up, keep them apart, and keep training?
 
-One invocation: the app (`dashboard.app`, as `python app.py` builds it) is served on 127.0.0.1 in a child
-process, where the runner trains a tiny GRPO run (builtin:tiny, SFT off, a metrics line per step). Once GRPO
-steps are logged, the bench alternates quiet phases and visitor phases (quiet, visitors, quiet, visitors,
-quiet; `--phase-s` each). In a visitor phase 20 visitors start at once and stop at the phase's end, each with
-its own session, all speaking Gradio's HTTP API as a page does (queue join + event stream, or one POST) from
-coroutines of one event loop in this process, so that the client costs little of the cores it shares:
+One invocation: the app (`dashboard.app`, as `python app.py` builds it) is served on 127.0.0.1 by a child
+process, whose runner trains a tiny GRPO run (builtin:tiny, SFT off, a metrics line per step) in its own
+training process. Once GRPO steps are logged, the bench alternates quiet and visitor phases (quiet, visitors,
+quiet, ..., quiet: `--rounds` visitor phases of `--phase-s` each), so both kinds see the same drift of a shared
+machine. In a visitor phase 20 visitors start at once and stop at its end, each with its own session, all
+speaking Gradio's HTTP API as a page does (queue join + event stream, or one POST) from coroutines of one event
+loop in this process, so that the client takes little of the cores it shares with the server:
 
 - 10 pollers do what a browser on the Train tab does: the timer's long poll, then the refresh chained to it
-  (status bar, charts, trace), every `POLL_TICK_S`, each with its own session;
+  (status bar, charts, trace), every `POLL_TICK_S`;
 - 10 players play Play-tab episodes: New episode, then QUERY steps (`--think-s` apart) whose SQL carries a
   marker naming the player, the episode and the step, then ANSWER; again. After every step a player checks its
   own page: the question is the one it was dealt, the budget is its own, and the episode so far holds exactly
   its own markers. Anything else counts as cross-talk.
 
-Figures: Play-step latency (p50/p99, the `Step` call as the player sees it), errors, cross-talk, and the
-training slow-down: the mean GRPO step time (`step_time` of the metrics lines logged inside each phase, its
-first `SETTLE_S` left out) in visitor phases against quiet phases of the same run. The visitors' own client
-work runs on the same cores as the server here (real visitors bring their own machines), so the slow-down is
+Figures: Play-step latency (p50/p99 of the Step call as the player sees it), errors, cross-talk, the training
+slow-down (mean GRPO `step_time` of the metrics lines logged in visitor phases against quiet phases, each
+phase's first `SETTLE_S` left out), and the cores used by the app, the training process and the client. The
+client runs on the same cores as the server here (real visitors bring their own machines), so the slow-down is
 an upper bound. Loops are bounded (phase time, and `MAX_CALLS` per visitor); only 127.0.0.1 is contacted.
 
-    python bench/visitors.py [--pollers 10] [--players 10] [--phase-s 30] [--think-s 1.0]
+    python bench/visitors.py [--pollers 10] [--players 10] [--phase-s 20] [--rounds 3] [--think-s 1.0]
 
 The last line is one JSON object. Run it on an otherwise idle machine and say what `uptime` showed: on 2
-shared cores another job moves the step time by tens of percent (the before/after load is printed).
+shared cores another job moves the step time by tens of percent (the load before and after is printed).
 """
 
 from __future__ import annotations
@@ -261,6 +262,17 @@ def cpu_seconds(pid: int | str = "self") -> float:
         return 0.0
 
 
+def child_pids(pid: int) -> list[int]:
+    """The live child processes of `pid` (the training process the runner spawns)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            found += [int(c) for c in task.read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return found
+
+
 def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -269,15 +281,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pollers", type=int, default=10)
     parser.add_argument("--players", type=int, default=10)
-    parser.add_argument("--phase-s", type=float, default=30.0, help="seconds per phase (5 phases)")
+    parser.add_argument("--phase-s", type=float, default=20.0, help="seconds per phase")
+    parser.add_argument("--rounds", type=int, default=3, help="visitor phases (each between two quiet ones)")
     parser.add_argument("--think-s", type=float, default=1.0, help="a player's pause between two steps")
     parser.add_argument("--serve", nargs=2, metavar=("PORT", "ROOT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
         serve(int(args.serve[0]), Path(args.serve[1]))
         return 0
-    if args.phase_s < 2 * SETTLE_S or args.pollers < 0 or args.players < 0 or args.think_s < 0:
-        print(f"visitors.py: need --phase-s >= {2 * SETTLE_S:.0f} and non-negative counts", file=sys.stderr)
+    if args.phase_s < 2 * SETTLE_S or args.rounds < 1 or min(args.pollers, args.players, args.think_s) < 0:
+        print(f"visitors.py: need --phase-s >= {2 * SETTLE_S:.0f}, --rounds >= 1 and non-negative counts",
+              file=sys.stderr)
         return 2
 
     load_before = load_average()
@@ -291,14 +305,17 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copytree(cached, root / "runs" / "models", dirs_exist_ok=True)
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
-    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", OMP_WAIT_POLICY="PASSIVE", PYTHONUNBUFFERED="1")
+    # One data folder for the run and the players (the built-in dataset is built once, before GRPO starts).
+    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", OMP_WAIT_POLICY="PASSIVE", PYTHONUNBUFFERED="1",
+               SQLENV_DATA_DIR=str(root / "data"), SQLENV_RUNS_DIR=str(root / "runs"))
     for name in ("SQLENV_ADMIN_PASSWORD", "SPACE_ID"):
         env.pop(name, None)
     log = open(root / "server.log", "w")
     server = subprocess.Popen([sys.executable, __file__, "--serve", str(port), str(root)], cwd=REPO_ROOT, env=env,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
     phases: list[tuple[str, float, float]] = []
-    cpu: dict[str, list[float]] = {"quiet": [0.0, 0.0, 0.0], "visitors": [0.0, 0.0, 0.0]}  # server, bench, wall
+    # CPU seconds of the app's process, the training process, this process (the visitors), and wall seconds.
+    cpu: dict[str, list[float]] = {"quiet": [0.0] * 4, "visitors": [0.0] * 4}
     tally = Tally()
     try:
         line = ""
@@ -313,16 +330,18 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError(f"no GRPO steps logged (see {root / 'server.log'})")
             time.sleep(1.0)
         print(f"training: {len(read_metrics(metrics_path))} steps logged; phases of {args.phase_s:.0f} s", flush=True)
-        for kind in ("quiet", "visitors", "quiet", "visitors", "quiet"):
+        for kind in ["quiet", "visitors"] * args.rounds + ["quiet"]:
             start = time.time()
-            cpu_start = (cpu_seconds(server.pid), cpu_seconds())
+            trainer = max(child_pids(server.pid), default=None, key=cpu_seconds)  # the busiest child: training
+            cpu_start = (cpu_seconds(server.pid), cpu_seconds(trainer) if trainer else 0.0, cpu_seconds())
             if kind == "visitors":
                 asyncio.run(visit(url, args.pollers, args.players, args.phase_s, args.think_s, tally))
             else:
                 time.sleep(args.phase_s)
             phases.append((kind, start, time.time()))
-            for i, used in enumerate((cpu_seconds(server.pid) - cpu_start[0], cpu_seconds() - cpu_start[1],
-                                      time.time() - start)):
+            for i, used in enumerate((cpu_seconds(server.pid) - cpu_start[0],
+                                      (cpu_seconds(trainer) - cpu_start[1]) if trainer else 0.0,
+                                      cpu_seconds() - cpu_start[2], time.time() - start)):
                 cpu[kind][i] += used
             print(f"  {kind:8s} phase done ({len(tally.step_latencies)} play steps so far)", flush=True)
         metrics = read_metrics(metrics_path)
@@ -345,11 +364,14 @@ def main(argv: list[str] | None = None) -> int:
     slowdown = 100.0 * (busy_mean / quiet_mean - 1.0) if quiet_mean and busy_mean else None
     ms = lambda v: round(1000.0 * v, 1) if v is not None else None  # noqa: E731
     result = {
-        "pollers": args.pollers, "players": args.players, "phase_s": args.phase_s, "think_s": args.think_s,
+        "pollers": args.pollers, "players": args.players, "phase_s": args.phase_s, "rounds": args.rounds,
+        "think_s": args.think_s,
         "play_steps": len(tally.step_latencies),
         "play_step_p50_ms": ms(percentile(tally.step_latencies, 50)),
         "play_step_p99_ms": ms(percentile(tally.step_latencies, 99)),
+        # A player's first New episode arrives with the 19 other visitors at once (the slowest ones).
         "new_episode_p50_ms": ms(percentile(tally.episode_latencies, 50)),
+        "new_episode_max_ms": ms(max(tally.episode_latencies, default=None)),
         "train_tab_updates": len(tally.poll_latencies),
         "errors": len(tally.errors), "cross_talk": len(tally.cross_talk),
         "grpo_steps_quiet": len(quiet), "grpo_steps_visitors": len(busy),
@@ -358,11 +380,13 @@ def main(argv: list[str] | None = None) -> int:
         "step_s_quiet_median": round(statistics.median(quiet), 3) if quiet else None,
         "step_s_visitors_median": round(statistics.median(busy), 3) if busy else None,
         "training_slowdown_pct": round(slowdown, 1) if slowdown is not None else None,
-        # Cores busy on average (CPU seconds per wall second) in each kind of phase: the server (training and
-        # the app) and this process (the visitors' clients).
-        "server_cores_quiet": round(cpu["quiet"][0] / cpu["quiet"][2], 2),
-        "server_cores_visitors": round(cpu["visitors"][0] / cpu["visitors"][2], 2),
-        "client_cores_visitors": round(cpu["visitors"][1] / cpu["visitors"][2], 2),
+        # Cores busy on average (CPU seconds per wall second) in each kind of phase: the app's process, the
+        # training process, and this process (the visitors' client).
+        "app_cores_quiet": round(cpu["quiet"][0] / cpu["quiet"][3], 2),
+        "app_cores_visitors": round(cpu["visitors"][0] / cpu["visitors"][3], 2),
+        "training_cores_quiet": round(cpu["quiet"][1] / cpu["quiet"][3], 2),
+        "training_cores_visitors": round(cpu["visitors"][1] / cpu["visitors"][3], 2),
+        "client_cores_visitors": round(cpu["visitors"][2] / cpu["visitors"][3], 2),
         "load_before": load_before, "load_after": load_average(), "cpus": os.cpu_count(),
     }
     for message in (tally.errors + tally.cross_talk)[:10]:
