@@ -282,9 +282,10 @@ class OwnerGate:
             text = (f"Visitor mode: watch the live run, compare, play and browse runs. Training controls are off: "
                     f"{html.escape(self.policy.reason)} {HOW_TO_ENABLE}")
         else:
+            who = ("the owner logs in with the password, here" if mode == "password" else
+                   f"{html.escape(', '.join(self.policy.owners) or 'nobody')} sign in with Hugging Face, here")
             text = ("Visitor mode: watch the live run, compare, play and browse runs. Only the owner can start "
-                    "or stop training" + (" (log in below)." if mode == "password" else
-                                          f" ({html.escape(', '.join(self.policy.owners))}; sign in below)."))
+                    f"or stop training ({who}).")
         note_html = f' <b id="owner-note">{html.escape(note)}</b>' if note else ""
         return (f'<div id="owner-state" class="sqe-muted" data-mode="{mode}" data-owner="{str(owner).lower()}">'
                 f"{text}{note_html}</div>")

@@ -224,6 +224,11 @@ def test_hostile_values_in_public_events_get_clear_messages_and_the_app_keeps_se
         result = call(password_app, dep, data)
         assert result["success"] or result["error"], (dep["api_name"], result)
         assert "SECRET" not in json.dumps(result)
+    # The app takes no files: an upload is refused before it reaches the server's temp folder.
+    import httpx
+
+    upload = httpx.post(password_app["url"] + "gradio_api/upload", files={"files": ("a.txt", b"x" * 1024)})
+    assert upload.status_code == 413, upload.text[:200]
     assert password_app["proc"].poll() is None
     again = call(password_app, new, ["builtin", "eval", "random", 15, None])
     assert again["success"] and 'data-budget="15"' in again["output"][1]
