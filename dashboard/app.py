@@ -98,8 +98,8 @@ def tune_queue(demo: gr.Blocks) -> None:
         queue.progress_update_sleep_when_free = max(queue.progress_update_sleep_when_free, 2 * QUEUE_IDLE_SLEEP_S)
 
 
+# The app takes no files: Gradio refuses uploads larger than this, so visitors cannot fill its temp folder.
 MAX_UPLOAD_BYTES = 1
-
 
 # After every queued event Gradio rebuilds a pandas summary of the last GRADIO_ANALYTICS_MAX_EVENTS (10,000)
 # events for its monitoring page, which this app does not open: with many visitors playing that was the
@@ -117,7 +117,6 @@ def launch(demo: gr.Blocks, host: str, port: int, prevent_thread_lock: bool = Fa
     return demo.launch(
         server_name=host, server_port=port, prevent_thread_lock=prevent_thread_lock, css=CSS,
         theme=THEME, show_error=True, footer_links=[], allowed_paths=[str(plotly_js)] if plotly_js else None,
-        # The app takes no files: refuse uploads, so visitors cannot fill the server's temp folder.
         max_file_size=MAX_UPLOAD_BYTES,
     )
 

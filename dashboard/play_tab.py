@@ -154,8 +154,9 @@ def build(ctx: AppContext) -> dict[str, Any]:
 
             questions = resolve_dataset(source, ctx.data_root).questions_path(split)
             key = (source, split, int(step_budget or 15), questions.stat().st_mtime_ns)
+            # The same dataset, split and budget as this session's last episode: reset its environment again.
             env = current.get("env") if isinstance(current, dict) and current.get("key") == key else None
-            if env is None:  # same dataset, split and budget as this session's last episode: reuse its env
+            if env is None:
                 _close(current)
                 env = SQLEnvironment.from_dataset(source, split=split, data_root=ctx.data_root, step_budget=key[2])
             env.reset(question_id=question)

@@ -229,9 +229,12 @@ class TrainingRunner:
             try:
                 event, payload = events.get(timeout=0.5)
             except queue.Empty:
-                if not child.is_alive():
+                if child.is_alive():
+                    continue
+                try:  # it has exited: whatever it sent last is already in the pipe
+                    event, payload = events.get(timeout=1.0)
+                except queue.Empty:
                     break
-                continue
             if event == _END:
                 error, ended = payload, True
             else:

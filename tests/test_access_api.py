@@ -204,6 +204,8 @@ def test_hostile_values_in_public_events_get_clear_messages_and_the_app_keeps_se
     assert "no step was spent" in huge["output"][2]
     normal = call(password_app, step, ["QUERY", "SELECT 1", None], session_hash=session)
     assert 'data-budget="14"' in normal["output"][1]  # the refused step cost nothing
+    fresh = call(password_app, new, ["builtin", "eval", "random", 15, None], session_hash=session)
+    assert 'data-budget="15"' in fresh["output"][1] and "No actions yet" in fresh["output"][3]  # a new episode
 
     # Run pickers: Gradio itself refuses a name that is not among the choices this page was offered; what
     # gets past it (or a page offered the name) meets the run cache's own check.
