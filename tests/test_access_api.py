@@ -11,11 +11,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import shutil
 import time
 
 import pytest
 
 from app_server import app_config, call_event, default_inputs, serve
+from training.run_dir import RunDir
 
 PASSWORD = "correct horse battery staple"
 REFUSED = "Refused: only the owner may"
@@ -55,6 +57,10 @@ def call(app, dep, data, **kwargs):
     return call_event(app["url"], dep["id"], data, queued=dep.get("queue", True) is not False, **kwargs)
 
 
+def files_and_times(path):
+    return sorted((str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns) for p in path.rglob("*"))
+
+
 def run_dirs(app):
     return sorted(p.name for p in app["runs"].iterdir() if p.name != "models")
 
@@ -82,6 +88,14 @@ def test_every_anonymous_call_is_refused_or_harmless_and_starts_nothing(password
     """Every event of the page, called anonymously with the values a fresh page sends (and a forged owner
     token): owner-only events are refused by the server, and no event starts a run or writes one."""
     config = password_app["config"]
+    # A finished run that an unguarded event could change (resume it, push it, delete it): it must not change.
+    existing = RunDir.create(password_app["runs"], "run-existing")
+    existing.write_config({"model": "builtin:tiny"})
+    existing.write_status("completed", step=2, total_steps=2)
+    existing.append("metrics", {"step": 1, "reward": 0.1})
+    (existing.final_dir).mkdir()
+    (existing.final_dir / "model.safetensors").write_bytes(b"weights")
+    before = files_and_times(existing.path)
     refused = set()
     for dep in config["dependencies"]:
         if not dep.get("backend_fn"):
@@ -97,8 +111,10 @@ def test_every_anonymous_call_is_refused_or_harmless_and_starts_nothing(password
             assert not forged["success"] and REFUSED in forged["error"], (name, forged)
     assert OWNER_EVENTS <= refused, refused
     time.sleep(1.0)  # a run started by mistake would have created its directory by now
-    assert run_dirs(password_app) == []
+    assert run_dirs(password_app) == ["run-existing"]
+    assert files_and_times(existing.path) == before
     assert "Started" not in password_app["log"].read_text()
+    shutil.rmtree(existing.path)
 
 
 def test_the_owner_logs_in_with_the_password_and_controls_training(password_app):
