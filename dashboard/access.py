@@ -218,7 +218,7 @@ class OwnerGate:
     # --- the check --------------------------------------------------------------------------------------
     def refusal(self, action: str) -> str:
         how = {
-            "password": "log in as the owner (Owner login, at the top of the page)",
+            "password": "log in as the owner (the password box at the top of the page)",
             "oauth": "sign in with Hugging Face as one of the owners ("
                      + (", ".join(self.policy.owners) or "none configured") + ")",
             "locked": "no owner is configured on this server",
@@ -226,9 +226,10 @@ class OwnerGate:
         return f"Refused: only the owner may {action}" + (f"; {how}." if how else ".")
 
     def guard(self, fn: Callable[..., Any], action: str) -> Callable[..., Any]:
-        """`fn` behind the owner check. The wrapper takes Gradio's request and login profile first (Gradio
-        fills them from the type hints), then `fn`'s inputs and the owner token last (the input
-        `owner_event` adds); it raises gr.Error before calling `fn` unless the caller is the owner."""
+        """`fn` behind the owner check. The wrapper takes the Hub login profile first (Gradio fills it from the
+        type hint, from the signed session cookie; None when not signed in), then `fn`'s inputs and the owner
+        token last (the input `owner_event` adds); it raises gr.Error before calling `fn` unless the caller is
+        the owner."""
         policy, message = self.policy, self.refusal(action)
 
         def check(profile, args):
@@ -238,10 +239,10 @@ class OwnerGate:
             return inputs
 
         if inspect.isgeneratorfunction(fn):
-            def guarded(request: gr.Request, profile: gr.OAuthProfile | None, *args):
+            def guarded(profile: gr.OAuthProfile | None, *args):
                 yield from fn(*check(profile, args))
         else:
-            def guarded(request: gr.Request, profile: gr.OAuthProfile | None, *args):
+            def guarded(profile: gr.OAuthProfile | None, *args):
                 return fn(*check(profile, args))
         guarded.__name__ = getattr(fn, "__name__", "owner_event")
         guarded.__doc__ = getattr(fn, "__doc__", None)
@@ -323,7 +324,7 @@ class OwnerGate:
             outputs += [self._password, self._login, self._logout]
         policy = self.policy
 
-        def on_load(request: gr.Request, profile: gr.OAuthProfile | None, token):
+        def on_load(profile: gr.OAuthProfile | None, token):
             return self._page(policy.is_owner(token=token, profile=profile))
 
         if self.policy.mode != "open":
