@@ -1,8 +1,8 @@
 """What the dashboard costs a training run, and how fast a logged metric shows up in its chart.
 
 Trains the same tiny config twice in one invocation: once with the CLI (`python -m training.train`, a plain
-subprocess) and once from the dashboard (the app served in this process, training in the runner's background
-thread, a headless Chromium page open on the Train tab and polling). Both runs log metrics every step;
+subprocess) and once from the dashboard (the app served in this process, training in the runner's training
+process, a headless Chromium page open on the Train tab and polling). Both runs log metrics every step;
 GRPO steps/s is measured the same way for both, from their metrics.jsonl (step span / time span of the GRPO
 log lines, so model building and SFT warm-start are not counted). Prints both rates and the ratio
 (target >= 0.9), then the latency from a metrics line being logged (the runner's listener sees the record) to

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -10,7 +11,9 @@ from pathlib import Path
 import gradio as gr
 
 from dashboard import compare_tab, play_tab, runs_tab, train_tab
+from dashboard.access import AccessPolicy, OwnerGate
 from dashboard.context import AppContext
+from dashboard.storage import choose_runs_root
 from dashboard.live_plot import plotly_js_path
 from dashboard.transcripts import CSS as TRANSCRIPT_CSS
 
@@ -19,6 +22,7 @@ CSS = TRANSCRIPT_CSS + """
 .gradio-container { max-width: 1500px !important; }
 #sqe-header h1 { margin-bottom: 0; }
 #sqe-header p { margin-top: 2px; color: #64748b; }
+#owner-bar { align-items: center; }
 """
 
 
@@ -31,13 +35,17 @@ THEME = gr.themes.Soft(
 
 
 def build_app(ctx: AppContext | None = None) -> gr.Blocks:
-    ctx = ctx or AppContext.create()
+    """The dashboard's Blocks. Who may train is `ctx.access` (dashboard.access): this page's owner bar and
+    owner-only events come from a fresh `OwnerGate` over it."""
+    ctx = dataclasses.replace(ctx or AppContext.create())
+    ctx.owner = OwnerGate(ctx.access)
     with gr.Blocks(title="SQLEnv dashboard") as demo:
         gr.Markdown(
             f"# SQLEnv\nGRPO on a sandboxed SQL-exploration environment: an agent DESCRIBEs, SAMPLEs and QUERYs "
             f"a SQLite database, then ANSWERs. Runs are saved under `{ctx.runs.runs_root}/`.",
             elem_id="sqe-header",
         )
+        ctx.owner.render()
         loads = []
         with gr.Tabs(elem_id="sqe-tabs"):
             with gr.Tab("Train", id="train"):
@@ -58,6 +66,7 @@ def build_app(ctx: AppContext | None = None) -> gr.Blocks:
         compare.select(fn, inputs=inputs, outputs=outputs, show_progress="hidden")
         fn, inputs, outputs = runs_parts["load"]
         runs.select(fn, inputs=inputs, outputs=outputs, show_progress="hidden")
+        ctx.owner.wire(demo)  # after every tab registered its owner-only controls
     return demo
 
 
@@ -67,7 +76,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="interface to listen on (env GRADIO_SERVER_NAME; 0.0.0.0 on a Space)")
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
                         help="port (env GRADIO_SERVER_PORT, default 7860)")
-    parser.add_argument("--runs-dir", type=Path, default=None, help="runs folder (default $SQLENV_RUNS_DIR or runs/)")
+    parser.add_argument("--runs-dir", type=Path, default=None,
+                        help="runs folder (default $SQLENV_RUNS_DIR; on a Space with persistent storage /data/runs; "
+                             "else runs/)")
     parser.add_argument("--config", type=Path, default=None,
                         help="JSON TrainConfig whose values fill the Train form (default configs/tiny_cpu.json)")
     parser.add_argument("--data-dir", type=Path, default=None, help="datasets folder (default $SQLENV_DATA_DIR or data/)")
@@ -87,13 +98,26 @@ def tune_queue(demo: gr.Blocks) -> None:
         queue.progress_update_sleep_when_free = max(queue.progress_update_sleep_when_free, 2 * QUEUE_IDLE_SLEEP_S)
 
 
+# The app takes no files: Gradio refuses uploads larger than this, so visitors cannot fill its temp folder.
+MAX_UPLOAD_BYTES = 1
+
+# After every queued event Gradio rebuilds a pandas summary of the last GRADIO_ANALYTICS_MAX_EVENTS (10,000)
+# events for its monitoring page, which this app does not open: with many visitors playing that was the
+# server's largest cost beside training (bench/visitors.py). Keep 100 events and summarize every 1,000.
+# Gradio reads these when the queue is made; a value already in the environment wins.
+GRADIO_QUEUE_ENV = {"GRADIO_ANALYTICS_MAX_EVENTS": "100", "GRADIO_ANALYTICS_CACHE_FREQUENCY": "1000"}
+
+
 def launch(demo: gr.Blocks, host: str, port: int, prevent_thread_lock: bool = False):
+    for name, value in GRADIO_QUEUE_ENV.items():
+        os.environ.setdefault(name, value)
     demo.queue(default_concurrency_limit=4)
     tune_queue(demo)
     plotly_js = plotly_js_path()  # the live charts' plotly.js, served from the installed package (offline)
     return demo.launch(
         server_name=host, server_port=port, prevent_thread_lock=prevent_thread_lock, css=CSS,
         theme=THEME, show_error=True, footer_links=[], allowed_paths=[str(plotly_js)] if plotly_js else None,
+        max_file_size=MAX_UPLOAD_BYTES,
     )
 
 
@@ -102,7 +126,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.config is not None and not args.config.is_file():
         print(f"app.py: --config {args.config}: no such file", file=sys.stderr)
         raise SystemExit(2)
-    ctx = AppContext.create(runs_root=args.runs_dir, data_root=args.data_dir, default_config=args.config)
+    access = AccessPolicy.from_env(args.host)
+    print(f"[dashboard] training controls: {access.mode} ({access.reason})", file=sys.stderr)
+    ctx = AppContext.create(runs_root=choose_runs_root(args.runs_dir), data_root=args.data_dir,
+                            default_config=args.config, access=access,
+                            hub_repo=os.environ.get("SQLENV_HUB_REPO") or None)
     demo = build_app(ctx)
     try:
         launch(demo, args.host, args.port)

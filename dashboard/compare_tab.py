@@ -11,6 +11,7 @@ import gradio as gr
 import pandas as pd
 
 from dashboard.context import AppContext
+from dashboard.inputs import quote
 from dashboard.transcripts import summary_rows, transcript_html
 
 RANDOM = "random"
@@ -105,7 +106,7 @@ def build(ctx: AppContext) -> dict[str, Any]:
         else:
             index = next((i for i, p in enumerate(pairs) if pair_question_id(p, i) == question), None)
             if index is None:
-                return f'<div class="sqe-muted">Question {html.escape(str(question))} is not in this run.</div>', ""
+                return f'<div class="sqe-muted">Question {html.escape(quote(question))} is not in this run.</div>', ""
         baseline, trained, _ = pair_transcripts(pairs[index])
         return (
             transcript_html(baseline, title="Random baseline"),

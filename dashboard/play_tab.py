@@ -1,7 +1,8 @@
 """Play tab: a person plays one episode by hand.
 
 Each browser session owns its own `SQLEnvironment` in a `gr.State`, so two people playing at once never see
-each other's episode; the environment is closed when the session ends.
+each other's episode; the environment is closed when the session ends. Anyone may play: dataset names, splits,
+question ids and arguments are checked (dashboard.inputs) before anything is opened or run.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any
 
 import gradio as gr
 
+from dashboard import inputs as checked
 from dashboard.context import AppContext, dataset_choices, dataset_splits
 from dashboard.transcripts import esc, format_gold, layers_html, steps_table, transcript_html, verdict_badge
 
@@ -32,11 +34,16 @@ def _close(state: Any) -> None:
             pass
 
 
+def refused(exc: Any) -> str:
+    return f'<div class="sqe-err-box" id="play-refused">{esc(exc)}</div>'
+
+
 def question_choices(name: str, split: str, data_root) -> tuple[list, str | None]:
     try:
         from sqlenv.datasets import resolve_dataset
 
-        questions = resolve_dataset(name, data_root).load(split)
+        source = checked.dataset_source(name, data_root)
+        questions = resolve_dataset(source, data_root).load(checked.name(split, "Split"))
     except Exception as exc:
         return [RANDOM], str(exc)
     choices: list = [RANDOM]
@@ -116,7 +123,11 @@ def build(ctx: AppContext) -> dict[str, Any]:
     state = gr.State({}, delete_callback=_close)  # {"env": SQLEnvironment} for this browser session only
 
     def on_dataset(name):
-        splits, err = dataset_splits(name, ctx.data_root)
+        try:
+            source = checked.dataset_source(name, ctx.data_root)
+        except checked.InputRefused as exc:
+            return gr.update(), gr.update(choices=[RANDOM], value=RANDOM), refused(exc)
+        splits, err = dataset_splits(source, ctx.data_root)
         if err:
             return gr.update(), gr.update(choices=[RANDOM], value=RANDOM), f'<div class="sqe-err-box">{esc(err)}</div>'
         split = "eval" if "eval" in splits else splits[0]
@@ -130,25 +141,43 @@ def build(ctx: AppContext) -> dict[str, Any]:
         return gr.update(choices=choices, value=RANDOM), gr.skip()
 
     def new_episode(name, split, question, step_budget, current):
-        _close(current)
         try:
+            source = checked.dataset_source(name, ctx.data_root)
+            split = checked.name(split, "Split")
+            question = None if question in (None, "", RANDOM) else checked.name(question, "Question id")
+        except checked.InputRefused as exc:
+            _close(current)
+            return {}, refused(exc), "", ""
+        try:
+            from sqlenv.datasets import resolve_dataset
             from sqlenv.environment import SQLEnvironment
 
-            env = SQLEnvironment.from_dataset(name, split=split, data_root=ctx.data_root,
-                                              step_budget=int(step_budget or 15))
-            env.reset(question_id=None if question in (None, "", RANDOM) else question)
+            questions = resolve_dataset(source, ctx.data_root).questions_path(split)
+            key = (source, split, int(step_budget or 15), questions.stat().st_mtime_ns)
+            # The same dataset, split and budget as this session's last episode: reset its environment again.
+            env = current.get("env") if isinstance(current, dict) and current.get("key") == key else None
+            if env is None:
+                _close(current)
+                env = SQLEnvironment.from_dataset(source, split=split, data_root=ctx.data_root, step_budget=key[2])
+            env.reset(question_id=question)
         except Exception as exc:
+            _close(current)
             msg = f'<div class="sqe-err-box">Cannot start an episode: {esc(exc)}</div>'
             return {}, msg, "", ""
-        return {"env": env}, episode_header(env), "", steps_table([])
+        return {"env": env, "key": key}, episode_header(env), "", steps_table([])
 
     def do_step(kind, arg, current):
         env = current.get("env") if isinstance(current, dict) else None
         if env is None or env.question is None:
             return current, gr.skip(), '<div class="sqe-err-box">Start an episode first (New episode).</div>', gr.skip()
+        try:
+            kind = checked.name(kind, "Action")
+            arg = checked.text(arg, "The argument")
+        except checked.InputRefused as exc:  # refused before the environment sees it: no step is spent
+            return current, gr.skip(), refused(f"{exc} Nothing was run; no step was spent."), gr.skip()
         from sqlenv.types import SQLAction
 
-        obs = env.step(SQLAction(action_type=kind or "", argument=arg or ""))
+        obs = env.step(SQLAction(action_type=kind, argument=arg))
         transcript = env.transcript(policy="human")
         return (
             current,

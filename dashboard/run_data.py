@@ -1,13 +1,18 @@
 """Reading run directories for the UI: cached snapshots, progress text, and safe lookups by name.
 
 The pages poll every second; re-parsing every JSONL file on every tick would tax a training run on the same
-cores, so a snapshot is re-read only when one of the run's files changed size or mtime. Names coming from
-the browser go through `resolve_run`, which refuses anything that could leave the runs folder.
+cores, so a snapshot is re-read only when one of the run's files changed size or mtime, and then only the
+lines appended since the last read are parsed (run files are append-only; metrics.jsonl gains a line per
+step, and re-reading thousands of lines per step for every watching page was the server's main cost with many
+visitors). Names coming from the browser go through `resolve_run`, which refuses anything that could leave
+the runs folder.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,6 +84,9 @@ class RunCache:
         self.runs_root = Path(runs_root) if runs_root is not None else default_runs_root()
         self._cache: dict[str, RunSnapshot] = {}
         self._lock = threading.Lock()
+        # (run path, kind) -> (inode, bytes parsed, records so far) of each JSONL file read.
+        self._tails: dict[tuple[str, str], tuple[int, int, list[Any]]] = {}
+        self._read_lock = threading.Lock()  # one reader per cache: a burst of pages reads a change once
 
     def resolve(self, name: str) -> RunDir:
         """The run called `name`, refusing names that leave the runs folder (InvalidRunName) or do not
@@ -94,6 +102,14 @@ class RunCache:
                 if cached.raw_status.get("status") in ("queued", "running"):
                     # Unchanged files say nothing about the writer: a dead process shows up as time passes.
                     cached.status = live_status(cached.raw_status)
+                return cached
+        with self._read_lock:
+            return self._read_snapshot(run, sig)
+
+    def _read_snapshot(self, run: RunDir, sig: tuple) -> RunSnapshot:
+        with self._lock:
+            cached = self._cache.get(run.run_id)
+            if cached is not None and cached.signature == sig:  # another page read it while we waited
                 return cached
         config, config_error = None, None
         try:
@@ -111,26 +127,60 @@ class RunCache:
             raw_status=raw,
             config=config,
             config_error=config_error,
-            metrics=run.read("metrics"),
-            evals=run.read("evals"),
-            transcripts=run.read("transcripts"),
-            comparison=run.read("comparison"),
+            metrics=self.read_jsonl(run, "metrics"),
+            evals=self.read_jsonl(run, "evals"),
+            transcripts=self.read_jsonl(run, "transcripts"),
+            comparison=self.read_jsonl(run, "comparison"),
             signature=sig,
         )
         with self._lock:
             self._cache[run.run_id] = snap
         return snap
 
+    def read_jsonl(self, run: RunDir, kind: str) -> list[Any]:
+        """Every complete record of `<kind>.jsonl` (as `training.run_dir.read_jsonl` reads them: a torn last
+        line waits for its newline, a corrupt line is skipped), parsing only the bytes appended since this
+        cache last read the file. A file that shrank or was replaced is read again from its start. The list
+        returned is new whenever records were added (snapshots already handed out never change)."""
+        key = (str(run.path), kind)
+        try:
+            f = open(run.file(f"{kind}.jsonl"), "rb")
+        except FileNotFoundError:
+            self._tails.pop(key, None)
+            return []
+        with f:
+            st = os.fstat(f.fileno())
+            inode, offset, records = self._tails.get(key, (st.st_ino, 0, []))
+            if inode != st.st_ino or st.st_size < offset:
+                offset, records = 0, []
+            f.seek(offset)
+            data = f.read()
+        end = data.rfind(b"\n") + 1
+        added = []
+        for line in data[:end].split(b"\n"):
+            try:
+                added.append(json.loads(line.decode("utf-8", errors="replace")))
+            except json.JSONDecodeError:
+                continue
+        if added:
+            records = records + added
+        self._tails[key] = (st.st_ino, offset + end, records)
+        return records
+
     def try_snapshot(self, name: str | None) -> tuple[RunSnapshot | None, str | None]:
         """(snapshot, None) or (None, a message saying why the run cannot be shown)."""
+        from dashboard.inputs import MAX_NAME_CHARS, quote
+
         if not name:
             return None, "No run selected."
+        if not isinstance(name, str) or len(name) > MAX_NAME_CHARS:  # not echoed back whole
+            return None, f"Refused: invalid run name {quote(name)}"
         try:
             return self.snapshot(name), None
         except InvalidRunName as exc:
             return None, f"Refused: {exc}"
-        except FileNotFoundError as exc:
-            return None, str(exc).strip("'\"")
+        except FileNotFoundError:
+            return None, f"No run named {name!r} under {self.runs_root.name}/."
         except OSError as exc:
             return None, f"Run {name!r} unreadable: {exc}"
 

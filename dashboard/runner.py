@@ -1,15 +1,23 @@
-"""The training runner: owns the dashboard's one background training thread (UI code never touches it).
+"""The training runner: owns the dashboard's one training run at a time (UI code never touches it).
 
 `TrainingRunner.instance()` is a process-wide singleton, so every browser tab (and every reload) sees the
 same active run: the page holds no training state, it asks the runner and reads the run directory.
 Training goes through the same entry point as the CLI, `training.train.run_training(config, stop_event,
 listener)`, so a run started here writes the same run directory as `python -m training.train`.
+
+It runs in a child process (spawned), watched by a thread of the app: in the app's own process every
+visitor's request would take the interpreter lock from the training loop, step for step (measured with
+bench/visitors.py: 20 visitors slowed a tiny run by a third or more through the lock alone, while the app used
+little CPU). The child sends each record's event back through a queue (pages waiting for news wake up), and
+the stop flag is shared with it; its memory (and GPU memory) is all given back when it exits.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import gc
+import json
+import multiprocessing
+import queue
 import sys
 import threading
 import time
@@ -62,8 +70,9 @@ class TrainingRunner:
 
     Args:
         runs_root: where run directories go (default `$SQLENV_RUNS_DIR` or `runs/`).
-        train_fn: the training entry point; `training.train.run_training` unless a caller passes another
-            function with the same signature (`(config, stop_event=None, listener=None) -> Path`).
+        train_fn: None (default) runs `training.train.run_training` in a child process; a caller may pass
+            another function with the same signature (`(config, stop_event=None, listener=None) -> Path`),
+            which runs in a thread of this process.
     """
 
     _instance: "TrainingRunner | None" = None
@@ -74,7 +83,7 @@ class TrainingRunner:
         self._train_fn = train_fn
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
+        self._stop: Any = threading.Event()  # a multiprocessing Event while a child process trains
         self.active_run_id: str | None = None
         self.last_run_id: str | None = None
         self.last_error: str | None = None
@@ -141,7 +150,7 @@ class TrainingRunner:
             run = RunDir(self.runs_root / run_id)
             if dataclasses.is_dataclass(config):
                 config = dataclasses.replace(config, run_id=run_id, output_dir=str(run.path))
-            self._stop = threading.Event()
+            self._stop = threading.Event() if self._train_fn is not None else _SPAWN.Event()
             self.active_run_id = run_id
             self.last_run_id = run_id
             self.last_error = None
@@ -156,7 +165,7 @@ class TrainingRunner:
 
     def resume(self, run_id: str) -> str:
         """Continue a stopped, failed or interrupted run (by id, under `runs_root`) from its last checkpoint, in a
-        background thread (`training.train.resume_training`). Raises RunnerBusy when a run is training, ValueError
+        training process like `start` (`training.train.resume_training`). Raises RunnerBusy when a run is training, ValueError
         when the run cannot be resumed (completed, still running, unknown)."""
         from training.run_dir import RESUMABLE_STATUSES, resolve_run
 
@@ -168,7 +177,7 @@ class TrainingRunner:
             state = run.read_live_status().get("status")
             if state not in RESUMABLE_STATUSES:
                 raise ValueError(f"Run {run.run_id} is {state}: only stopped, failed or interrupted runs resume.")
-            self._stop = threading.Event()
+            self._stop = threading.Event() if self._train_fn is not None else _SPAWN.Event()
             self.active_run_id = self.last_run_id = run.run_id
             self.last_error = None
             self.started_at = time.time()
@@ -209,21 +218,20 @@ class TrainingRunner:
     def _run(self, config: Any, run: RunDir) -> None:
         """Train `config` into `run`, or (config None) resume the run in `run`."""
         try:
-            if config is None:
+            if self._train_fn is None:
+                self._run_child(config, run)
+            elif config is None:  # (an injected entry point trains in this process; a resume too)
                 from training.train import resume_training
 
                 resume_training(run.path, stop_event=self._stop, listener=self._listener)
             else:
-                train_fn = self._train_fn
-                if train_fn is None:
-                    from training.train import run_training as train_fn
-                train_fn(config, stop_event=self._stop, listener=self._listener)
+                self._train_fn(config, stop_event=self._stop, listener=self._listener)
             status = run.read_status(default={})
             if status.get("status") in ("queued", "running"):
                 # The entry point returned without saying how it ended: trust the stop flag.
                 run.write_status("stopped" if self._stop.is_set() else "completed", finished_at=now_iso())
         except BaseException as exc:  # noqa: BLE001 - a crash marks the run failed; the app keeps serving
-            message = f"{type(exc).__name__}: {exc}"
+            message = str(exc) if isinstance(exc, TrainingFailed) else f"{type(exc).__name__}: {exc}"
             self.last_error = message
             # The entry point marks the runs it started failed itself; a run that never got that far (no
             # status.json yet: e.g. the training package failed to import) is marked here.
@@ -232,23 +240,79 @@ class TrainingRunner:
                 run.write_status("failed", error=message, created_at=now_iso(), finished_at=now_iso(),
                                  source="dashboard")
             print(f"[dashboard] run {run.run_id} failed: {message}", file=sys.stderr)
-            traceback.print_exc()
+            if not isinstance(exc, TrainingFailed):  # the training process printed its own traceback
+                traceback.print_exc()
         finally:
             with self._lock:
                 self.active_run_id = None
-            self._free_memory()
             self._announce()
 
-    @staticmethod
-    def _free_memory() -> None:
-        """Drop the trainer's tensors and give cached GPU memory back, so the next run (or the Play tab)
-        starts from a clean device."""
-        gc.collect()
-        torch = sys.modules.get("torch")
-        if torch is not None:
+    def _run_child(self, config: Any, run: RunDir) -> None:
+        """Train (config None: resume `run`) in a spawned child process; relay its events to the listeners until
+        it ends. Raises TrainingFailed with the child's error (or its exit code when it died without saying)."""
+        events = _SPAWN.Queue()
+        child = _SPAWN.Process(target=_train_in_child, args=(config, run.path, self._stop, events),
+                               name=f"train-{run.run_id}", daemon=True)
+        child.start()
+        error, ended = None, False
+        while not ended:
             try:
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
-                    torch.cuda.ipc_collect()
-            except Exception:
-                pass
+                event, payload = events.get(timeout=0.5)
+            except queue.Empty:
+                if child.is_alive():
+                    continue
+                try:  # it has exited: whatever it sent last is already in the pipe
+                    event, payload = events.get(timeout=1.0)
+                except queue.Empty:
+                    break
+            if event == _END:
+                error, ended = payload, True
+            else:
+                self._listener(event, payload)
+        child.join(30)
+        if child.is_alive():  # said it ended but hangs on exit (a stuck thread): it has nothing left to write
+            child.kill()
+            child.join(10)
+        events.close()
+        if not ended:
+            error = f"the training process exited with code {child.exitcode} before finishing"
+            if run.read_status(default={}).get("status") in ("queued", "running"):
+                run.write_status("failed", error=error, finished_at=now_iso())
+        if error:
+            raise TrainingFailed(error)
+
+
+class TrainingFailed(RuntimeError):
+    """The training process ended with an error; the message is its own."""
+
+
+# Spawned, not forked: the app's process has web-server threads (a fork copies their locks mid-use) and CUDA
+# cannot be used in a forked child.
+_SPAWN = multiprocessing.get_context("spawn")
+_END = "__end__"
+
+
+def _train_in_child(config: Any, run_path: Path, stop_event: Any, events: Any) -> None:
+    """The child process: run the training entry point (config None: resume the run in `run_path`), sending each
+    record's event to the parent, then (_END, None) or (_END, the error message)."""
+    def listener(event: str, payload: dict) -> None:
+        try:
+            payload = json.loads(json.dumps(payload, default=str))  # plain data crosses the process line
+        except (TypeError, ValueError):
+            payload = {}
+        events.put((event, payload))
+
+    try:
+        from training.train import resume_training, run_training
+
+        if config is None:
+            resume_training(run_path, stop_event=stop_event, listener=listener)
+        else:
+            run_training(config, stop_event=stop_event, listener=listener)
+        events.put((_END, None))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which marks the run
+        traceback.print_exc()
+        events.put((_END, f"{type(exc).__name__}: {exc}"))
+    finally:
+        events.close()
+        events.join_thread()  # everything sent reaches the parent before the process exits

@@ -1,6 +1,7 @@
 """Runs tab: every run under runs/ (dashboard, CLI, accelerate; finished or live), one in detail, several
 overlaid. Broken runs (missing or corrupt files) are listed as such; names from the page go through
-`resolve_run`, so nothing outside runs/ can be read."""
+`resolve_run`, so nothing outside runs/ can be read. The owner can push a finished run to the Hub (dashboard.hub);
+that event is owner-only (dashboard.access)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import gradio as gr
 import pandas as pd
 
 from dashboard import charts
+from dashboard import inputs as checked
 from dashboard.context import AppContext
 from dashboard.run_data import fmt_duration, progress
 from dashboard.transcripts import esc, transcript_html
@@ -89,7 +91,7 @@ def transcript_choices(snap) -> list:
 
 def resume_controls(ctx: AppContext, pick: Any) -> None:
     """A Resume button for the picked run: continues a stopped, failed or interrupted run from its last checkpoint
-    in the dashboard's training thread (the Train tab then shows it). Spends compute and writes the run's files."""
+    in the dashboard's training process (the Train tab then shows it). Owner-only: it spends compute and writes."""
     with gr.Row():
         resume_btn = gr.Button("Resume this run", elem_id="runs-resume", scale=0, min_width=160)
         resume_message = gr.HTML("", elem_id="runs-resume-message")
@@ -106,8 +108,10 @@ def resume_controls(ctx: AppContext, pick: Any) -> None:
         return (f'<div class="sqe-ok-box">Resuming <b>{esc(run_id)}</b> from its last checkpoint: follow it in the '
                 "Train tab.</div>")
 
-    # Spends compute and writes files (resumes training): to be owner-only when the app is shared.
-    resume_btn.click(resume, inputs=[pick], outputs=[resume_message], show_progress="hidden")
+    # Spends compute and writes files: owner-only (dashboard.access), checked on the server for every call.
+    ctx.owner.control(resume_btn)
+    ctx.owner.owner_event(resume_btn.click, resume, inputs=[pick], outputs=[resume_message], show_progress="hidden",
+                          action="resume a run")
 
 
 def build(ctx: AppContext) -> dict[str, Any]:
@@ -135,6 +139,17 @@ def build(ctx: AppContext) -> dict[str, Any]:
                 with gr.Column(scale=3):
                     trace_pick = gr.Dropdown([], label="Transcript", elem_id="runs-trace-pick")
                     trace = gr.HTML("", elem_id="runs-trace")
+            with gr.Accordion("Push this run to the Hugging Face Hub (owner only)", open=False, elem_id="runs-push"):
+                gr.Markdown(
+                    "Uploads the run's files and its `final/` weights into `runs/<run id>/` of a model repo "
+                    "(created private when missing), with the server's `HF_TOKEN`: the run then survives a "
+                    "restart of the machine it was trained on."
+                )
+                with gr.Row(equal_height=True):
+                    hub_repo = gr.Textbox(ctx.hub_repo or "", label="Hub repo", placeholder="your-name/sqlenv-runs",
+                                          elem_id="runs-push-repo", max_length=checked.MAX_NAME_CHARS, scale=3)
+                    push_btn = gr.Button("Push to the Hub", elem_id="runs-push-button", scale=1)
+                push_message = gr.HTML("", elem_id="runs-push-message")
         with gr.Tab("Overlay", id="runs-overlay-tab"):
             with gr.Row():
                 overlay_reward = gr.Plot(charts.plot_data(charts.reward_overlay({})), show_label=False, elem_id="runs-overlay-reward")
@@ -178,7 +193,12 @@ def build(ctx: AppContext) -> dict[str, Any]:
 
     def show_overlay(names):
         metrics, evals = {}, {}
-        for name in names or []:
+        try:
+            names = checked.run_names(names)
+        except checked.InputRefused as exc:
+            gr.Warning(str(exc))
+            names = []
+        for name in names:
             snap, _ = ctx.runs.try_snapshot(name)
             if snap is not None:
                 metrics[snap.run_id], evals[snap.run_id] = snap.metrics, snap.evals
@@ -199,4 +219,20 @@ def build(ctx: AppContext) -> dict[str, Any]:
             return gr.skip()
 
     table.select(select_row, inputs=[table], outputs=[pick])
+
+    def push(name, repo):
+        from dashboard.hub import HubPushError, push_run
+
+        snap, err = ctx.runs.try_snapshot(name)
+        if snap is None:
+            return f'<div class="sqe-err-box">{esc(err)}</div>'
+        try:
+            url = push_run(ctx.runs.resolve(snap.run_id), checked.name(repo, "Hub repo"))
+        except (HubPushError, checked.InputRefused) as exc:
+            return f'<div class="sqe-err-box">{esc(exc)}</div>'
+        return f'<div class="sqe-ok-box">Pushed <b>{esc(snap.run_id)}</b>: <a href="{esc(url)}">{esc(url)}</a></div>'
+
+    ctx.owner.control(hub_repo, push_btn)
+    ctx.owner.owner_event(push_btn.click, push, inputs=[pick, hub_repo], outputs=[push_message],
+                          action="push runs to the Hub")
     return {"load": (refresh, [pick, overlay], [table, pick, overlay]), "refresh": refresh_btn}

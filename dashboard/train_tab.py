@@ -381,10 +381,13 @@ def build(ctx: AppContext) -> dict[str, Any]:
     def stop(last_seen):
         return (form_message("ok", html.escape(ctx.runner.stop())), *refresh(last_seen))
 
-    # Spends compute (starts training): to be owner-only when the app is shared.
-    start_btn.click(start, inputs=[*inputs, *advanced_inputs, seen], outputs=[message, *outputs, *inputs],
-                    show_progress="hidden")
-    stop_btn.click(stop, inputs=[seen], outputs=[message, *outputs], show_progress="hidden")
+    # Owner-only (dashboard.access): the server checks the caller on every call; visitors see them greyed out.
+    owner = ctx.owner
+    owner.control(start_btn, stop_btn, *inputs, *advanced_inputs)
+    owner.owner_event(start_btn.click, start, inputs=[*inputs, *advanced_inputs, seen],
+                      outputs=[message, *outputs, *inputs], show_progress="hidden", action="start training")
+    owner.owner_event(stop_btn.click, stop, inputs=[seen], outputs=[message, *outputs], show_progress="hidden",
+                      action="stop training")
     # Ticks while a poll is still waiting are skipped (trigger mode "once"), so a page holds one poll at a time.
     timer.tick(poll, inputs=[seen], outputs=None, show_progress="hidden", queue=False).then(
         refresh, inputs=[seen], outputs=outputs, show_progress="hidden", queue=False)
@@ -394,6 +397,7 @@ def build(ctx: AppContext) -> dict[str, Any]:
             found, _ = dataset_splits(name, ctx.data_root)
             return [gr.update(choices=found) for _ in split_inputs]
 
-        dataset_input.change(on_dataset, inputs=[dataset_input], outputs=split_inputs, show_progress="hidden")
+        owner.owner_event(dataset_input.change, on_dataset, inputs=[dataset_input], outputs=split_inputs,
+                          show_progress="hidden", action="fill the training form")
 
     return {"load": (refresh, [seen], outputs)}

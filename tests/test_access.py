@@ -1,0 +1,226 @@
+"""Who may train, without a server: the access modes, password tokens, the OAuth allow-list (no Hub: the
+profiles are the OpenID userinfo a Space login stores), the login throttle, the runs folder on a Space,
+visitors' input checks, and a Hub push up to the network call."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+
+import pytest
+
+from dashboard.access import TOKEN_TTL_S, AccessPolicy, LoginThrottle, is_loopback
+from dashboard.storage import choose_runs_root
+from training.run_dir import RunDir, now_iso
+
+SPACE = {"SPACE_ID": "alice/sqlenv", "SPACE_AUTHOR_NAME": "alice"}
+OAUTH = {**SPACE, "SYSTEM": "spaces", "OAUTH_CLIENT_ID": "client-id"}
+
+
+# --------------------------------------------------------------------------------------------- modes
+@pytest.mark.parametrize("host, env, mode", [
+    ("127.0.0.1", {}, "open"),
+    ("localhost", {}, "open"),
+    ("::1", {}, "open"),
+    ("0.0.0.0", {}, "locked"),
+    ("192.168.1.20", {}, "locked"),
+    ("", {}, "locked"),
+    ("127.0.0.1", SPACE, "locked"),  # on a Space even a loopback bind is not "only this machine"
+    ("0.0.0.0", SPACE, "locked"),
+    ("0.0.0.0", OAUTH, "oauth"),
+    ("0.0.0.0", {**SPACE, "OAUTH_CLIENT_ID": "x"}, "locked"),  # SPACE_ID alone is not Gradio's Space: no login
+    ("0.0.0.0", {"SQLENV_ADMIN_PASSWORD": "s3cret"}, "password"),
+    ("127.0.0.1", {"SQLENV_ADMIN_PASSWORD": "s3cret"}, "password"),
+    ("0.0.0.0", {**OAUTH, "SQLENV_ADMIN_PASSWORD": "s3cret"}, "password"),
+])
+def test_mode_from_host_and_environment(host, env, mode):
+    policy = AccessPolicy.from_env(host, env=env)
+    assert policy.mode == mode, policy.reason
+    assert policy.is_owner() is (mode == "open")  # nobody but a local user is the owner without proof
+
+
+def test_loopback_addresses():
+    assert all(is_loopback(h) for h in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost", "LOCALHOST"))
+    assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.1", "example.com", "", None))
+
+
+def test_unknown_mode_and_password_mode_without_password_are_refused():
+    with pytest.raises(ValueError, match="unknown access mode"):
+        AccessPolicy("everyone")
+    with pytest.raises(ValueError, match="needs a password"):
+        AccessPolicy("password")
+
+
+# ------------------------------------------------------------------------------------------ password
+def test_password_tokens_are_signed_expire_and_die_with_the_process():
+    policy = AccessPolicy.from_env("0.0.0.0", env={"SQLENV_ADMIN_PASSWORD": "correct horse"})
+    assert policy.password_matches("correct horse")
+    assert not any(policy.password_matches(p) for p in ("correct hors", "", None, 12, "correct horse "))
+    token = policy.issue_token(now=1000.0)
+    assert policy.token_valid(token, now=1000.0 + TOKEN_TTL_S - 1)
+    assert not policy.token_valid(token, now=1000.0 + TOKEN_TTL_S + 1)  # expired
+    expires, signature = token.split(".")
+    forged = f"{int(expires) + 3600}.{signature}"  # a later expiry with the old signature
+    assert not policy.token_valid(forged, now=1000.0)
+    assert not any(policy.token_valid(t) for t in ("", "1.2", None, "x" * 10_000, ["a"], token + "0"))
+    assert policy.is_owner(token=policy.issue_token()) and not policy.is_owner(token="nope")
+    # Another process (same password) signs with another key: its tokens mean nothing here.
+    other = AccessPolicy.from_env("0.0.0.0", env={"SQLENV_ADMIN_PASSWORD": "correct horse"})
+    assert not policy.token_valid(other.issue_token())
+    assert "correct horse" not in repr(policy)
+
+
+def test_login_throttle_refuses_everyone_after_a_burst_of_failures():
+    throttle = LoginThrottle(max_failures=3, window_s=60)
+    for t in (0.0, 1.0, 2.0):
+        assert throttle.wait_s(now=t) == 0
+        throttle.failed(now=t)
+    assert throttle.wait_s(now=3.0) == pytest.approx(57.0)
+    assert throttle.wait_s(now=61.0) == 0  # the first failure left the window
+
+
+# --------------------------------------------------------------------------------------------- oauth
+def profile(username, orgs=None):
+    info = {"preferred_username": username, "name": username.title(), "profile": f"https://hf.co/{username}",
+            "picture": ""}
+    if orgs is not None:
+        info["orgs"] = orgs
+    return info
+
+
+def test_oauth_owner_is_the_spaces_author_by_default():
+    policy = AccessPolicy.from_env("0.0.0.0", env=OAUTH)
+    assert policy.owners == ("alice",)
+    assert policy.is_owner(profile=profile("alice")) and policy.is_owner(profile=profile("Alice"))
+    assert not policy.is_owner(profile=profile("bob"))
+    assert not policy.is_owner(profile=None) and not policy.is_owner(profile={})
+    assert not policy.is_owner(token=AccessPolicy("password", password="x").issue_token())  # not a login here
+
+
+def test_oauth_allowed_users_are_configurable():
+    policy = AccessPolicy.from_env("0.0.0.0", env={**OAUTH, "SQLENV_ADMIN_USERS": " Bob, carol ,"})
+    assert policy.owners == ("bob", "carol")
+    assert policy.is_owner(profile=profile("bob")) and policy.is_owner(profile=profile("carol"))
+    assert not policy.is_owner(profile=profile("alice"))  # the list replaces the default
+
+
+def test_oauth_members_of_an_owner_organization_with_write_rights():
+    policy = AccessPolicy.from_env("0.0.0.0", env={**OAUTH, "SPACE_ID": "acme/sqlenv", "SPACE_AUTHOR_NAME": "acme"})
+    writer = profile("dana", orgs=[{"name": "Acme", "preferred_username": "acme", "roleInOrg": "write"}])
+    reader = profile("erin", orgs=[{"name": "Acme", "preferred_username": "acme", "roleInOrg": "read"}])
+    other_org = profile("fay", orgs=[{"preferred_username": "other", "roleInOrg": "admin"}])
+    assert policy.is_owner(profile=writer)
+    assert not policy.is_owner(profile=reader) and not policy.is_owner(profile=other_org)
+    assert not policy.is_owner(profile=profile("gus", orgs="acme"))  # malformed: not an owner
+
+
+def test_oauth_without_author_falls_back_to_the_space_namespace():
+    policy = AccessPolicy.from_env("0.0.0.0", env={"SPACE_ID": "zed/app", "SYSTEM": "spaces", "OAUTH_CLIENT_ID": "x"})
+    assert policy.owners == ("zed",)
+
+
+# ---------------------------------------------------------------------------------------- runs folder
+def test_runs_folder_on_a_space_with_persistent_storage(tmp_path):
+    persistent = tmp_path / "data"
+    persistent.mkdir()
+    assert choose_runs_root(env=SPACE, persistent_dir=persistent) == persistent / "runs"
+    assert choose_runs_root(env={**SPACE, "SQLENV_RUNS_DIR": "/x/runs"}, persistent_dir=persistent).as_posix() == "/x/runs"
+    assert choose_runs_root(tmp_path / "mine", env=SPACE, persistent_dir=persistent) == tmp_path / "mine"
+    assert choose_runs_root(env={}, persistent_dir=persistent).as_posix() == "runs"  # not a Space
+    assert choose_runs_root(env=SPACE, persistent_dir=tmp_path / "absent").as_posix() == "runs"  # no storage
+
+
+# ------------------------------------------------------------------------------------- visitor input
+def test_visitor_dataset_names_never_reach_the_disk_outside_data(tmp_path):
+    from dashboard import inputs
+    from sqlenv.builtin import ensure_builtin
+
+    data = tmp_path / "data"
+    info = ensure_builtin(data / "builtin")
+    assert inputs.dataset_source("builtin", data) == "builtin"
+    shutil.copytree(info.root, data / "mini")
+    meta = json.loads((data / "mini" / "dataset.json").read_text())
+    (data / "mini" / "dataset.json").write_text(json.dumps({**meta, "name": "mini"}))
+    assert inputs.dataset_source("mini", data) == str(data / "mini")
+    shutil.copytree(info.root, tmp_path / "outside")  # a prepared dataset outside data/
+    for bad in (str(tmp_path / "outside"), "../outside", "mini/../../outside", "/etc", "", None, 5, "x" * 1_000_000):
+        with pytest.raises(inputs.InputRefused) as err:
+            inputs.dataset_source(bad, data)
+        assert len(str(err.value)) < 400  # a 1 MB name is not echoed back
+
+
+def test_visitor_text_limits():
+    from dashboard import inputs
+
+    assert inputs.text(None, "Arg") == "" and inputs.text("SELECT 1", "Arg") == "SELECT 1"
+    with pytest.raises(inputs.InputRefused, match=r"too long: 1,000,000 characters \(at most 20,000\)"):
+        inputs.text("x" * 1_000_000, "The argument")
+    with pytest.raises(inputs.InputRefused, match="must be text"):
+        inputs.text({"a": 1}, "The argument")
+    assert inputs.run_names(["a", "b"]) == ["a", "b"]
+    with pytest.raises(inputs.InputRefused, match="Too many runs"):
+        inputs.run_names(["r"] * 13)
+
+
+def test_run_cache_messages_for_missing_traversing_and_huge_names(tmp_path):
+    from dashboard.run_data import RunCache
+
+    (tmp_path / "runs").mkdir()
+    cache = RunCache(tmp_path / "runs")
+    assert cache.try_snapshot("no-such-run") == (None, "No run named 'no-such-run' under runs/.")
+    snap, err = cache.try_snapshot("../etc")
+    assert snap is None and err.startswith("Refused")
+    snap, err = cache.try_snapshot("r" * 1_000_000)
+    assert snap is None and err.startswith("Refused") and len(err) < 200
+
+
+# ------------------------------------------------------------------------------------------ Hub push
+def finished_run(root, status="completed"):
+    run = RunDir.create(root, "run-a")
+    run.write_config({"model": "builtin:tiny"})
+    run.write_status(status, started_at=now_iso())
+    run.append("metrics", {"step": 1, "reward": 0.5})
+    (run.final_dir).mkdir()
+    (run.final_dir / "model.safetensors").write_bytes(b"weights")
+    (run.path / ".final-abc123").mkdir()  # a half-written temp folder
+    (run.path / ".final-abc123" / "model.safetensors").write_bytes(b"half")
+    (run.path / ".status.json.x.tmp").write_text("{")
+    return run
+
+
+def test_push_plan_lists_the_run_files_and_weights_only(tmp_path):
+    from dashboard.hub import plan_push
+
+    plan = plan_push(finished_run(tmp_path), " alice/sqlenv-runs ")
+    assert plan.repo_id == "alice/sqlenv-runs" and plan.path_in_repo == "runs/run-a"
+    assert plan.files == ("config.json", "final/model.safetensors", "metrics.jsonl", "status.json")
+    assert plan.has_weights and "run-a" in plan.commit_message
+
+
+def test_push_refuses_unfinished_runs_and_bad_repo_names(tmp_path):
+    from dashboard.hub import HubPushError, plan_push
+
+    run = finished_run(tmp_path, status="running")
+    with pytest.raises(HubPushError, match="is running: push it once it has finished"):
+        plan_push(run, "alice/runs")
+    run.write_status("stopped")
+    for bad in ("", "a/b/c", "../x", "x" * 500):
+        with pytest.raises(HubPushError):
+            plan_push(run, bad)
+
+
+def test_push_goes_as_far_as_the_network_and_reports_it(tmp_path, monkeypatch):
+    """The Hub cannot be reached from here: point the push at a closed port on 127.0.0.1 and check that it
+    gets as far as the Hub call and fails with a message that says where it was going."""
+    from dashboard.hub import HubPushError, push_run
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]  # nothing listens once the socket closes
+    with pytest.raises(HubPushError) as err:
+        push_run(finished_run(tmp_path), "alice/sqlenv-runs", token="hf_test", endpoint=f"http://127.0.0.1:{closed}")
+    message = str(err.value)
+    assert message.startswith("Could not push run-a to alice/sqlenv-runs:")
+    assert "Connect" in message or "connect" in message or "Offline" in message, message

@@ -1,0 +1,254 @@
+"""The dashboard's events called straight through its API, as anyone on the internet could once it is public.
+
+A real `python app.py` on 127.0.0.1 per access mode. Anonymous callers (gradio_client, and raw HTTP for what
+the client will not send) must be refused by the server for every event that spends the owner's compute or
+changes runs, and nothing may start; the owner (password token, or a Hub login's session for a Space) gets
+through. Visitors' events get hostile values and must answer with a clear message and keep serving.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import shutil
+import time
+
+import pytest
+
+from app_server import app_config, call_event, default_inputs, serve
+from training.run_dir import RunDir
+
+PASSWORD = "correct horse battery staple"
+REFUSED = "Refused: only the owner may"
+# The owner bar's own events (log in, log out, set the page up): private, but not owner-only.
+GATE_EVENTS = ("login", "logout", "on_load")
+OWNER_EVENTS = {"start", "stop", "push", "on_dataset"}  # at least these are owner-only (on_dataset: Train form)
+MEGABYTE = "x" * 1_000_000
+
+
+@pytest.fixture(scope="module")
+def password_app():
+    with serve({"SQLENV_ADMIN_PASSWORD": PASSWORD}, log_name="password") as app:
+        app["config"] = app_config(app["url"])
+        yield app
+
+
+def deps_by_name(config):
+    return {d["api_name"]: d for d in config["dependencies"] if d.get("backend_fn")}
+
+
+def elem_ids(config, ids):
+    by_id = {c["id"]: c.get("props", {}).get("elem_id") for c in config["components"]}
+    return [by_id.get(i) for i in ids]
+
+
+def event(config, api_prefix, output_elem_id=None):
+    """The dependency named `api_prefix` (or `api_prefix_N`) writing to the component `output_elem_id`."""
+    for d in config["dependencies"]:
+        name = d.get("api_name") or ""
+        if d.get("backend_fn") and (name == api_prefix or name.startswith(api_prefix + "_")):
+            if output_elem_id is None or output_elem_id in elem_ids(config, d["outputs"]):
+                return d
+    raise LookupError(f"no event {api_prefix} -> {output_elem_id}")
+
+
+def call(app, dep, data, **kwargs):
+    return call_event(app["url"], dep["id"], data, queued=dep.get("queue", True) is not False, **kwargs)
+
+
+def files_and_times(path):
+    return sorted((str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns) for p in path.rglob("*"))
+
+
+def run_dirs(app):
+    return sorted(p.name for p in app["runs"].iterdir() if p.name != "models")
+
+
+def login(app, password=PASSWORD):
+    result = call(app, event(app["config"], "login"), [password])
+    assert result["success"], result
+    return result["output"][0]  # the token the page keeps in localStorage
+
+
+# ------------------------------------------------------------------------------------ owner-only events
+def test_gradio_client_sees_no_owner_events_and_cannot_call_them(password_app):
+    from gradio_client import Client
+
+    client = Client(password_app["url"], verbose=False)
+    named = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
+    listed = {name.strip("/") for name in named}
+    assert listed and not listed & (OWNER_EVENTS | {"login", "login_1", "logout"}), listed
+    with pytest.raises(ValueError, match="Cannot find a function"):
+        client.predict(api_name="/start")
+    assert run_dirs(password_app) == []
+
+
+def test_every_anonymous_call_is_refused_or_harmless_and_starts_nothing(password_app):
+    """Every event of the page, called anonymously with the values a fresh page sends (and a forged owner
+    token): owner-only events are refused by the server, and no event starts a run or writes one."""
+    config = password_app["config"]
+    # A finished run that an unguarded event could change (resume it, push it, delete it): it must not change.
+    existing = RunDir.create(password_app["runs"], "run-existing")
+    existing.write_config({"model": "builtin:tiny"})
+    existing.write_status("completed", step=2, total_steps=2)
+    existing.append("metrics", {"step": 1, "reward": 0.1})
+    (existing.final_dir).mkdir()
+    (existing.final_dir / "model.safetensors").write_bytes(b"weights")
+    before = files_and_times(existing.path)
+    refused = set()
+    for dep in config["dependencies"]:
+        if not dep.get("backend_fn"):
+            continue
+        data = default_inputs(config, dep)
+        result = call(password_app, dep, data)
+        name = dep["api_name"]
+        if dep.get("api_visibility") == "private" and not name.startswith(GATE_EVENTS):
+            assert not result["success"] and REFUSED in (result["error"] or ""), (name, result)
+            refused.add(name)
+            # A forged token in the owner-token input (always the last) is no better than none.
+            forged = call(password_app, dep, [*data[:-1], "9999999999." + "0" * 64])
+            assert not forged["success"] and REFUSED in forged["error"], (name, forged)
+    assert OWNER_EVENTS <= refused, refused
+    time.sleep(1.0)  # a run started by mistake would have created its directory by now
+    assert run_dirs(password_app) == ["run-existing"]
+    assert files_and_times(existing.path) == before
+    assert "Started" not in password_app["log"].read_text()
+    shutil.rmtree(existing.path)
+
+
+def test_the_owner_logs_in_with_the_password_and_controls_training(password_app):
+    config = password_app["config"]
+    wrong = call(password_app, event(config, "login"), ["guess"])
+    assert wrong["output"][0] == "" and "Wrong password" in wrong["output"][1]
+    token = login(password_app)
+    assert token and 'data-owner="true"' in call(password_app, event(config, "login"), [PASSWORD])["output"][1]
+    stop = event(config, "stop")
+    result = call(password_app, stop, [*default_inputs(config, stop)[:-1], token])
+    assert result["success"], result
+    assert "No run is training" in result["output"][0]
+    # The page-load check: the token enables the controls on a reload; no token leaves them off.
+    load = next(d for d in config["dependencies"] if (d.get("api_name") or "").startswith("on_load")
+                and "owner-status" in elem_ids(config, d["outputs"]))
+    assert 'data-owner="true"' in call(password_app, load, [token])["output"][0]
+    assert 'data-owner="false"' in call(password_app, load, [""])["output"][0]
+
+
+# ---------------------------------------------------------------------------------------- other modes
+def test_a_space_without_an_owner_has_its_controls_off_and_says_how_to_turn_them_on():
+    with serve({"SPACE_ID": "alice/sqlenv", "SPACE_AUTHOR_NAME": "alice"}, log_name="locked") as app:
+        config = app_config(app["url"])
+        status = next(c for c in config["components"] if c.get("props", {}).get("elem_id") == "owner-status")
+        text = status["props"]["value"]
+        assert 'data-mode="locked"' in text and "SQLENV_ADMIN_PASSWORD" in text and "hf_oauth: true" in text
+        start = event(config, "start")
+        assert {c["props"].get("interactive") for c in config["components"]
+                if c["id"] in start["inputs"][:-2]} == {False}  # the Train form, greyed out
+        result = call(app, start, default_inputs(config, start))
+        assert not result["success"] and "no owner is configured" in result["error"]
+        assert run_dirs(app) == []
+
+
+def session_cookie(client_secret: str, username: str) -> dict[str, str]:
+    """The signed session cookie that Gradio's OAuth callback stores after a Hub login (Starlette's
+    SessionMiddleware format, signed with the key Gradio derives from the Space's OAuth secret): what a
+    browser sends once the Hub has said who the user is. No Hub involved."""
+    from itsdangerous import TimestampSigner
+
+    info = {"access_token": "hf_oauth_test", "token_type": "bearer", "scope": "openid profile",
+            "expires_at": int(time.time()) + 3600,
+            "userinfo": {"sub": "1", "name": username.title(), "preferred_username": username,
+                         "profile": f"https://huggingface.co/{username}", "picture": ""}}
+    secret = hashlib.sha256((client_secret + "-v4").encode()).hexdigest()
+    data = base64.b64encode(json.dumps({"oauth_info": info}).encode())
+    return {"session": TimestampSigner(secret).sign(data).decode()}
+
+
+def test_on_a_space_with_hub_login_only_the_owners_control_training():
+    pytest.importorskip("authlib")
+    pytest.importorskip("itsdangerous")
+    secret = "oauth-client-secret"
+    env = {"SYSTEM": "spaces", "SPACE_ID": "alice/sqlenv", "SPACE_AUTHOR_NAME": "alice", "OAUTH_CLIENT_ID": "client-id",
+           "OAUTH_CLIENT_SECRET": secret, "OAUTH_SCOPES": "openid profile",
+           # Never contacted: only the /login/huggingface redirect (not used here) would fetch it.
+           "OPENID_PROVIDER_URL": "http://127.0.0.1:9"}
+    with serve(env, log_name="oauth") as app:
+        config = app_config(app["url"])
+        assert any(c.get("props", {}).get("elem_id") == "owner-oauth" for c in config["components"])
+        stop = event(config, "stop")
+        data = default_inputs(config, stop)
+        owner = call(app, stop, data, cookies=session_cookie(secret, "alice"))
+        assert owner["success"] and "No run is training" in owner["output"][0], owner
+        for cookies in (session_cookie(secret, "bob"), None, session_cookie("another-secret", "alice")):
+            other = call(app, stop, data, cookies=cookies)
+            assert not other["success"] and REFUSED in other["error"] and "alice" in other["error"], other
+        start = event(config, "start")
+        assert REFUSED in call(app, start, default_inputs(config, start), cookies=session_cookie(secret, "bob"))["error"]
+        assert run_dirs(app) == []
+
+
+# ------------------------------------------------------------------------------------ visitors' input
+def test_hostile_values_in_public_events_get_clear_messages_and_the_app_keeps_serving(password_app):
+    config, root = password_app["config"], password_app["root"]
+    # Things outside runs/ and data/ that a visitor must not reach: a run and a prepared dataset.
+    outside_run = root / "outside-run"
+    outside_run.mkdir()
+    (outside_run / "status.json").write_text(json.dumps({"status": "completed", "error": "SECRET-RUN"}))
+    from sqlenv.builtin import ensure_builtin
+
+    info = ensure_builtin(root / "outside-data")
+    questions = json.loads(info.questions_path("eval").read_text())
+    questions[0]["question_text"] = "SECRET-QUESTION"
+    info.questions_path("eval").write_text(json.dumps(questions))
+    before = sorted(p.name for p in root.iterdir())
+
+    new = event(config, "new_episode")
+    session = "visitor-play"
+    for dataset, message in ((str(info.root), "Unknown dataset"), ("../outside-data", "Unknown dataset"),
+                             (MEGABYTE, "Dataset is too long: 1,000,000 characters")):
+        result = call(password_app, new, [dataset, "eval", "random", 15, None], session_hash=session)
+        assert result["success"] and message in result["output"][1], result
+        assert len(result["output"][1]) < 2000
+    unknown_question = call(password_app, new, ["builtin", "eval", "q-does-not-exist", 15, None])
+    assert not unknown_question["success"] and "q-does-not-exist" in unknown_question["error"]
+
+    started = call(password_app, new, ["builtin", "eval", "random", 15, None], session_hash=session)
+    assert 'data-budget="15"' in started["output"][1]
+    step = event(config, "do_step")
+    huge = call(password_app, step, ["QUERY", MEGABYTE, None], session_hash=session)
+    assert huge["success"] and "too long: 1,000,000 characters (at most 20,000)" in huge["output"][2]
+    assert "no step was spent" in huge["output"][2]
+    normal = call(password_app, step, ["QUERY", "SELECT 1", None], session_hash=session)
+    assert 'data-budget="14"' in normal["output"][1]  # the refused step cost nothing
+    fresh = call(password_app, new, ["builtin", "eval", "random", 15, None], session_hash=session)
+    assert 'data-budget="15"' in fresh["output"][1] and "No actions yet" in fresh["output"][3]  # a new episode
+
+    # Run pickers: Gradio itself refuses a name that is not among the choices this page was offered; what
+    # gets past it (or a page offered the name) meets the run cache's own check.
+    for api, elem in (("show", "runs-detail"), ("on_run", "compare-note")):
+        dep = event(config, api, elem)
+        for name, message in (("../outside-run", "Refused"), ("no-such-run", "No run named 'no-such-run'"),
+                              (MEGABYTE, "Refused: invalid run name")):
+            result = call(password_app, dep, [name])
+            text = json.dumps(result)
+            assert message in text or "is not in the list of choices" in text, (api, name, text[:300])
+            assert "SECRET" not in text
+
+    # Every public event, every text input 1 MB long: answered (a message or Gradio's refusal), not a crash.
+    for dep in config["dependencies"]:
+        if not dep.get("backend_fn") or dep.get("api_visibility") == "private":
+            continue
+        data = [MEGABYTE if isinstance(v, str) else v for v in default_inputs(config, dep)]
+        result = call(password_app, dep, data)
+        assert result["success"] or result["error"], (dep["api_name"], result)
+        assert "SECRET" not in json.dumps(result)
+    # The app takes no files: an upload is refused before it reaches the server's temp folder.
+    import httpx
+
+    upload = httpx.post(password_app["url"] + "gradio_api/upload", files={"files": ("a.txt", b"x" * 1024)})
+    assert upload.status_code == 413, upload.text[:200]
+    assert password_app["proc"].poll() is None
+    again = call(password_app, new, ["builtin", "eval", "random", 15, None])
+    assert again["success"] and 'data-budget="15"' in again["output"][1]
+    assert sorted(p.name for p in root.iterdir()) == before  # nothing written beside runs/ and data/
+    assert run_dirs(password_app) == []

@@ -1,0 +1,60 @@
+"""The run cache parses only what a run appended since its last read, and still reads every line right:
+torn last lines, corrupt lines, files replaced or cut short."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from dashboard.run_data import RunCache
+from training.run_dir import RunDir, now_iso, read_jsonl
+
+
+def append_raw(run: RunDir, text: str) -> None:
+    with open(run.file("metrics.jsonl"), "a") as f:
+        f.write(text)
+    time.sleep(0.002)  # a new mtime for the cache's change check
+
+
+def test_appended_lines_are_parsed_once_and_match_a_full_read(tmp_path):
+    run = RunDir.create(tmp_path, "r1")
+    run.write_status("running", started_at=now_iso())
+    cache = RunCache(tmp_path)
+    for step in range(1, 4):
+        run.append("metrics", {"step": step, "reward": step / 10})
+    first = cache.snapshot("r1").metrics
+    assert [m["step"] for m in first] == [1, 2, 3]
+    # Bytes already parsed are not parsed again: blank out the first line in place (same size, same file)
+    # and the cache still has it, where a full re-read would have lost it.
+    with open(run.file("metrics.jsonl"), "r+b") as f:
+        line = f.readline()
+        f.seek(0)
+        f.write(b" " * (len(line) - 1))
+
+    append_raw(run, '{"step": 4, "reward": 0.4}\nnot json\n{"step": 5, "rew')  # a corrupt and a torn line
+    second = cache.snapshot("r1").metrics
+    assert [m["step"] for m in second] == [1, 2, 3, 4]
+    assert [m["step"] for m in first] == [1, 2, 3]  # a snapshot handed out never changes
+    append_raw(run, 'ard": 0.5}\n')
+    third = cache.snapshot("r1").metrics
+    assert [m["step"] for m in third] == [1, 2, 3, 4, 5]
+    assert third[1:] == read_jsonl(run.file("metrics.jsonl"))  # what a full read sees, but the blanked line
+
+
+def test_a_replaced_or_shortened_file_is_read_again_from_its_start(tmp_path):
+    run = RunDir.create(tmp_path, "r1")
+    run.write_status("running", started_at=now_iso())
+    cache = RunCache(tmp_path)
+    for step in range(1, 6):
+        run.append("metrics", {"step": step})
+    assert len(cache.snapshot("r1").metrics) == 5
+    replacement = run.file("metrics.jsonl.new")
+    replacement.write_text('{"step": 10}\n{"step": 11}\n')
+    os.replace(replacement, run.file("metrics.jsonl"))  # another inode
+    time.sleep(0.002)
+    assert [m["step"] for m in cache.snapshot("r1").metrics] == [10, 11]
+    run.file("metrics.jsonl").write_text('{"step": 20}\n')  # same inode, shorter
+    time.sleep(0.002)
+    assert [m["step"] for m in cache.snapshot("r1").metrics] == [20]
+    run.file("metrics.jsonl").unlink()
+    assert cache.snapshot("r1").metrics == []
