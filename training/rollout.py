@@ -168,12 +168,3 @@ def rollout_rows(source: Any):
     finally:
         env.close()
     return Dataset.from_dict({"prompt": prompts, "question_id": ids})
-
-
-def __getattr__(name: str) -> Any:
-    # `build_trainer` and `grpo_args` moved to `training.grpo`; older scripts (bench/learning_curve.py) import them here.
-    if name in ("build_trainer", "grpo_args"):
-        from training import grpo
-
-        return getattr(grpo, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

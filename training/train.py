@@ -7,7 +7,7 @@ One function for the CLI, the notebook and the dashboard (which calls it in a th
 It writes `runs/<run_id>/` (format in `training/run_dir.py`): config.json, status.json (queued → running →
 completed | stopped | failed, with the error message, and a `phase`: loading model, sft, base eval, grpo,
 saving, comparison, done), then loads the model (`training.models`), warm-starts
-it with SFT when enabled (`training.sft`), trains with GRPO (`training.rollout.build_trainer`; live files by
+it with SFT when enabled (`training.sft`), trains with GRPO (`training.grpo.build_trainer`; live files by
 `training.callbacks.RunCallback`), saves `final/` (temp dir, then renamed), and plays the comparison: the
 random policy, the trained model (and the model as GRPO found it, when cheap) on the same eval questions with
 the same seeds → comparison.jsonl. Any exception marks the run failed with its message and is re-raised.
@@ -50,7 +50,7 @@ from training.run_dir import (
     this_host,
 )
 
-__all__ = ["run_training", "resume_training", "main", "RunStopped"]
+__all__ = ["run_training", "resume_training", "progress_listener", "main", "RunStopped"]
 
 
 class RunStopped(Exception):
@@ -513,8 +513,10 @@ class _ArgumentParser(argparse.ArgumentParser):
 SFT_LINE_SECONDS = 10.0
 
 
-def _cli_listener(total_hint: int) -> Listener:
-    """Terminal progress: one line per status change, metrics log and eval."""
+def progress_listener(total_hint: int) -> Listener:
+    """The CLI's terminal progress, as a `run_training` listener: one line per status change, GRPO metrics log
+    and eval, an SFT line at most every `SFT_LINE_SECONDS`, and the comparison's summary. `total_hint`: GRPO
+    steps."""
     t0 = time.time()
     last_phase: list[str | None] = [None]
     last_sft_line = [-1e9]  # SFT logs every few steps: one line per SFT_LINE_SECONDS is enough for a terminal
@@ -591,9 +593,10 @@ def main(argv: list[str] | None = None) -> int:
         import datasets
 
         transformers.logging.set_verbosity_error()
+        transformers.logging.disable_progress_bar()  # loading and saving weights; progress lines say enough
         datasets.disable_progress_bars()  # the warm start's dataset preparation; progress lines say enough
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    listener = None if args.quiet or not _is_main_process() else _cli_listener(config.max_steps)
+    listener = None if args.quiet or not _is_main_process() else progress_listener(config.max_steps)
     try:
         if args.resume:
             run_dir = resume_training(args.resume, listener=listener)

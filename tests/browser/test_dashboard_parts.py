@@ -54,6 +54,44 @@ def test_success_and_tool_health_charts():
     assert not empty["data"] and empty["layout"]["annotations"]
 
 
+def test_train_tab_charts_during_the_warm_start(tmp_path):
+    """While SFT runs (before any GRPO step) every Train-tab chart already has data, on one minutes timeline; once
+    GRPO logs, its reward joins the SFT loss, after a 'GRPO' marker."""
+    from dashboard.train_tab import status_html
+
+    run = RunDir.create(tmp_path, "warm")
+    run.write_status("running", started_at=now_iso(), phase="sft", phase_step=20, phase_total=5000, step=0,
+                     total_steps=20)
+    t0 = RunCache(tmp_path).snapshot("warm").t0
+    for step in (10, 20):
+        run.append("metrics", {"phase": "sft", "step": step, "loss": 7.0 / step, "mean_token_accuracy": step / 100,
+                               "learning_rate": 1e-3, "time": t0 + 3 * step})
+    for split in ("train", "eval"):
+        run.append("evals", {"phase": "sft", "step": 0, "split": split, "success_rate": 0.0, "explore_rate": 0.0,
+                             "time": t0 + 5})
+    snap = RunCache(tmp_path).snapshot("warm")
+    learning = charts.reward_figure(snap.metrics, t0=snap.t0)
+    assert [t["name"] for t in learning["data"]] == ["SFT loss (right axis)"]
+    assert learning["data"][0]["x"] == pytest.approx([0.5, 1.0]) and learning["layout"]["yaxis2"]["type"] == "log"
+    assert learning["layout"]["xaxis"]["title"]["text"] == "minutes since start"
+    success = charts.success_figure(snap.evals, t0=snap.t0)
+    assert {t["name"] for t in success["data"]} == {"train split", "eval split", "eval: looked before answering"}
+    health = charts.tool_health_figure(snap.metrics, t0=snap.t0)
+    assert [t["name"] for t in health["data"]] == ["SFT token accuracy"]
+    bar = status_html(snap, None)
+    assert "warm start (SFT) step <b>20 / 5000</b>" in bar and 'data-plotted-phase="sft"' in bar
+
+    run.append("metrics", {"phase": "grpo", "step": 1, "reward": 0.2, "reward_std": 0.1,
+                           "rewards/reward_correctness/mean": 0.1, "tools/call_frequency": 1.5, "time": t0 + 120})
+    snap = RunCache(tmp_path).snapshot("warm")
+    learning = charts.reward_figure(snap.metrics, t0=snap.t0)
+    assert "reward (mean)" in [t["name"] for t in learning["data"]]
+    assert learning["layout"]["shapes"][0]["x0"] == pytest.approx(2.0)  # GRPO starts at minute 2
+    go = pytest.importorskip("plotly.graph_objects")
+    for fig in (learning, success, charts.tool_health_figure(snap.metrics, t0=snap.t0)):
+        go.Figure(fig)
+
+
 def test_transcript_html_escapes_and_shows_layers_and_verdict():
     page = transcript_html(TRANSCRIPT, title="Random baseline")
     assert "<script>" not in page and "&lt;script&gt;" in page

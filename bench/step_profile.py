@@ -1,0 +1,211 @@
+"""Where a training step of `builtin:tiny` spends its time on CPU, before and after this project's changes.
+
+    nice python bench/step_profile.py                  # one SFT step and one GRPO step, each both ways
+    nice python bench/step_profile.py --warm-start     # also the whole warm start, before vs after, with eval success
+
+SFT: TRL's `SFTTrainer` (its fused, chunked LM head scores every position and recomputes the head in the backward
+pass; on CPU that runs as plain torch ops) against `training.sft_trainer.WarmStartTrainer` (the LM head only at the
+trained positions), on the same model, data and batches. GRPO: the default recipe's step (`rollout_func`, 64
+completions) with TRL's default `gradient_checkpointing=True` — what every run paid before `TrainConfig`'s `False`
+reached `GRPOConfig` — against `False`. Each pair runs interleaved (A, B, A, B) in this one process, so both see the
+same machine; per-step times are medians after a warm-up. For each it prints where the time goes (cProfile: the
+top-level phases of the step).
+
+`--warm-start` adds the whole warm start side by side: the one `bench/learning_curve.py` ran before (TRL's
+`SFTTrainer`, 5000 steps of 4 oracle episodes, lr 3e-3, 2 threads) against the default recipe's
+(`configs/tiny_cpu.json`: `WarmStartTrainer`, its steps, batch and threads), both on the clean oracle so their
+eval success compares: seconds, and greedy success on the same eval episodes. The last line printed is one JSON
+object with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import cProfile
+import json
+import os
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: no spinning threads on a shared machine
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+class StepTimer:
+    """A TrainerCallback recording each optimizer step's wall time (steps after `warmup`)."""
+
+    def __init__(self, warmup: int = 3):
+        from transformers import TrainerCallback
+
+        timer = self
+
+        class _Callback(TrainerCallback):
+            def on_step_begin(self, args, state, control, **kwargs):
+                timer.begin = time.perf_counter()
+
+            def on_step_end(self, args, state, control, **kwargs):
+                if state.global_step > warmup:
+                    timer.seconds.append(time.perf_counter() - timer.begin)
+
+        self.begin = 0.0
+        self.seconds: list[float] = []
+        self.callback = _Callback()
+
+    @property
+    def median_ms(self) -> float:
+        return 1000 * statistics.median(self.seconds)
+
+
+def phases(profile: cProfile.Profile, names: dict[str, str], steps: int) -> dict[str, float]:
+    """Milliseconds per step spent in each function named in `names` ({label: function name}), cumulative."""
+    stats = pstats.Stats(profile).stats
+    out = {}
+    for label, name in names.items():
+        total = sum(entry[3] for (_, _, function), entry in stats.items() if function == name)
+        out[label] = round(1000 * total / steps, 1)
+    return out
+
+
+def sft_steps(model, tokenizer, conversations, trainer_class, steps: int, profile: bool) -> tuple[float, dict]:
+    from training.sft import SFTSettings, run_sft
+
+    timer = StepTimer()
+    profiler = cProfile.Profile() if profile else None
+    if profiler:
+        profiler.enable()
+    run_sft(copy.deepcopy(model), tokenizer, SFTSettings(max_steps=steps, batch_size=4, logging_steps=10_000),
+            conversations=conversations, callbacks=[timer.callback], trainer_class=trainer_class)
+    split = {}
+    if profiler:
+        profiler.disable()
+        split = phases(profiler, {"forward + loss": "compute_loss", "backward": "backward",
+                                  "optimizer": "step"}, steps)
+    return timer.median_ms, split
+
+
+def grpo_steps(model, tokenizer, checkpointing: bool, steps: int, profile: bool) -> tuple[float, dict]:
+    from training.config import TrainConfig
+    from training.rollout import build_trainer
+
+    config = TrainConfig.from_json(REPO / "configs" / "tiny_cpu.json").with_overrides(
+        {"max_steps": steps, "sft": False, "gradient_checkpointing": checkpointing,
+         "output_dir": tempfile.mkdtemp(prefix="sqlenv-profile-")})
+    timer = StepTimer(warmup=1)
+    trainer = build_trainer(config, copy.deepcopy(model), tokenizer, callbacks=[timer.callback],
+                            output_dir=config.output_dir)
+    profiler = cProfile.Profile() if profile else None
+    if profiler:
+        profiler.enable()
+    trainer.train()
+    split = {}
+    if profiler:
+        profiler.disable()
+        split = phases(profiler, {"rollouts (generation + environment)": "rollout_func",
+                                  "log-probs + loss (forward)": "_compute_loss", "backward": "backward"}, steps)
+    return timer.median_ms, split
+
+
+def warm_start(model, tokenizer, threads: int, trainer_class, steps: int, batch: int, lr: float,
+               eval_episodes: int) -> dict:
+    import torch
+
+    from training.policy import evaluate_model
+    from training.sft import SFTSettings, run_sft
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        fresh = copy.deepcopy(model)
+        result = run_sft(fresh, tokenizer, SFTSettings(max_steps=steps, batch_size=batch, learning_rate=lr,
+                                                       describe=False, teacher_error_rate=0.0, logging_steps=10_000),
+                         trainer_class=trainer_class)
+        success = evaluate_model(fresh, tokenizer, dataset="builtin", split="eval", n_episodes=eval_episodes,
+                                 seed=0, step_budget=10, max_turn_tokens=64, batch_size=64).success_rate
+    finally:
+        torch.set_num_threads(before)
+    return {"seconds": round(result.seconds, 1), "steps": steps, "batch": batch, "threads": threads,
+            "eval_success": success, "eval_episodes": eval_episodes}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sft-steps", type=int, default=60, help="SFT steps per measurement (default 60)")
+    parser.add_argument("--grpo-steps", type=int, default=4, help="GRPO steps per measurement (default 4)")
+    parser.add_argument("--rounds", type=int, default=2, help="A/B rounds, interleaved (default 2)")
+    parser.add_argument("--warm-start", action="store_true", help="also time both whole warm starts (~12 minutes)")
+    parser.add_argument("--eval-episodes", type=int, default=400, help="eval episodes per warm start (default 400)")
+    args = parser.parse_args(argv)
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    import datasets
+    import torch
+    from transformers.utils import logging as hf_logging
+    from trl import SFTTrainer
+
+    from training.config import TrainConfig
+    from training.models import load_model_and_tokenizer
+    from training.sft import teacher_conversations
+    from training.sft_trainer import WarmStartTrainer
+
+    hf_logging.set_verbosity_error()
+    datasets.disable_progress_bars()
+    torch.set_num_threads(1)
+    model, tokenizer = load_model_and_tokenizer("builtin:tiny", device="cpu")
+    conversations = teacher_conversations("builtin", "train", describe=False)
+    out: dict = {"threads": 1}
+
+    log("SFT step, batch of 4 episodes, 1 thread: TRL SFTTrainer vs WarmStartTrainer")
+    sft = {"SFTTrainer": [], "WarmStartTrainer": []}
+    for round_ in range(args.rounds):
+        for cls in (SFTTrainer, WarmStartTrainer):
+            ms, split = sft_steps(model, tokenizer, conversations, cls, args.sft_steps, profile=round_ == 0)
+            sft[cls.__name__].append(ms)
+            log(f"  {cls.__name__:17s} {ms:6.1f} ms/step" + (f"   per step: {split}" if split else ""))
+            if split:
+                out.setdefault("sft_split_ms", {})[cls.__name__] = split
+    out["sft_step_ms"] = {k: round(statistics.median(v), 1) for k, v in sft.items()}
+    out["sft_step_speedup"] = round(out["sft_step_ms"]["SFTTrainer"] / out["sft_step_ms"]["WarmStartTrainer"], 2)
+    log(f"  -> {out['sft_step_speedup']}x")
+
+    log("GRPO step of the default recipe (64 completions, rollout_func), 1 thread: gradient checkpointing on vs off")
+    warm, _ = load_model_and_tokenizer("builtin:tiny", device="cpu")
+    grpo = {"checkpointing on (TRL default)": [], "checkpointing off": []}
+    for round_ in range(args.rounds):
+        for label, flag in (("checkpointing on (TRL default)", True), ("checkpointing off", False)):
+            ms, split = grpo_steps(warm, tokenizer, flag, args.grpo_steps, profile=round_ == 0)
+            grpo[label].append(ms)
+            log(f"  {label:31s} {ms:7.1f} ms/step" + (f"   per step: {split}" if split else ""))
+            if split:
+                out.setdefault("grpo_split_ms", {})[label] = split
+    out["grpo_step_ms"] = {k: round(statistics.median(v), 1) for k, v in grpo.items()}
+
+    if args.warm_start:
+        recipe = TrainConfig.from_json(REPO / "configs" / "tiny_cpu.json")
+        log("Whole warm start on the clean oracle: before (TRL SFTTrainer, 5000 x 4, 2 threads) vs the default recipe")
+        before = warm_start(model, tokenizer, 2, SFTTrainer, 5000, 4, 3e-3, args.eval_episodes)
+        log(f"  before: {before}")
+        after = warm_start(model, tokenizer, recipe.resolved_cpu_threads() or 1, WarmStartTrainer, recipe.sft_max_steps,
+                           recipe.sft_batch_size, recipe.sft_learning_rate, args.eval_episodes)
+        log(f"  after:  {after}")
+        out["warm_start"] = {"before": before, "after": after,
+                             "speedup": round(before["seconds"] / after["seconds"], 2)}
+        log(f"  -> {out['warm_start']['speedup']}x faster, eval success {before['eval_success']:.3f} -> "
+            f"{after['eval_success']:.3f}")
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
