@@ -96,10 +96,10 @@ def sft_steps(model, tokenizer, conversations, trainer_class, steps: int, profil
 
 def grpo_steps(model, tokenizer, checkpointing: bool, steps: int, profile: bool) -> tuple[float, dict]:
     from training.config import TrainConfig
-    from training.rollout import build_trainer
+    from training.grpo import build_trainer
 
     config = TrainConfig.from_json(REPO / "configs" / "tiny_cpu.json").with_overrides(
-        {"max_steps": steps, "sft": False, "gradient_checkpointing": checkpointing,
+        {"max_steps": steps, "sft": False, "gradient_checkpointing": checkpointing, "save_steps": 0,
          "output_dir": tempfile.mkdtemp(prefix="sqlenv-profile-")})
     timer = StepTimer(warmup=1)
     trainer = build_trainer(config, copy.deepcopy(model), tokenizer, callbacks=[timer.callback],
@@ -111,7 +111,7 @@ def grpo_steps(model, tokenizer, checkpointing: bool, steps: int, profile: bool)
     split = {}
     if profiler:
         profiler.disable()
-        split = phases(profiler, {"rollouts (generation + environment)": "rollout_func",
+        split = phases(profiler, {"rollouts (generation + environment)": "play_batched",
                                   "log-probs + loss (forward)": "_compute_loss", "backward": "backward"}, steps)
     return timer.median_ms, split
 

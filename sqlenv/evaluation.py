@@ -51,10 +51,17 @@ class EvaluationResult:
 
     @property
     def explore_rate(self) -> float:
-        """Fraction of episodes that looked at the data (DESCRIBE, SAMPLE or QUERY) before their first ANSWER."""
-        explored = sum(1 for ep in self.episodes
-                       if any(step.get("action_type") != "ANSWER" for step in ep.get("steps", [])[:1]))
-        return explored / len(self.episodes) if self.episodes else 0.0
+        """Fraction of episodes that looked at the data before answering: a DESCRIBE, SAMPLE or QUERY that ran
+        without error came before the first ANSWER (babble parsed as a failing QUERY does not count)."""
+        def looked(episode: dict) -> bool:
+            for step in episode.get("steps", []):
+                if step.get("action_type") == "ANSWER":
+                    return False
+                if not step.get("error"):
+                    return True
+            return False
+
+        return sum(map(looked, self.episodes)) / len(self.episodes) if self.episodes else 0.0
 
     def outcomes(self) -> dict[str, int]:
         """How many episodes ended each way (correct, wrong_answer, budget_exhausted, ...)."""

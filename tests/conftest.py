@@ -43,3 +43,24 @@ def env(toy):
     e = SQLEnvironment(*toy)
     yield e
     e.close()
+
+
+# --------------------------------------------------------------------------- short real training runs
+@pytest.fixture(scope="module")
+def one_cpu_thread():
+    """The tiny model's ops are too small to split; two threads per process crawl on a busy machine. Use with
+    `pytestmark = pytest.mark.usefixtures("one_cpu_thread")`."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """(model, tokenizer) of the built-in tiny model on CPU, shared by a module (deep-copy before training)."""
+    from training.models import load_model_and_tokenizer
+
+    return load_model_and_tokenizer("builtin:tiny", device="cpu")

@@ -162,3 +162,24 @@ def test_wrong_answers_count_as_failures(env):
     result = evaluate(env, Wrong(), n_episodes=4, seed=0)
     assert result.success_rate == 0.0 and result.avg_steps == 1.0
     assert {ep["outcome"] for ep in result.episodes} == {"wrong_answer"}
+
+
+def test_explore_rate_counts_episodes_that_looked_at_the_data_before_answering(env):
+    from sqlenv.policies import GuessPolicy
+
+    class FailThenAnswer:
+        """Babble parsed as a query (it fails), then an answer: that is no look at the data."""
+
+        name = "babble"
+
+        def reset(self, env, observation):
+            self.steps = [SQLAction("QUERY", "blah blah"), SQLAction("ANSWER", "1")]
+
+        def act(self, env, observation):
+            return self.steps.pop(0)
+
+    assert evaluate(env, OraclePolicy(describe=False), n_episodes=6, seed=0).explore_rate == 1.0
+    assert evaluate(env, GuessPolicy(), n_episodes=6, seed=0).explore_rate == 0.0
+    babble = evaluate(env, FailThenAnswer(), n_episodes=4, seed=0)
+    assert babble.episodes[0]["steps"][0]["error"] and babble.explore_rate == 0.0
+    assert babble.to_dict()["explore_rate"] == 0.0

@@ -14,20 +14,11 @@ import pytest
 
 pytest.importorskip("openenv.core", reason="the server extra is not installed (pip install 'sqlenv[server]')")
 
+from training_helpers import small_train_config  # noqa: E402
 from serverproc import ServerProcess  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_cpu_thread")]
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_cpu_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -41,24 +32,6 @@ def builtin():
 def server(builtin):
     with ServerProcess(["--dataset", str(builtin.root), "--split", "train"]) as proc:
         yield proc
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    from training.models import load_model_and_tokenizer
-
-    return load_model_and_tokenizer("builtin:tiny", device="cpu")
-
-
-def _config(tmp_path, server, **overrides):
-    from training.config import TrainConfig
-
-    values = dict(env_url=server.url, max_steps=2, num_generations=2, per_device_train_batch_size=2, step_budget=2,
-                  max_completion_length=96, max_turn_tokens=16, sft=False, compare_base=False, plot_every=1,
-                  trace_every=0, eval_every=0, device="cpu", precision="fp32", seed=0,
-                  output_dir=str(tmp_path / "run"))
-    values.update(overrides)
-    return TrainConfig(**values)
 
 
 def _replayed_in_process(builtin, transcript, step_budget):
@@ -78,7 +51,7 @@ def test_grpo_steps_against_the_server(tiny, tmp_path, server, builtin):
     from training.grpo import build_trainer
     from training.plan import RunPlan
 
-    config = _config(tmp_path, server)
+    config = small_train_config(tmp_path, env_url=server.url)
     model, tokenizer = copy.deepcopy(tiny[0]), copy.deepcopy(tiny[1])
     trainer = build_trainer(RunPlan.resolve(config), model, tokenizer)
     trainer.train()
@@ -103,7 +76,7 @@ def test_rollout_func_against_the_server(tiny, tmp_path, server, builtin):
     from training.grpo import build_trainer
     from training.plan import RunPlan
 
-    config = _config(tmp_path, server, rollout="rollout_func")
+    config = small_train_config(tmp_path, env_url=server.url, rollout="rollout_func")
     model, tokenizer = copy.deepcopy(tiny[0]), copy.deepcopy(tiny[1])
     trainer = build_trainer(RunPlan.resolve(config), model, tokenizer)
     prompts = [trainer.train_dataset[i]["prompt"] for i in (0, 0, 1)]

@@ -16,42 +16,16 @@ import threading
 from pathlib import Path
 
 import pytest
+from training_helpers import small_train_config
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_cpu_thread")]
 
 REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_cpu_thread():
-    """The tiny model's ops are too small to split; two threads per process crawl on a busy machine."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    from training.models import load_model_and_tokenizer
-
-    return load_model_and_tokenizer("builtin:tiny", device="cpu")
-
-
 def _small_config(tmp_path, **overrides):
-    from training.config import TrainConfig
-
-    values = dict(
-        max_steps=2, num_generations=2, per_device_train_batch_size=2, step_budget=2, max_completion_length=96,
-        max_turn_tokens=16, sft=False, compare_base=False, plot_every=1, trace_every=1, eval_every=1,
-        eval_episodes=1, comparison_episodes=2, device="cpu", precision="fp32", seed=0,
-        output_dir=str(tmp_path / "run"),
-    )
-    values.update(overrides)
-    return TrainConfig(**values)
+    return small_train_config(tmp_path, **{"trace_every": 1, "eval_every": 1, **overrides})
 
 
 def _fresh(tiny):

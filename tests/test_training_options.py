@@ -10,32 +10,10 @@ import os
 from pathlib import Path
 
 import pytest
+from training_helpers import small_train_config
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_cpu_thread")]
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_cpu_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def _config(tmp_path, **overrides):
-    from training.config import TrainConfig
-
-    values = dict(
-        max_steps=2, num_generations=2, per_device_train_batch_size=2, step_budget=2, max_completion_length=96,
-        max_turn_tokens=16, sft=False, compare_base=False, plot_every=1, trace_every=0, eval_every=0,
-        eval_episodes=1, comparison_episodes=2, device="cpu", precision="fp32", seed=0,
-        output_dir=str(tmp_path / "run"),
-    )
-    values.update(overrides)
-    return TrainConfig(**values)
 
 
 def test_lora_run_with_passthrough_and_tensorboard(tmp_path):
@@ -49,7 +27,7 @@ def test_lora_run_with_passthrough_and_tensorboard(tmp_path):
     from training.run_dir import RunDir
     from training.train import run_training
 
-    config = _config(tmp_path, sft=True, sft_max_steps=2, sft_episodes=4, sft_batch_size=2, beta=0.04,
+    config = small_train_config(tmp_path, sft=True, sft_max_steps=2, sft_episodes=4, sft_batch_size=2, beta=0.04,
                      lora={"r": 4, "alpha": 8, "merge": True}, report_to=["tensorboard"]).with_overrides(
         ["grpo.loss_type=dr_grpo", "grpo.top_p=0.9", "grpo.mask_truncated_completions=true"])
     run = RunDir(run_training(config))
@@ -89,7 +67,7 @@ def test_lora_reference_is_the_base_with_the_adapter_disabled(tmp_path):
     from training.models import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer("builtin:tiny", device="cpu")
-    config = _config(tmp_path, beta=0.1, lora={"r": 2, "target_modules": ["q_proj", "v_proj"]})
+    config = small_train_config(tmp_path, beta=0.1, lora={"r": 2, "target_modules": ["q_proj", "v_proj"]})
     trainer = build_trainer(config, copy.deepcopy(model), tokenizer, output_dir=str(tmp_path / "trainer"))
     assert trainer.ref_model is None and isinstance(trainer.model, PeftModel)
     trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
@@ -110,7 +88,7 @@ def test_data_dir_is_where_named_datasets_resolve(tmp_path):
     (data / "mine" / "dataset.json").write_text(json.dumps({**source.meta, "name": "mine"}))
     with pytest.raises(ConfigError, match="unknown dataset 'mine'"):
         TrainConfig(dataset="mine")
-    config = _config(tmp_path, dataset="mine", data_dir=str(data))
+    config = small_train_config(tmp_path, dataset="mine", data_dir=str(data))
     plan = RunPlan.resolve(config)
     assert plan.dataset.root == data / "mine"
     assert plan.episodes("train").questions_path == data / "mine" / "questions_train.json"

@@ -37,6 +37,9 @@ logger = logging.getLogger(__name__)
 
 Listener = Callable[[str, dict], None]
 
+#: Seconds between two writes of the warm start's progress (`phase_step`) to status.json.
+PROGRESS_EVERY_S = 0.5
+
 #: Episodes per split of the eval before the warm start (see `RunCallback.on_train_begin`).
 UNTRAINED_EVAL_EPISODES = 4
 
@@ -138,6 +141,7 @@ class RunCallback(TrainerCallback):
             self.eval_every, self.trace_every = config.eval_every, config.trace_every
         self.stopped = False
         self._last_step_end: float | None = None
+        self._last_progress = float("-inf")
         self._last_eval_step: int | None = last_eval_step
         self._envs: dict[str, list[Any]] = {}
 
@@ -162,7 +166,9 @@ class RunCallback(TrainerCallback):
         self._last_step_end = now
         if self.phase == "grpo":
             self.recorder.status(step=step, total_steps=state.max_steps, last_step_seconds=wall)
-        else:
+        elif now - self._last_progress >= PROGRESS_EVERY_S or step >= state.max_steps:
+            # SFT steps take tens of milliseconds: its progress is written (and sent to the page) twice a second.
+            self._last_progress = now
             self.recorder.status(phase_step=step, phase_total=state.max_steps)
         if self.stop_event is not None and self.stop_event.is_set():
             self._stop(args, control)

@@ -44,10 +44,11 @@ class SFTSettings:
         dataset: dataset whose oracle episodes are imitated (`builtin`, a prepared name or a path).
         split: split to take the episodes from (`train`; never an eval split).
         step_budget: the environment's step budget, as in GRPO (10), so the observations match.
-        epochs: passes over the oracle episodes (3). The tiny model needs more steps than that to copy
-            values from the question (measured on the built-in data, ~3,400 train questions, batches of 4:
-            4000 steps gave 58-62% eval greedy success; copying is learned late and unevenly, so single runs
-            differ by several points; a few hundred steps teach the protocol and the SQL shapes only).
+        epochs: passes over the teacher's episodes (3). The tiny model needs more steps than that to copy
+            values from the question and the results (measured on the built-in data, ~3,400 train questions,
+            batches of 4, clean oracle: 5000 steps gave 68% eval greedy success with a cosine schedule, 77-80%
+            with warmup-stable-decay; copying is learned late and unevenly, so single runs differ by several
+            points; a few hundred steps teach the protocol and the SQL shapes only; docs/EXPERIMENTS.md).
         learning_rate: peak learning rate (3e-3 suits the tiny model from scratch; use ~1e-5 for a pretrained
             Qwen3).
         batch_size: episodes per optimizer step (4: on CPU the step cost is proportional to the batch, and the
@@ -55,7 +56,8 @@ class SFTSettings:
         gradient_accumulation_steps: 1.
         warmup: linear warm-up, as a fraction of the steps when < 1, else a number of steps (0.05).
         weight_decay: 0.0.
-        lr_scheduler_type: "cosine".
+        lr_scheduler_type: "cosine". The default recipe (configs/tiny_cpu.json) passes "warmup_stable_decay"
+            through `TrainConfig.sft_args`: the constant phase crosses the copying transition sooner.
         lr_scheduler_kwargs: extra arguments of the schedule (None), e.g. `{"num_decay_steps": 1000}` for
             "warmup_stable_decay".
         max_steps: optimizer steps; overrides `epochs` when > 0 (-1).
