@@ -6,7 +6,9 @@ Training controls are open on 127.0.0.1 only; elsewhere they need the owner: SQL
 Space the Hub sign-in (hf_oauth) of its author or SQLENV_ADMIN_USERS (dashboard/access.py, README).
 """
 
-from dashboard.app import main
-
 if __name__ == "__main__":
+    # Imported here, not at the top: each training run is a spawned process that imports this file again (as
+    # __mp_main__), and it needs none of the web app.
+    from dashboard.app import main
+
     main()

@@ -48,7 +48,7 @@ TOOL_HEALTH_KEYS = (
     ("completions/clipped_ratio", "clipped completions"),
     ("frac_reward_zero_std", "zero-std groups"),
 )
-CHART_HEIGHT = 320
+CHART_HEIGHT = 380
 
 
 def as_float(value: Any) -> float | None:
@@ -136,11 +136,12 @@ def _layout(data: list[dict], title: str, y_title: str, empty_note: str | None =
     layout: dict[str, Any] = {
         "title": {"text": title, "x": 0.01, "font": {"size": 15}},
         "height": CHART_HEIGHT,
-        "margin": {"l": 55, "r": 15, "t": 70, "b": 45},
+        "margin": {"l": 55, "r": 15, "t": 40, "b": 105},
         "paper_bgcolor": "white",
         "plot_bgcolor": "white",
         "font": {"color": "#2a3f5f"},
-        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 0.0, "font": {"size": 11}},
+        # Below the plot: above it, a legend of several rows ran over the title.
+        "legend": {"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0.0, "font": {"size": 11}},
         "hovermode": "x unified",
         "xaxis": {**_AXIS, "title": {"text": x_title}},
         "yaxis": {**_AXIS, "title": {"text": y_title}},
@@ -205,7 +206,7 @@ def reward_figure(metrics: list[dict[str, Any]], title: str = "Learning signal",
         data.append(scatter(lx, loss, "SFT loss (right axis)", mode="lines", yaxis="y2",
                             line={"color": COLORS["sft_loss"], "width": 2}))
         extra["yaxis2"] = {"title": {"text": "SFT loss"}, "overlaying": "y", "side": "right", "type": "log",
-                           "showgrid": False, "automargin": False}
+                           "dtick": "D2", "showgrid": False, "automargin": False}  # ticks at 1, 2, 5 x 10^n
         extra["margin"] = {"r": 55}
     start = phase_start(metrics, "grpo", t0) if lx else None
     return _layout(data, title, "GRPO reward", None if data else "waiting for the first logged step…",
@@ -270,7 +271,7 @@ def tool_health_figure(metrics: list[dict[str, Any]], title: str = "Health", t0:
     extra: dict[str, Any] = {"yaxis": {"range": [-0.03, 1.03], "tickformat": ".0%"}}
     if any(t.get("yaxis") == "y2" for t in data):
         extra["yaxis2"] = {"title": {"text": "calls / sample"}, "overlaying": "y", "side": "right",
-                           "rangemode": "tozero", "showgrid": False, "automargin": False}
+                           "rangemode": "tozero", "tickformat": ".1f", "showgrid": False, "automargin": False}
         extra["margin"] = {"r": 55}
     start = phase_start(metrics, "grpo", t0) if ax else None
     return _layout(data, title, "fraction", None if data else "no health metrics logged yet", marker_at=start,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from dashboard.charts import Figure
+from dashboard.charts import CHART_HEIGHT, Figure
 
 
 def plotly_js_path() -> Path | None:
@@ -67,6 +67,6 @@ def LivePlot(fig: Figure, elem_id: str) -> gr.HTML:  # noqa: N802 - a component 
         js_on_load=_JS,
         head=_head(),
         elem_id=elem_id,
-        min_height=320,
+        min_height=CHART_HEIGHT,
         padding=False,
     )

@@ -152,12 +152,19 @@ class RunCallback(TrainerCallback):
             self.recorder.status(phase="grpo", step=0, total_steps=state.max_steps, grpo_started_at=now_iso())
         else:
             self.recorder.status(phase="sft", phase_step=0, phase_total=state.max_steps, sft_started_at=now_iso())
-        if self._is_main(state) and self.evaluate_at_start and self.eval_every > 0:
-            # An untrained model babbles until the step budget runs out, the slowest episodes there are: a few show
-            # its 0% (the charts start there within seconds) where a full eval would hold the run up for a minute.
-            n = min(self.config.eval_episodes, UNTRAINED_EVAL_EPISODES) if self.phase == "sft" else None
-            self._evaluate(model, 0, n)
+        if self._is_main(state) and self.evaluate_at_start and self._last_eval_step is None:
+            self.evaluate_start(model)
         return control
+
+    def evaluate_start(self, model: Any) -> None:
+        """The eval at step 0 (when `eval_every` > 0), also callable before the trainer exists: SFT's comes before
+        its episodes are prepared, so the success chart starts seconds after the model loads. An untrained model
+        babbles until the step budget runs out, the slowest episodes there are: in SFT a few show its 0% where a
+        full eval would hold the run up for a minute."""
+        if self.eval_every <= 0:
+            return
+        n = min(self.config.eval_episodes, UNTRAINED_EVAL_EPISODES) if self.phase == "sft" else None
+        self._evaluate(model, 0, n)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         step = state.global_step

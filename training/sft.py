@@ -77,7 +77,8 @@ class SFTSettings:
         gradient_checkpointing: recompute activations in the backward pass (False). TRL turns it on by default;
             it saves memory on big models but costs ~20-30% time, which the tiny model does not need.
         seed: data order and dropout seed (0).
-        logging_steps: how often the trainer logs the loss (10).
+        logging_steps: how often the trainer logs the loss (50: the sampler groups episodes of similar length in
+            runs of 50 batches, so the loss of fewer steps swings between long and short episodes).
         output_dir: the trainer's folder (checkpoints); `None` (default) = a scratch folder removed afterwards.
         save_steps: save a resumable checkpoint into `output_dir` every N steps (0, default: never).
         save_total_limit: checkpoints kept (2).
@@ -107,7 +108,7 @@ class SFTSettings:
     teacher_mistakes: list[str] = field(default_factory=lambda: list(DEFAULT_MISTAKES))
     gradient_checkpointing: bool = False
     seed: int = 0
-    logging_steps: int = 10
+    logging_steps: int = 50
     output_dir: str | None = None
     save_steps: int = 0
     save_total_limit: int = 2

@@ -139,6 +139,8 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
             sft_callback = RunCallback(recorder, plan, tokenizer, stop_event=stop_event, phase="sft",
                                        evaluate_at_start=checkpoint is None,
                                        last_eval_step=_last_eval_step(run, "sft", step))
+            if checkpoint is None and is_main:
+                sft_callback.evaluate_start(model)  # before the episodes are prepared: the chart starts sooner
             sft = run_sft(model, tokenizer, _sft_settings(plan), callbacks=[sft_callback],
                           resume_from_checkpoint=str(checkpoint) if checkpoint else None,
                           tracker_dir=str(plan.run_dir / "tracker" / "sft") if config.report_to else None)
