@@ -67,13 +67,14 @@ class StepTimer:
         return 1000 * statistics.median(self.seconds)
 
 
-def phases(profile: cProfile.Profile, names: dict[str, str], steps: int) -> dict[str, float]:
-    """Milliseconds per step spent in each function named in `names` ({label: function name}), cumulative."""
+def phases(profile: cProfile.Profile, names: dict[str, tuple[str, str]], steps: int) -> dict[str, float]:
+    """Milliseconds per step spent in each function of `names` ({label: (file name ending, function name)}),
+    cumulative; where several match (an override and the method it wraps), the outermost one counts."""
     stats = pstats.Stats(profile).stats
     out = {}
-    for label, name in names.items():
-        total = sum(entry[3] for (_, _, function), entry in stats.items() if function == name)
-        out[label] = round(1000 * total / steps, 1)
+    for label, (path, name) in names.items():
+        times = [entry[3] for (file, _, function), entry in stats.items() if function == name and file.endswith(path)]
+        out[label] = round(1000 * max(times, default=0.0) / steps, 1)
     return out
 
 
@@ -89,8 +90,9 @@ def sft_steps(model, tokenizer, conversations, trainer_class, steps: int, profil
     split = {}
     if profiler:
         profiler.disable()
-        split = phases(profiler, {"forward + loss": "compute_loss", "backward": "backward",
-                                  "optimizer": "step"}, steps)
+        split = phases(profiler, {"forward + loss": ("sft_trainer.py", "compute_loss"),
+                                  "backward": ("torch/_tensor.py", "backward"),
+                                  "optimizer": ("accelerate/optimizer.py", "step")}, steps)
     return timer.median_ms, split
 
 
@@ -111,31 +113,35 @@ def grpo_steps(model, tokenizer, checkpointing: bool, steps: int, profile: bool)
     split = {}
     if profiler:
         profiler.disable()
-        split = phases(profiler, {"rollouts (generation + environment)": "play_batched",
-                                  "log-probs + loss (forward)": "_compute_loss", "backward": "backward"}, steps)
+        split = phases(profiler, {"rollouts (generation + environment)": ("training/episodes.py", "play_batched"),
+                                  "log-probs + loss (forward)": ("grpo_trainer.py", "_compute_loss"),
+                                  "backward": ("torch/_tensor.py", "backward")}, steps)
     return timer.median_ms, split
 
 
-def warm_start(model, tokenizer, threads: int, trainer_class, steps: int, batch: int, lr: float,
-               eval_episodes: int) -> dict:
+def warm_start(model, tokenizer, threads: int, trainer_class, settings, eval_episodes: int) -> dict:
+    """One whole warm start of a copy of `model` with `settings` on the clean oracle: seconds (episodes prepared
+    and trained) and its greedy eval success."""
+    import dataclasses
+
     import torch
 
     from training.policy import evaluate_model
-    from training.sft import SFTSettings, run_sft
+    from training.sft import run_sft
 
+    settings = dataclasses.replace(settings, teacher_error_rate=0.0, logging_steps=10_000)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         fresh = copy.deepcopy(model)
-        result = run_sft(fresh, tokenizer, SFTSettings(max_steps=steps, batch_size=batch, learning_rate=lr,
-                                                       describe=False, teacher_error_rate=0.0, logging_steps=10_000),
-                         trainer_class=trainer_class)
+        result = run_sft(fresh, tokenizer, settings, trainer_class=trainer_class)
         success = evaluate_model(fresh, tokenizer, dataset="builtin", split="eval", n_episodes=eval_episodes,
                                  seed=0, step_budget=10, max_turn_tokens=64, batch_size=64).success_rate
     finally:
         torch.set_num_threads(before)
-    return {"seconds": round(result.seconds, 1), "steps": steps, "batch": batch, "threads": threads,
-            "eval_success": success, "eval_episodes": eval_episodes}
+    return {"seconds": round(result.seconds, 1), "steps": result.steps, "batch": settings.batch_size,
+            "schedule": settings.args.get("lr_scheduler_type", settings.lr_scheduler_type), "threads": threads,
+            "trainer": trainer_class.__name__, "eval_success": success, "eval_episodes": eval_episodes}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from training.config import TrainConfig
     from training.models import load_model_and_tokenizer
-    from training.sft import teacher_conversations
+    from training.sft import SFTSettings, teacher_conversations
     from training.sft_trainer import WarmStartTrainer
 
     hf_logging.set_verbosity_error()
@@ -193,11 +199,13 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.warm_start:
         recipe = TrainConfig.from_json(REPO / "configs" / "tiny_cpu.json")
-        log("Whole warm start on the clean oracle: before (TRL SFTTrainer, 5000 x 4, 2 threads) vs the default recipe")
-        before = warm_start(model, tokenizer, 2, SFTTrainer, 5000, 4, 3e-3, args.eval_episodes)
+        log("Whole warm start on the clean oracle: before (TRL SFTTrainer, 5000 x 4, cosine, 2 threads) vs the default "
+            "recipe's")
+        old = SFTSettings(max_steps=5000, batch_size=4, learning_rate=3e-3, describe=False)
+        before = warm_start(model, tokenizer, 2, SFTTrainer, old, args.eval_episodes)
         log(f"  before: {before}")
-        after = warm_start(model, tokenizer, recipe.resolved_cpu_threads() or 1, WarmStartTrainer, recipe.sft_max_steps,
-                           recipe.sft_batch_size, recipe.sft_learning_rate, args.eval_episodes)
+        after = warm_start(model, tokenizer, recipe.resolved_cpu_threads() or 1, WarmStartTrainer,
+                           SFTSettings.from_config(recipe), args.eval_episodes)
         log(f"  after:  {after}")
         out["warm_start"] = {"before": before, "after": after,
                              "speedup": round(before["seconds"] / after["seconds"], 2)}

@@ -24,15 +24,16 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 SCREENSHOTS = REPO_ROOT / "artifacts" / "screenshots"
 
 # A tiny, quick config for the Train form: GRPO on builtin:tiny with short episodes (short completions keep a
-# step to seconds on 2 busy cores), metrics every step, a trace every 2 steps, no periodic eval, and a
-# two-question comparison at the end. No SFT: the tests check the dashboard, not learning.
+# step to about a second on 2 busy cores), metrics every step, a trace every 2 steps, no periodic eval, and a
+# two-question comparison at the end. No SFT: the tests check the dashboard, not learning. max_steps is far
+# beyond what a test waits for: the run must still be training when a test stops it, however fast the host.
 TEST_CONFIG = {
     "model": "builtin:tiny",
     "dataset": "builtin",
     "step_budget": 2,
     "num_generations": 2,
     "per_device_train_batch_size": 2,
-    "max_steps": 60,
+    "max_steps": 5000,
     "max_completion_length": 48,
     "max_turn_tokens": 16,
     "plot_every": 1,
