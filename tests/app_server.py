@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from serverproc import free_port
+from serverproc import end_process, free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,12 +75,7 @@ def serve(env: dict[str, str] | None = None, config: dict[str, Any] | None = Non
                 raise RuntimeError(f"{exc}; its log ends:\n{log_path.read_text()[-3000:]}") from None
             yield {"url": url, "runs": runs, "data": data, "root": root, "proc": proc, "log": log_path}
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            end_process(proc)
             shutil.rmtree(root, ignore_errors=True)
 
 

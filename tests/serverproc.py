@@ -22,6 +22,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def end_process(proc: subprocess.Popen, timeout: float = 15.0) -> None:
+    """Terminate `proc` and wait for it; kill it if it has not exited within `timeout` seconds."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=timeout)
+
+
 def get_json(url: str, timeout: float = 5.0):
     with urllib.request.urlopen(url, timeout=timeout) as response:
         return json.loads(response.read())
@@ -70,13 +81,7 @@ class ServerProcess:
     def stop(self, timeout: float = 15.0) -> None:
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=timeout)
+        end_process(self.proc, timeout)
         self.proc = None
 
     @property

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from app_server import free_port, wait_http  # tests/, the root conftest's folder, is on sys.path
+from app_server import end_process, free_port, wait_http  # tests/, the root conftest's folder, is on sys.path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("SQLENV_CHROMIUM", "/usr/bin/chromium")
@@ -89,12 +89,7 @@ def dashboard(chromium_path):
         wait_http(url, proc)
         yield {"url": url, "runs": runs, "data": data, "log": log_path, "proc": proc}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        end_process(proc)
         log.close()
         shutil.rmtree(root, ignore_errors=True)
 
