@@ -125,13 +125,15 @@ def list_datasets(data_root: Path | str | None = None) -> list[DatasetInfo]:
     return found
 
 
-def resolve_dataset(name_or_path: str | Path, data_root: Path | str | None = None) -> DatasetInfo:
-    """Resolve a dataset name or directory to a `DatasetInfo`.
+def resolve_dataset(name_or_path: str | Path | DatasetInfo, data_root: Path | str | None = None) -> DatasetInfo:
+    """Resolve a dataset name or directory to a `DatasetInfo` (one already resolved is returned as it is).
 
     `"builtin"` is built into `<data_root>/builtin` on first use (and rebuilt when stale); any other name
     must be a prepared directory under `data_root` (default `data_root()`); a path must be a prepared
     directory. Anything else raises `DatasetNotFoundError` listing what exists.
     """
+    if isinstance(name_or_path, DatasetInfo):
+        return name_or_path
     root = Path(data_root) if data_root is not None else _default_data_root()
     text = str(name_or_path).strip()
     if not text:

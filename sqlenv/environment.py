@@ -94,7 +94,8 @@ class SQLEnvironment:
     @classmethod
     def from_dataset(cls, name_or_path: str | Path = "builtin", split: str = "train", data_root=None,
                      **kwargs) -> "SQLEnvironment":
-        """An environment over a prepared dataset: "builtin", a name prepared under `data/`, or a path."""
+        """An environment over a prepared dataset: "builtin", a name prepared under `data/`, a path, or a
+        `DatasetInfo` already resolved."""
         from sqlenv.datasets import resolve_dataset  # lazy: datasets may build the builtin data on first use
 
         info = resolve_dataset(name_or_path, data_root=data_root)

@@ -182,6 +182,7 @@ def test_two_processes_building_at_once(tmp_path):
 def test_resolution_by_name_path_and_errors(tmp_path, built, monkeypatch):
     assert resolve_dataset(str(built.root)).root == built.root
     assert resolve_dataset(built.root).name == "builtin"
+    assert resolve_dataset(built) is built  # already resolved: returned as it is, nothing looked up again
     prepared = tmp_path / "mine"
     prepared.mkdir()
     (prepared / "questions_train.json").write_text("[]")

@@ -22,21 +22,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EpisodeSource", "RunPlan", "resolve_dataset_info", "open_environment"]
-
-
-def resolve_dataset_info(dataset: Any, data_dir: str | Path | None = None):
-    """A `DatasetInfo` for a dataset name, a prepared directory or an already resolved `DatasetInfo`.
-
-    Args:
-        dataset: `"builtin"`, a name prepared under `data_dir`, a directory path, or a `DatasetInfo` (returned as is).
-        data_dir: where named datasets live; `None` = `$SQLENV_DATA_DIR` or `data/` (`sqlenv.datasets.data_root`).
-    """
-    from sqlenv.datasets import DatasetInfo, resolve_dataset
-
-    if isinstance(dataset, DatasetInfo):
-        return dataset
-    return resolve_dataset(dataset, data_root=data_dir)
+__all__ = ["EpisodeSource", "RunPlan"]
 
 
 class EpisodeSource:
@@ -81,8 +67,11 @@ class EpisodeSource:
     @classmethod
     def from_dataset(cls, dataset: Any = "builtin", split: str = "train", step_budget: int = 10, *,
                      data_dir: str | Path | None = None, **kwargs: Any) -> "EpisodeSource":
-        """The source of one split of a dataset (a name, a directory or a `DatasetInfo`; see `resolve_dataset_info`)."""
-        info = resolve_dataset_info(dataset, data_dir)
+        """The source of one split of a dataset (a name, a directory or a `DatasetInfo`; `data_dir`: where named
+        datasets live, default `$SQLENV_DATA_DIR` or `data/`)."""
+        from sqlenv.datasets import resolve_dataset
+
+        info = resolve_dataset(dataset, data_root=data_dir)
         return cls(info.questions_path(split), info.db_dir, step_budget, **kwargs)
 
     @property
@@ -111,16 +100,6 @@ class EpisodeSource:
         where = f", base_url={self.base_url!r}" if self.base_url else ""
         return (f"EpisodeSource({str(self.questions_path)!r}, {str(self.db_dir)!r}, "
                 f"step_budget={self.step_budget}{where})")
-
-
-def open_environment(dataset: Any, split: str, step_budget: int, data_dir: str | Path | None = None):
-    """A `SQLEnvironment` over one split of `dataset` (a name, a directory or a `DatasetInfo`)."""
-    from sqlenv.environment import SQLEnvironment
-
-    info = resolve_dataset_info(dataset, data_dir)
-    env = SQLEnvironment(info.questions_path(split), info.db_dir, step_budget=step_budget)
-    env.dataset = info
-    return env
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,10 +132,12 @@ class RunPlan:
         """
         if config.run_id is None or config.output_dir is None or config.learning_rate is None:
             config = config.resolved()
+        from sqlenv.datasets import resolve_dataset
+
         device = config.resolved_device()
         return cls(
             config=config,
-            dataset=resolve_dataset_info(config.dataset, config.data_dir),
+            dataset=resolve_dataset(config.dataset, data_root=config.data_dir),
             run_dir=Path(run_dir) if run_dir is not None else Path(config.output_dir),
             device=device,
             precision=config.resolved_precision(),
@@ -172,7 +153,9 @@ class RunPlan:
 
     def environment(self, split: str):
         """A new `SQLEnvironment` over `split` with the run's step budget (the caller closes it)."""
-        return open_environment(self.dataset, split, self.config.step_budget)
+        from sqlenv.environment import SQLEnvironment
+
+        return SQLEnvironment.from_dataset(self.dataset, split, step_budget=self.config.step_budget)
 
     # --- files ------------------------------------------------------------------------------------------
     @property

@@ -145,12 +145,14 @@ def evaluate_model(model: Any, tokenizer: Any, *, dataset: str = "builtin", spli
     Returns an `EvaluationResult` whose episodes are transcripts with `policy` and `seed` filled.
     """
     from sqlenv.evaluation import EvaluationResult
-    from training.plan import open_environment, resolve_dataset_info
+    from sqlenv.datasets import resolve_dataset
+    from sqlenv.environment import SQLEnvironment
 
     own = envs is None
     if own:
-        info = resolve_dataset_info(dataset)  # once, not per environment
-        envs = [open_environment(info, split, step_budget) for _ in range(min(batch_size, max(1, n_episodes)))]
+        info = resolve_dataset(dataset)  # once, not per environment
+        envs = [SQLEnvironment.from_dataset(info, split, step_budget=step_budget)
+                for _ in range(min(batch_size, max(1, n_episodes)))]
     renderer = ChatRenderer(tokenizer, chat_template_kwargs={"enable_thinking": enable_thinking})
     transcripts: list[dict] = []
     try:

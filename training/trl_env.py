@@ -301,9 +301,9 @@ def train_rows(
     from training.prompts import SYSTEM_PROMPT
 
     if dataset is not None:
-        from training.plan import resolve_dataset_info
+        from sqlenv.datasets import resolve_dataset
 
-        questions_path = resolve_dataset_info(dataset).questions_path(split)
+        questions_path = resolve_dataset(dataset).questions_path(split)
     if questions_path is None:
         raise ValueError("train_rows() needs an EpisodeSource, questions_path or dataset")
     questions = questions_path.questions if hasattr(questions_path, "questions") else load_questions(questions_path)
