@@ -137,11 +137,7 @@ class TrainingRunner:
 
         Raises RunnerBusy (naming the active run) when a run is still training."""
         with self._lock:
-            if self.is_running:
-                raise RunnerBusy(
-                    f"Run {self.active_run_id} is still training: stop it (or wait for it to finish) "
-                    "before starting another."
-                )
+            self._refuse_if_busy("starting")
             run_id = new_run_id()
             while (self.runs_root / run_id).exists():
                 run_id = new_run_id()
@@ -150,17 +146,7 @@ class TrainingRunner:
             run = RunDir(self.runs_root / run_id)
             if dataclasses.is_dataclass(config):
                 config = dataclasses.replace(config, run_id=run_id, output_dir=str(run.path))
-            self._stop = threading.Event() if self._train_fn is not None else _SPAWN.Event()
-            self.active_run_id = run_id
-            self.last_run_id = run_id
-            self.last_error = None
-            self.started_at = time.time()
-            self.metric_times = {}
-            self._thread = threading.Thread(
-                target=self._run, args=(config, run), name=f"train-{run_id}", daemon=True
-            )
-            self._thread.start()
-            self._announce()
+            self._launch(config, run, f"train-{run_id}")
             return run_id
 
     def resume(self, run_id: str) -> str:
@@ -170,23 +156,29 @@ class TrainingRunner:
         from training.run_dir import RESUMABLE_STATUSES, resolve_run
 
         with self._lock:
-            if self.is_running:
-                raise RunnerBusy(f"Run {self.active_run_id} is still training: stop it (or wait for it to finish) "
-                                 "before resuming another.")
+            self._refuse_if_busy("resuming")
             run = resolve_run(run_id, self.runs_root)  # refuses names that leave the runs folder
             state = run.read_live_status().get("status")
             if state not in RESUMABLE_STATUSES:
                 raise ValueError(f"Run {run.run_id} is {state}: only stopped, failed or interrupted runs resume.")
-            self._stop = threading.Event() if self._train_fn is not None else _SPAWN.Event()
-            self.active_run_id = self.last_run_id = run.run_id
-            self.last_error = None
-            self.started_at = time.time()
-            self.metric_times = {}
-            self._thread = threading.Thread(target=self._run, args=(None, run), name=f"resume-{run.run_id}",
-                                            daemon=True)
-            self._thread.start()
-            self._announce()
+            self._launch(None, run, f"resume-{run.run_id}")
             return run.run_id
+
+    def _refuse_if_busy(self, doing: str) -> None:
+        if self.is_running:
+            raise RunnerBusy(f"Run {self.active_run_id} is still training: stop it (or wait for it to finish) "
+                             f"before {doing} another.")
+
+    def _launch(self, config: Any, run: RunDir, thread_name: str) -> None:
+        """(Lock held.) Make `run` the active run and train it (config None: resume it) in a new thread."""
+        self._stop = threading.Event() if self._train_fn is not None else _SPAWN.Event()
+        self.active_run_id = self.last_run_id = run.run_id
+        self.last_error = None
+        self.started_at = time.time()
+        self.metric_times = {}
+        self._thread = threading.Thread(target=self._run, args=(config, run), name=thread_name, daemon=True)
+        self._thread.start()
+        self._announce()
 
     def stop(self) -> str:
         """Ask the active run to stop; the training callback ends it within one step and saves weights."""
