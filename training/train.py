@@ -124,7 +124,7 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
             str(plan.warm_start_dir) if warm_started else config.model, seed=config.seed, dataset=plan.dataset,
             **_device_kwargs(plan))
         if warm_started:
-            model.config.name_or_path = model.name_or_path = str(plan.warm_start_dir.resolve())
+            _point_at_warm_start(model, plan)
         recorder.status(n_parameters=sum(p.numel() for p in model.parameters()))
 
         if config.sft and not warm_started:
@@ -335,8 +335,12 @@ def _save_warm_start(plan: Any, model: Any, tokenizer: Any, is_main: bool) -> No
         shutil.rmtree(folder, ignore_errors=True)
         os.replace(tmp, folder)
         shutil.rmtree(plan.phase_dir("sft"), ignore_errors=True)  # warm_start/ supersedes the SFT checkpoints
-    # Where TRL (KL reference) and PEFT (adapter_config's base_model_name_or_path) look for this model's weights.
-    model.config.name_or_path = model.name_or_path = str(folder.resolve())
+    _point_at_warm_start(model, plan)
+
+
+def _point_at_warm_start(model: Any, plan: Any) -> None:
+    """Where TRL (KL reference) and PEFT (adapter_config's base_model_name_or_path) look for this model's weights."""
+    model.config.name_or_path = model.name_or_path = str(plan.warm_start_dir.resolve())
 
 
 def _remove_checkpoints(plan: Any) -> None:
@@ -446,13 +450,15 @@ def _save_final(run: RunDir, trainer: Any, tokenizer: Any, is_main: bool, model:
     run.commit_final(tmp)
 
 
-def _play_model(model: Any, tokenizer: Any, plan: Any, name: str):
+def _play_model(model: Any, tokenizer: Any, plan: Any, name: str, n: int | None = None):
+    """The comparison's episodes for `model`: `n` (default `comparison_episodes`) eval questions, the run's seed."""
     from training.policy import evaluate_model
 
     config = plan.config
     return evaluate_model(model, tokenizer, dataset=plan.dataset, split=config.eval_split,
-                          n_episodes=config.comparison_episodes, seed=config.seed, step_budget=config.step_budget,
-                          name=name, max_turn_tokens=config.max_turn_tokens, enable_thinking=config.enable_thinking)
+                          n_episodes=config.comparison_episodes if n is None else n, seed=config.seed,
+                          step_budget=config.step_budget, name=name, max_turn_tokens=config.max_turn_tokens,
+                          enable_thinking=config.enable_thinking)
 
 
 def _comparison(recorder: RunRecorder, model: Any, tokenizer: Any, plan: Any, n: int,
@@ -460,7 +466,6 @@ def _comparison(recorder: RunRecorder, model: Any, tokenizer: Any, plan: Any, n:
     """Random policy vs the trained model (and the base) on the same eval questions with the same seeds."""
     from sqlenv.evaluation import evaluate
     from sqlenv.policies import RandomPolicy
-    from training.policy import evaluate_model
 
     config = plan.config
     env = plan.environment(config.eval_split)
@@ -468,9 +473,7 @@ def _comparison(recorder: RunRecorder, model: Any, tokenizer: Any, plan: Any, n:
         random_result = evaluate(env, RandomPolicy(seed=config.seed), n_episodes=n, seed=config.seed)
     finally:
         env.close()
-    trained = evaluate_model(model, tokenizer, dataset=plan.dataset, split=config.eval_split, n_episodes=n,
-                             seed=config.seed, step_budget=config.step_budget, name="trained",
-                             max_turn_tokens=config.max_turn_tokens, enable_thinking=config.enable_thinking)
+    trained = _play_model(model, tokenizer, plan, "trained", n)
     base_episodes = base_result.episodes[:n] if base_result is not None else None
     for i in range(n):
         pair = {"kind": "pair", "index": i, "seed": config.seed + i, "split": config.eval_split,
