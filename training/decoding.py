@@ -34,6 +34,19 @@ def plain_temperature(generation_config: Any) -> float | None:
     return float(generation_config.temperature or 1.0) if neutral else None
 
 
+def _left_padded(sequences: list[list[int]], pad_id: int, device: Any):
+    """(input_ids, attention_mask) of `sequences` padded on the left to the longest, on `device`."""
+    import torch
+
+    width = max(len(s) for s in sequences)
+    input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, seq in enumerate(sequences):
+        input_ids[i, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
+        attention[i, width - len(seq):] = 1
+    return input_ids.to(device), attention.to(device)
+
+
 def decode_pruned(model: Any, sequences: list[list[int]], pad_id: int, max_new_tokens: int,
                    eos_ids: set[int], sample: bool, temperature: float) -> list[list[int]]:
     """Batched decoding with a KV cache that drops each row as soon as it ends (EOS), so short turns stop
@@ -43,13 +56,8 @@ def decode_pruned(model: Any, sequences: list[list[int]], pad_id: int, max_new_t
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
-    n, width = len(sequences), max(len(s) for s in sequences)
-    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
-    attention = torch.zeros((n, width), dtype=torch.long)
-    for i, seq in enumerate(sequences):
-        input_ids[i, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
-        attention[i, width - len(seq):] = 1
-    input_ids, attention = input_ids.to(device), attention.to(device)
+    n = len(sequences)
+    input_ids, attention = _left_padded(sequences, pad_id, device)
     eos = torch.tensor(sorted(eos_ids), device=device)
     results: list[list[int]] = [[] for _ in range(n)]
     rows = torch.arange(n, device=device)
@@ -96,13 +104,8 @@ def generate_new_tokens(model: Any, sequences: list[list[int]], pad_id: int, max
         if plain is not None:
             return decode_pruned(model, sequences, pad_id, max_new_tokens, eos_ids, True, plain)
 
-    device = next(model.parameters()).device
-    width = max(len(s) for s in sequences)
-    input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(sequences), width), dtype=torch.long)
-    for i, seq in enumerate(sequences):
-        input_ids[i, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
-        attention[i, width - len(seq):] = 1
+    input_ids, attention = _left_padded(sequences, pad_id, next(model.parameters()).device)
+    width = input_ids.shape[1]
     kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens}
     if generation_config is not None:
         config = copy.deepcopy(generation_config)
@@ -113,6 +116,6 @@ def generate_new_tokens(model: Any, sequences: list[list[int]], pad_id: int, max
     else:
         kwargs.update(do_sample=False, pad_token_id=pad_id)
     with torch.no_grad():
-        out = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs)
+        out = model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
     return out[:, width:].tolist()
 
