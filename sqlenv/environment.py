@@ -18,7 +18,7 @@ from typing import Any, Iterable
 from sqlenv.rewards import GoldProfile, RewardConfig, progress_score
 from sqlenv.sandbox import (Sandbox, SandboxError, SandboxSettings, _clean_for_display, cut_text,
                             has_top_level_order_by, normalize_sql)
-from sqlenv.transcript import make_step
+from sqlenv.transcript import make_step, make_transcript
 from sqlenv.types import (ACTION_TYPES, EpisodeState, Question, RewardBreakdown, RewardLayers, SQLAction,
                           SQLObservation)
 from sqlenv.verifier import verify_answer
@@ -355,26 +355,8 @@ class SQLEnvironment:
     # --------------------------------------------------------------------------------------- transcript
     def transcript(self, policy: str | None = None) -> dict[str, Any]:
         """The current episode in the shared transcript format (see `sqlenv.transcript`)."""
-        q = self.question
-        rb = self.reward_breakdown
-        return {
-            "question_id": q.question_id if q else None,
-            "question": q.question_text if q else None,
-            "database": q.database_name if q else None,
-            "difficulty": q.difficulty if q else None,
-            "answer_type": q.answer_type if q else None,
-            "gold_sql": q.gold_sql if q else None,
-            "gold_answer": q.gold_answer if q else None,
-            "policy": policy,
-            "seed": self._seed,
-            "steps": [dict(s, layers=dict(s["layers"])) for s in self._steps],
-            "answer": self._answer,
-            "correct": bool(self._correct),
-            "outcome": self._outcome,
-            "total_reward": sum(step["reward"] for step in self._steps),  # = rb.total with the default config
-            "reward_breakdown": rb.to_dict(),
-            "n_steps": len(self._steps),
-        }
+        return make_transcript(self.question, policy=policy, seed=self._seed, steps=self._steps, answer=self._answer,
+                               correct=self._correct, outcome=self._outcome, reward_breakdown=self.reward_breakdown)
 
     def close(self) -> None:
         """Close the database connections."""

@@ -31,6 +31,31 @@ def make_step(step: int, action_type: str, argument: str, observation: str, erro
             "done": done}
 
 
+def make_transcript(question: Any, *, policy: str | None, seed: int | None, steps: list[dict[str, Any]],
+                    answer: str | None, correct: bool, outcome: str, reward_breakdown: Any) -> dict[str, Any]:
+    """One episode's transcript: `question` (a `sqlenv.types.Question`, or None when unknown) and the step records
+    (`make_step`; copied, so the transcript does not change with them). `reward_breakdown` has `to_dict()`."""
+    q = question
+    return {
+        "question_id": q.question_id if q else None,
+        "question": q.question_text if q else None,
+        "database": q.database_name if q else None,
+        "difficulty": q.difficulty if q else None,
+        "answer_type": q.answer_type if q else None,
+        "gold_sql": q.gold_sql if q else None,
+        "gold_answer": q.gold_answer if q else None,
+        "policy": policy,
+        "seed": seed,
+        "steps": [dict(s, layers=dict(s["layers"])) for s in steps],
+        "answer": answer,
+        "correct": bool(correct),
+        "outcome": outcome,
+        "total_reward": sum(step["reward"] for step in steps),
+        "reward_breakdown": reward_breakdown.to_dict(),
+        "n_steps": len(steps),
+    }
+
+
 def validate_transcript(transcript: dict[str, Any]) -> None:
     """Raise ValueError when `transcript` does not have the shared format's keys and outcome values."""
     missing = [k for k in TRANSCRIPT_KEYS if k not in transcript]

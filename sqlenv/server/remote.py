@@ -32,7 +32,7 @@ from sqlenv.environment import unpack_action
 from sqlenv.rewards import RewardConfig
 from sqlenv.server.client import SQLEnvClient
 from sqlenv.server.models import SQLAction as WireAction
-from sqlenv.transcript import make_step
+from sqlenv.transcript import make_step, make_transcript
 from sqlenv.types import ACTION_TYPES, EpisodeState, Question, RewardBreakdown, RewardLayers, SQLObservation
 
 __all__ = ["RemoteSQLEnvironment", "ServerError"]
@@ -90,6 +90,7 @@ class RemoteSQLEnvironment:
         self._question_id: str | None = None
         self._seed: int | None = None
         self._lost: str | None = None  # why the episode was lost, when it was
+        self._outcome = "unfinished"
         self._steps: list[dict[str, Any]] = []  # this side's record, for the transcript of a lost episode
         self._closed = False
 
@@ -215,7 +216,7 @@ class RemoteSQLEnvironment:
 
     @property
     def outcome(self) -> str:
-        return getattr(self, "_outcome", "unfinished")
+        return self._outcome
 
     def transcript(self, policy: str | None = None) -> dict[str, Any]:
         """The episode in the shared transcript format: the server's record (gold fields from `questions` while
@@ -235,18 +236,11 @@ class RemoteSQLEnvironment:
         return record
 
     def _local_transcript(self) -> dict[str, Any]:
-        q = self.question
-        rb = self.reward_breakdown
         answer = next((s["argument"] for s in reversed(self._steps) if s["action_type"] == "ANSWER"), None)
-        record = {
-            "question_id": self._question_id, "question": q.question_text if q else None,
-            "database": q.database_name if q else None, "difficulty": q.difficulty if q else None,
-            "answer_type": q.answer_type if q else None, "gold_sql": None, "gold_answer": None,
-            "policy": None, "seed": self._seed, "steps": [dict(s) for s in self._steps], "answer": answer,
-            "correct": rb.correctness > 0, "outcome": self.outcome,
-            "total_reward": sum(s["reward"] for s in self._steps), "reward_breakdown": rb.to_dict(),
-            "n_steps": len(self._steps),
-        }
+        record = make_transcript(self.question, policy=None, seed=self._seed, steps=self._steps, answer=answer,
+                                 correct=self.reward_breakdown.correctness > 0, outcome=self.outcome,
+                                 reward_breakdown=self.reward_breakdown)
+        record["question_id"] = self._question_id  # known even when this process lacks the question
         if self._lost is not None:
             record["error"] = self._lost
         return record
