@@ -35,6 +35,23 @@ def toy(tmp_path_factory):
     return build_toy_dataset(tmp_path_factory.mktemp("toy"))
 
 
+@pytest.fixture(scope="module")
+def builtin():
+    """The built-in dataset's `DatasetInfo` (built under `data/` on first use). Modules that build their own
+    copy in a temp folder define a `builtin` fixture of their own."""
+    from sqlenv.datasets import resolve_dataset
+
+    return resolve_dataset("builtin")
+
+
+@pytest.fixture(scope="module")
+def questions(builtin):
+    """The built-in dataset's train questions."""
+    from sqlenv.datasets import load_questions
+
+    return load_questions(builtin.questions_path("train"))
+
+
 @pytest.fixture()
 def env(toy):
     """A fresh SQLEnvironment on the toy dataset, closed after the test."""

@@ -24,21 +24,10 @@ pytest.importorskip("openenv.core", reason="the server extra is not installed (p
 
 from serverproc import REPO, ServerProcess, free_port, get_json  # noqa: E402
 
-from sqlenv.datasets import load_questions, resolve_dataset  # noqa: E402
 from sqlenv.environment import SQLEnvironment  # noqa: E402
 from sqlenv.evaluation import play_episode  # noqa: E402
 from sqlenv.policies import OraclePolicy, RandomPolicy  # noqa: E402
 from sqlenv.types import SQLAction  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def builtin():
-    return resolve_dataset("builtin")
-
-
-@pytest.fixture(scope="module")
-def questions(builtin):
-    return load_questions(builtin.questions_path("train"))
 
 
 @pytest.fixture(scope="module")

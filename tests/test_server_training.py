@@ -22,13 +22,6 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 
 @pytest.fixture(scope="module")
-def builtin():
-    from sqlenv.datasets import resolve_dataset
-
-    return resolve_dataset("builtin")
-
-
-@pytest.fixture(scope="module")
 def server(builtin):
     with ServerProcess(["--dataset", str(builtin.root), "--split", "train"]) as proc:
         yield proc

@@ -7,23 +7,13 @@ import threading
 
 import pytest
 
-from sqlenv.datasets import load_questions, resolve_dataset
+from sqlenv.datasets import load_questions
 from sqlenv.types import SQLAction, SQLObservation
 from training import prompts
 from training.rewards import REWARD_FUNCS, reward_correctness, reward_operational, reward_progress
 from training.actions import parse_model_output
 from training.trl_env import POST_EPISODE_PENALTY, SQLEnvTRL, tool_methods, tool_schemas, train_rows
 from sqlenv.verifier import format_answer
-
-
-@pytest.fixture(scope="module")
-def builtin():
-    return resolve_dataset("builtin")
-
-
-@pytest.fixture(scope="module")
-def questions(builtin):
-    return load_questions(builtin.questions_path("train"))
 
 
 @pytest.fixture(autouse=True)
