@@ -31,8 +31,6 @@ BUILTIN_MODEL = "builtin:tiny"
 ROLLOUT_MODES = ("environment", "rollout_func")
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 DEVICES = ("auto", "cpu", "cuda", "mps")
-# The imperfect teacher's mistakes (`sqlenv.policies.MISTAKES`, listed here so validation imports nothing).
-TEACHER_MISTAKES = ("guess", "wrong_query")
 #: The warm-start teacher's error rate for `builtin:tiny` (measured: see docs/EXPERIMENTS.md).
 TINY_TEACHER_ERROR_RATE = 0.3
 #: LoRA settings (`TrainConfig.lora`) and their defaults.
@@ -374,9 +372,11 @@ class TrainConfig:
         if self.sft_teacher_error_rate is not None and not 0.0 <= self.sft_teacher_error_rate <= 1.0:
             fail(f"sft_teacher_error_rate must be between 0 and 1 or null (got {self.sft_teacher_error_rate}); "
                  "0 is the clean oracle")
-        unknown = [m for m in self.sft_teacher_mistakes if m not in TEACHER_MISTAKES]
+        from sqlenv.policies import MISTAKES  # the imperfect teacher's mistakes (no ML import)
+
+        unknown = [m for m in self.sft_teacher_mistakes if m not in MISTAKES]
         if unknown or not self.sft_teacher_mistakes:
-            fail(f"sft_teacher_mistakes must name one or more of {list(TEACHER_MISTAKES)} (got {self.sft_teacher_mistakes})")
+            fail(f"sft_teacher_mistakes must name one or more of {list(MISTAKES)} (got {self.sft_teacher_mistakes})")
         if self.sft_eval_every is not None and self.sft_eval_every < 0:
             fail(f"sft_eval_every must be >= 0 or null (got {self.sft_eval_every}; 0 turns it off)")
         if self.device not in DEVICES:
