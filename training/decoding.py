@@ -88,8 +88,8 @@ def decode_pruned(model: Any, sequences: list[list[int]], pad_id: int, max_new_t
 
 
 def generate_new_tokens(model: Any, sequences: list[list[int]], pad_id: int, max_new_tokens: int,
-              generation_config: Any = None, sample: bool = True, temperature: float = 1.0,
-              eos_ids: set[int] | None = None) -> list[list[int]]:
+                        generation_config: Any = None, sample: bool = True, temperature: float = 1.0,
+                        eos_ids: set[int] | None = None) -> list[list[int]]:
     """One batched generation over left-padded `sequences`; returns the new tokens of each.
 
     Uses the lean decoder for greedy or plain temperature sampling (TRL's default settings), and

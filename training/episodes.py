@@ -95,8 +95,8 @@ def play_batched(
         if not pairs:
             break
         outputs = generate_new_tokens(model, [e.input_ids() for e, _ in pairs], pad_id, max(r for _, r in pairs),
-                            generation_config=generation_config, sample=sample, temperature=temperature,
-                            eos_ids=eos)
+                                      generation_config=generation_config, sample=sample, temperature=temperature,
+                                      eos_ids=eos)
         for (e, room), new in zip(pairs, outputs):
             new = new[:room]
             stop = next((i for i, t in enumerate(new) if t in eos), None)

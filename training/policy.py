@@ -90,8 +90,8 @@ class ModelPolicy:
         self.model.eval()
         try:
             new = generate_new_tokens(self.model, [self._ids], pad, self.max_turn_tokens,
-                            sample=self.temperature > 0, temperature=self.temperature or 1.0,
-                            eos_ids=set(self.renderer.eos_token_ids))[0]
+                                      sample=self.temperature > 0, temperature=self.temperature or 1.0,
+                                      eos_ids=set(self.renderer.eos_token_ids))[0]
         finally:
             if was_training:
                 self.model.train()
