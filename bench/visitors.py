@@ -34,7 +34,6 @@ import asyncio
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,6 +43,9 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(REPO_ROOT / "tests"))  # serverproc: the free-port helper the tests and benches share
+
+from serverproc import free_port  # noqa: E402
 
 # The tiny run: a GRPO step every second or so on 2 cores, a metrics line per step, no evals or traces (they
 # would add steps of another length to the phases being compared).
@@ -56,12 +58,6 @@ SETTLE_S = 3.0  # left out at the start of each phase (visitors connecting, or l
 MAX_CALLS = 5000  # per visitor per phase: a bound on the loops whatever the timing
 WARMUP_STEPS = 5
 MARKER = re.compile(r"p(\d+)-e(\d+)-s(\d+)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ------------------------------------------------------------------------------------------- the server
