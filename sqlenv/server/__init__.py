@@ -14,8 +14,7 @@ Run one with `python -m sqlenv serve --dataset builtin --host 127.0.0.1 --port 8
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from sqlenv import lazy_exports
 
 try:
     import openenv.core  # noqa: F401
@@ -36,11 +35,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'sqlenv.server' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
