@@ -8,13 +8,14 @@ answer checking in `sqlenv.verifier`, and the episode record in `sqlenv.transcri
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterable
 
+from sqlenv.dataset_dir import load_questions
+from sqlenv.datasets import resolve_dataset
 from sqlenv.rewards import GoldProfile, RewardConfig, progress_score
 from sqlenv.sandbox import (Sandbox, SandboxError, SandboxSettings, _clean_for_display, cut_text,
                             has_top_level_order_by, normalize_sql)
@@ -36,15 +37,6 @@ _GOLD_CACHE: OrderedDict[tuple, GoldProfile | None] = OrderedDict()
 _GOLD_LOCK = threading.Lock()
 
 
-def load_question_file(path: str | Path) -> list[Question]:
-    """Questions from a `questions_<split>.json` file (a JSON list of Question dicts)."""
-    with open(path, encoding="utf-8") as fh:
-        data = json.load(fh)
-    if not isinstance(data, list):
-        raise ValueError(f"{path}: expected a JSON list of questions")
-    return [Question.from_dict(d) for d in data]
-
-
 class SQLEnvironment:
     """The SQL-exploration environment.
 
@@ -62,7 +54,7 @@ class SQLEnvironment:
                  seed: int | None = None):
         if isinstance(questions_path, (str, Path)):
             self.questions_path: Path | None = Path(questions_path)
-            self.questions: list[Question] = load_question_file(questions_path)
+            self.questions: list[Question] = load_questions(questions_path)
         else:
             self.questions_path = None
             self.questions = [q if isinstance(q, Question) else Question.from_dict(q) for q in questions_path]
@@ -96,8 +88,6 @@ class SQLEnvironment:
                      **kwargs) -> "SQLEnvironment":
         """An environment over a prepared dataset: "builtin", a name prepared under `data/`, a path, or a
         `DatasetInfo` already resolved."""
-        from sqlenv.datasets import resolve_dataset  # lazy: datasets may build the builtin data on first use
-
         info = resolve_dataset(name_or_path, data_root=data_root)
         env = cls(info.questions_path(split), info.db_dir, **kwargs)
         env.dataset = info
