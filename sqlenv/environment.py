@@ -126,6 +126,8 @@ class SQLEnvironment:
         budget = self.step_budget if step_budget is None else step_budget
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
             raise ValueError(f"step_budget must be an integer of at least 1, got {step_budget!r}")
+        if episode_id is not None and not isinstance(episode_id, str):
+            raise ValueError(f"episode_id must be a string, got {type(episode_id).__name__}")
         if question_id is not None:
             if question_id not in self._by_id:
                 some = ", ".join(list(self._by_id)[:5])

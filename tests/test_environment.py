@@ -228,6 +228,8 @@ def test_reset_step_budget_and_episode_id_apply_to_one_episode(toy):
     for bad in (0, -3, 1.5, True, "3"):
         with pytest.raises(ValueError, match="step_budget"):
             env.reset(question_id="music_q1", step_budget=bad)
+    with pytest.raises(ValueError, match="episode_id must be a string"):
+        env.reset(question_id="music_q1", episode_id=7)
     assert env.state.step_budget == 5  # a refused reset leaves the episode as it was
 
 
