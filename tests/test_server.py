@@ -364,6 +364,7 @@ def test_a_server_restart_under_connected_clients(small_server, questions, local
         # observation (step never raises) and the next reset connects to the new process.
         lost = remote.step(SQLAction("QUERY", q.gold_sql))
         assert lost.done and "Lost the connection to the SQLEnv server" in lost.error
+        assert lost.truncated and not lost.terminated  # cut short from outside, not an end of the task
         transcript = remote.transcript()
         assert transcript["outcome"] == "error" and len(transcript["steps"]) == 2
         assert remote.step(SQLAction("ANSWER", "1")).error.startswith("The episode is over")

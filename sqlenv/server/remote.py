@@ -13,7 +13,7 @@ Faults keep `SQLEnvironment`'s contract. `reset` raises `ValueError` for a bad q
 in-process) and keeps trying for `reconnect_timeout_s` when the server is unreachable (restarting), then
 raises `ConnectionError`. `step` never raises: a message the server refuses becomes an error observation, and
 a connection lost mid-episode (the server restarted or dropped the session) ends the episode with an error
-observation (`done`, outcome "error"); the next `reset` connects again.
+observation (`done` and `truncated`, outcome "error"); the next `reset` connects again.
 
 `questions` (this process's copy of the served questions, optional) supplies `question` (the oracle reads
 it) and the gold fields of the transcript of an unfinished episode, which the server withholds until the
