@@ -26,6 +26,7 @@ _EXPORTS = {
     "EpisodeState": "sqlenv.types",
     "Question": "sqlenv.types",
     "SQLEnvironment": "sqlenv.environment",
+    "Environment": "sqlenv.protocol",
     "verify_answer": "sqlenv.verifier",
     "format_answer": "sqlenv.verifier",
     "RewardConfig": "sqlenv.rewards",

@@ -1,9 +1,11 @@
-"""`check_env(env)`: a gymnasium-style environment checker for `SQLEnvironment` (and look-alikes).
+"""`check_env(env)`: a gymnasium-style checker of the `sqlenv.protocol.Environment` interface.
 
-It plays a few short episodes and raises `EnvCheckError` naming the first broken promise: reset returns a
-well-formed observation, every action type works, bad actions become error observations (never exceptions)
-and use a step, the budget ends the episode, a step after the end changes nothing, and a seed makes reset
-deterministic.
+It plays a few short episodes and raises `EnvCheckError` naming the first broken promise: the environment has
+the protocol's members, reset returns a well-formed observation, a seed makes reset deterministic, reset's
+`step_budget` and `episode_id` apply to that episode only, every action type works, bad actions become error
+observations (never exceptions) and use a step, ANSWER terminates the episode and the budget truncates it
+(`done` is always `terminated or truncated`), a step after the end changes nothing, and the transcript agrees.
+It checks `SQLEnvironment` and `sqlenv.server.remote.RemoteSQLEnvironment` alike.
 
 `build_toy_dataset(out_dir)` writes a two-database, ten-question prepared dataset to check against:
 
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlenv.protocol import Environment
+from sqlenv.transcript import validate_transcript
 from sqlenv.types import ACTION_TYPES, SQLAction, SQLObservation
 
 
@@ -31,12 +35,14 @@ def _check_observation(obs: Any, where: str) -> None:
     _require(isinstance(obs, SQLObservation), f"{where}: expected SQLObservation, got {type(obs).__name__}")
     for name, kind in (("question", str), ("schema_info", str), ("result", str), ("error", str),
                        ("step_count", int), ("budget_remaining", int), ("action_history", list),
-                       ("done", bool), ("reward", float)):
+                       ("done", bool), ("terminated", bool), ("truncated", bool), ("reward", float)):
         value = getattr(obs, name, None)
         if kind is float and isinstance(value, int):
             value = float(value)
         _require(isinstance(value, kind), f"{where}: observation.{name} should be {kind.__name__}, got {value!r}")
     _require(obs.budget_remaining >= 0, f"{where}: negative budget_remaining")
+    _require(obs.done == (obs.terminated or obs.truncated) and not (obs.terminated and obs.truncated),
+             f"{where}: done={obs.done} is not exactly one of terminated={obs.terminated}, truncated={obs.truncated}")
     obs.to_dict()  # must serialise
 
 
@@ -49,11 +55,17 @@ def _first_table(env: Any, obs: SQLObservation) -> str:
 
 
 def check_env(env: Any, seed: int = 0) -> list[str]:
-    """Check `env` against the SQLEnv contract; raise `EnvCheckError` on the first failure.
+    """Check `env` against the `sqlenv.protocol.Environment` contract; raise `EnvCheckError` on the first failure.
 
     Returns the list of checks that passed (handy for printing). The env is left after a finished episode.
     """
     passed: list[str] = []
+
+    # 0. the protocol's members are there (what adapters may use, and nothing else).
+    if not isinstance(env, Environment):
+        missing = [name for name in vars(Environment) if not name.startswith("_") and not hasattr(env, name)]
+        raise EnvCheckError(f"{type(env).__name__} lacks members of sqlenv.protocol.Environment: {', '.join(missing)}")
+    passed.append("has the Environment protocol's members")
 
     # 1. reset returns a fresh observation with the question and table names.
     obs = env.reset(seed=seed)
@@ -61,6 +73,7 @@ def check_env(env: Any, seed: int = 0) -> list[str]:
     _require(bool(obs.question), "reset(): empty question")
     _require(obs.step_count == 0 and not obs.done and obs.reward == 0.0, "reset(): not a fresh episode")
     _require(obs.budget_remaining > 0, "reset(): no step budget")
+    default_budget = obs.budget_remaining
     table = _first_table(env, obs)
     _require(bool(table) and table in obs.schema_info, "reset(): schema_info does not list the tables")
     passed.append("reset returns a fresh observation")
@@ -70,6 +83,26 @@ def check_env(env: Any, seed: int = 0) -> list[str]:
     _require(again.question == obs.question and again.schema_info == obs.schema_info,
              "reset(seed=...) is not deterministic")
     passed.append("reset(seed) is deterministic")
+
+    # 2b. reset's step_budget and episode_id apply to that episode only.
+    named = env.reset(seed=seed, step_budget=2, episode_id="check-env-episode")
+    _check_observation(named, "reset(step_budget=2, episode_id=...)")
+    _require(named.budget_remaining == 2 and env.state.step_budget == 2, "reset(step_budget=2) did not set the budget")
+    _require(env.state.episode_id == "check-env-episode", "reset(episode_id=...) did not name the episode")
+    env.step(SQLAction("QUERY", "SELECT 1"))
+    o = env.step(SQLAction("QUERY", "SELECT 2"))
+    _require(o.done and o.truncated and not o.terminated, "the step budget of reset(step_budget=2) did not truncate")
+    again = env.reset(seed=seed)
+    _require(again.budget_remaining == default_budget and env.state.episode_id != "check-env-episode",
+             "reset(step_budget=..., episode_id=...) leaked into the next episode")
+    with_bad_budget = None
+    try:
+        with_bad_budget = env.reset(seed=seed, step_budget=0)
+    except ValueError:
+        pass
+    _require(with_bad_budget is None, "reset(step_budget=0) should raise ValueError")
+    obs = env.reset(seed=seed)
+    passed.append("reset(step_budget, episode_id) apply to one episode")
 
     # 3. every action type runs and counts a step.
     budget = obs.budget_remaining
@@ -81,7 +114,7 @@ def check_env(env: Any, seed: int = 0) -> list[str]:
         _require(o.error == "", f"step({action.action_type} {action.argument}) failed: {o.error}")
         _require(o.step_count == i and o.budget_remaining == budget - i, f"step({action.action_type}): step not counted")
         _require(bool(o.result), f"step({action.action_type}): empty result")
-    described = env.last_observation.schema_info if hasattr(env, "last_observation") else ""
+    described = env.last_observation.schema_info
     _require(len(described.splitlines()) > 1, "DESCRIBE did not add columns to schema_info")
     passed.append("DESCRIBE, SAMPLE, QUERY run and count steps")
 
@@ -108,6 +141,7 @@ def check_env(env: Any, seed: int = 0) -> list[str]:
         o = env.step(SQLAction("ANSWER", "42"))
         _check_observation(o, "step(ANSWER)")
         _require(o.done, "ANSWER did not end the episode")
+        _require(o.terminated and not o.truncated, "ANSWER should terminate the episode, not truncate it")
     final = env.last_observation
     after = env.step(SQLAction("QUERY", "SELECT 1"))
     _require(after.error != "" and after.reward == 0.0, "a step after the end should be an error with reward 0")
@@ -120,14 +154,13 @@ def check_env(env: Any, seed: int = 0) -> list[str]:
     for _ in range(obs.budget_remaining):
         o = env.step(SQLAction("QUERY", "SELECT 1"))
     _require(o.done and o.budget_remaining == 0, "running out of budget did not end the episode")
-    passed.append("the step budget ends the episode")
+    _require(o.truncated and not o.terminated, "running out of budget should truncate the episode, not terminate it")
+    passed.append("the step budget truncates the episode")
 
     # 7. reward breakdown and transcript are exposed.
     breakdown = getattr(env, "reward_breakdown", None)
     _require(breakdown is not None and hasattr(breakdown, "to_dict"), "env.reward_breakdown missing")
     transcript = env.transcript()
-    from sqlenv.transcript import validate_transcript
-
     try:
         validate_transcript(transcript)
     except ValueError as err:
@@ -135,6 +168,9 @@ def check_env(env: Any, seed: int = 0) -> list[str]:
     _require(transcript["outcome"] == "budget_exhausted", "transcript outcome should be budget_exhausted")
     _require(abs(transcript["total_reward"] - sum(s["reward"] for s in transcript["steps"])) < 1e-6,
              "transcript total_reward is not the sum of its step rewards")
+    last = transcript["steps"][-1]
+    _require(last.get("done") and last.get("truncated") and not last.get("terminated"),
+             "the transcript's last step should record the truncation")
     passed.append("reward breakdown and transcript are consistent")
     _require(all(t in ACTION_TYPES for t in ("DESCRIBE", "SAMPLE", "QUERY", "ANSWER")), "action types changed")
     return passed

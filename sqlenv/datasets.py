@@ -1,32 +1,23 @@
-"""Prepared datasets: where they live, how a name resolves to one, and how questions load.
-
-A prepared dataset is a directory::
-
-    <dir>/dataset.json                       {"name", "source", "splits", "counts", "dropped", ...}
-    <dir>/questions_<split>.json             JSON list of Question dicts
-    <dir>/databases/<db_id>/<db_id>.sqlite
+"""Prepared datasets by name: where they live, which exist, and how a name resolves to one.
 
 `resolve_dataset("builtin")` builds the built-in dataset into `<data_root>/builtin` on first use (a few
-seconds, deterministic) and rebuilds it when its stamp (builder version, seed) is stale.
+seconds, deterministic) and rebuilds it when its stamp (builder version, seed) is stale. The directory layout,
+`DatasetInfo` and the question loader `load_questions` live in `sqlenv.dataset_dir` (below the builders, which
+write directories) and are re-exported here.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from sqlenv.types import Question
+from sqlenv.builtin import ensure_builtin
+from sqlenv.dataset_dir import DatasetInfo, DatasetNotFoundError, load_questions, swap_into_place
+
+__all__ = ["BUILTIN_NAME", "DatasetInfo", "DatasetNotFoundError", "data_root", "list_datasets", "load_questions",
+           "resolve_dataset", "swap_into_place"]
 
 BUILTIN_NAME = "builtin"
-
-
-class DatasetNotFoundError(ValueError):
-    """A dataset name or path that does not resolve to a prepared dataset."""
 
 
 def data_root() -> Path:
@@ -35,74 +26,6 @@ def data_root() -> Path:
 
 
 _default_data_root = data_root  # the parameters below shadow the name
-
-
-@dataclass
-class DatasetInfo:
-    """A prepared dataset directory.
-
-    Args:
-        name: the dataset's name (`builtin`, `spider10`, or the directory name).
-        root: the dataset directory.
-        splits: split names, each with a `questions_<split>.json`.
-        source: where it came from ("builtin", "spider", ...).
-        counts: questions per split.
-        meta: the whole `dataset.json` (drop counts, difficulty counts, seed, ...).
-    """
-
-    name: str
-    root: Path
-    splits: list[str]
-    source: str = ""
-    counts: dict[str, int] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def db_dir(self) -> Path:
-        """The folder holding `<db_id>/<db_id>.sqlite`."""
-        return self.root / "databases"
-
-    def questions_path(self, split: str) -> Path:
-        """Path of `questions_<split>.json`; an unknown split raises ValueError listing the splits."""
-        if split not in self.splits:
-            raise ValueError(f"dataset {self.name!r} has no split {split!r}; splits: {', '.join(self.splits)}")
-        return self.root / f"questions_{split}.json"
-
-    def load(self, split: str) -> list[Question]:
-        """The questions of one split."""
-        return load_questions(self.questions_path(split))
-
-    @classmethod
-    def from_dir(cls, root: Path | str) -> "DatasetInfo":
-        """Read a prepared directory (its `dataset.json`, or failing that its `questions_*.json` files)."""
-        root = Path(root)
-        meta: dict[str, Any] = {}
-        meta_path = root / "dataset.json"
-        if meta_path.exists():
-            try:
-                meta = json.loads(meta_path.read_text())
-            except (OSError, json.JSONDecodeError) as err:
-                raise DatasetNotFoundError(f"unreadable dataset.json in {root}: {err}") from None
-        splits = list(meta.get("splits") or sorted(p.stem[len("questions_"):] for p in root.glob("questions_*.json")))
-        if not splits:
-            raise DatasetNotFoundError(f"{root} is not a prepared dataset (no dataset.json or questions_*.json)")
-        return cls(
-            name=str(meta.get("name") or root.name),
-            root=root,
-            splits=splits,
-            source=str(meta.get("source", "")),
-            counts=dict(meta.get("counts", {})),
-            meta=meta,
-        )
-
-
-def load_questions(path: Path | str) -> list[Question]:
-    """Load a `questions_<split>.json` file as Question records."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"questions file not found: {path}")
-    data = json.loads(path.read_text())
-    return [Question.from_dict(d) for d in data]
 
 
 def _is_prepared(path: Path) -> bool:
@@ -139,8 +62,6 @@ def resolve_dataset(name_or_path: str | Path | DatasetInfo, data_root: Path | st
     if not text:
         raise DatasetNotFoundError("empty dataset name")
     if text == BUILTIN_NAME:
-        from sqlenv.builtin import ensure_builtin
-
         return ensure_builtin(root / BUILTIN_NAME)
     path = Path(text).expanduser()
     if _is_prepared(path):
@@ -151,14 +72,3 @@ def resolve_dataset(name_or_path: str | Path | DatasetInfo, data_root: Path | st
     raise DatasetNotFoundError(
         f"unknown dataset {text!r}: not a prepared directory nor a name under {root}; available: {', '.join(available)}"
     )
-
-
-def swap_into_place(new: Path, target: Path) -> None:
-    """Rename `new` to `target`, moving an old `target` aside first (rename is atomic on one filesystem)."""
-    if target.exists():
-        trash = Path(tempfile.mkdtemp(prefix=f".{target.name}-old-", dir=target.parent))
-        os.replace(target, trash / target.name)
-        os.replace(new, target)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.replace(new, target)

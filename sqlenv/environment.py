@@ -8,13 +8,14 @@ answer checking in `sqlenv.verifier`, and the episode record in `sqlenv.transcri
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterable
 
+from sqlenv.dataset_dir import load_questions
+from sqlenv.datasets import resolve_dataset
 from sqlenv.rewards import GoldProfile, RewardConfig, progress_score
 from sqlenv.sandbox import (Sandbox, SandboxError, SandboxSettings, _clean_for_display, cut_text,
                             has_top_level_order_by, normalize_sql)
@@ -36,15 +37,6 @@ _GOLD_CACHE: OrderedDict[tuple, GoldProfile | None] = OrderedDict()
 _GOLD_LOCK = threading.Lock()
 
 
-def load_question_file(path: str | Path) -> list[Question]:
-    """Questions from a `questions_<split>.json` file (a JSON list of Question dicts)."""
-    with open(path, encoding="utf-8") as fh:
-        data = json.load(fh)
-    if not isinstance(data, list):
-        raise ValueError(f"{path}: expected a JSON list of questions")
-    return [Question.from_dict(d) for d in data]
-
-
 class SQLEnvironment:
     """The SQL-exploration environment.
 
@@ -62,7 +54,7 @@ class SQLEnvironment:
                  seed: int | None = None):
         if isinstance(questions_path, (str, Path)):
             self.questions_path: Path | None = Path(questions_path)
-            self.questions: list[Question] = load_question_file(questions_path)
+            self.questions: list[Question] = load_questions(questions_path)
         else:
             self.questions_path = None
             self.questions = [q if isinstance(q, Question) else Question.from_dict(q) for q in questions_path]
@@ -85,7 +77,7 @@ class SQLEnvironment:
         self._episode_ids = random.Random()
 
         self.question: Question | None = None
-        self.state = EpisodeState()
+        self.state = EpisodeState(step_budget=self.step_budget)
         self.reward_breakdown = RewardBreakdown()
         self.last_observation: SQLObservation | None = None
         self._clear_episode()
@@ -96,8 +88,6 @@ class SQLEnvironment:
                      **kwargs) -> "SQLEnvironment":
         """An environment over a prepared dataset: "builtin", a name prepared under `data/`, a path, or a
         `DatasetInfo` already resolved."""
-        from sqlenv.datasets import resolve_dataset  # lazy: datasets may build the builtin data on first use
-
         info = resolve_dataset(name_or_path, data_root=data_root)
         env = cls(info.questions_path(split), info.db_dir, **kwargs)
         env.dataset = info
@@ -122,8 +112,22 @@ class SQLEnvironment:
         self._gold_ordered = False
         self._seed: int | None = None
 
-    def reset(self, seed: int | None = None, question_id: str | None = None) -> SQLObservation:
-        """Start an episode: on `question_id`, or a question drawn with `seed` (same seed → same question)."""
+    def reset(self, seed: int | None = None, question_id: str | None = None, *, step_budget: int | None = None,
+              episode_id: str | None = None) -> SQLObservation:
+        """Start an episode: on `question_id`, or a question drawn with `seed` (same seed → same question).
+
+        Args:
+            seed: seeds the question draw (and the sampler of later seedless resets); None continues the sampler.
+            question_id: play this question (an unknown id raises `ValueError`).
+            step_budget: steps allowed in this episode only (default None: `self.step_budget`); below 1 raises
+                `ValueError`.
+            episode_id: this episode's `state.episode_id` (default None: a fresh random id).
+        """
+        budget = self.step_budget if step_budget is None else step_budget
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise ValueError(f"step_budget must be an integer of at least 1, got {step_budget!r}")
+        if episode_id is not None and not isinstance(episode_id, str):
+            raise ValueError(f"episode_id must be a string, got {type(episode_id).__name__}")
         if question_id is not None:
             if question_id not in self._by_id:
                 some = ", ".join(list(self._by_id)[:5])
@@ -148,8 +152,10 @@ class SQLEnvironment:
         self._schema_text = "Tables: " + ", ".join(tables)
         self._gold = self._gold_profile(question)
         self._gold_ordered = has_top_level_order_by(question.gold_sql)
-        self.state = EpisodeState(episode_id=f"{self._episode_ids.getrandbits(48):012x}", step_count=0,
-                                  question_id=question.question_id, done=False)
+        if episode_id is None:
+            episode_id = f"{self._episode_ids.getrandbits(48):012x}"
+        self.state = EpisodeState(episode_id=episode_id, step_count=0, question_id=question.question_id, done=False,
+                                  step_budget=budget)
         self.reward_breakdown = RewardBreakdown()
         self.last_observation = self._observation(result="", error="", reward=RewardLayers())
         return self.last_observation
@@ -192,13 +198,7 @@ class SQLEnvironment:
     def _fail(self, message: str) -> SQLObservation:
         """An error observation that changes nothing (no episode, or the episode is over)."""
         base = self.last_observation
-        if base is None:
-            return SQLObservation(question="", schema_info="", error=message, budget_remaining=0, done=True)
-        obs = SQLObservation(question=base.question, schema_info=base.schema_info, result="", error=message,
-                             step_count=base.step_count, budget_remaining=base.budget_remaining,
-                             action_history=list(base.action_history), done=base.done, reward=0.0,
-                             reward_layers=RewardLayers())
-        return obs
+        return SQLObservation.no_episode(message) if base is None else base.refusal(message)
 
     def _step(self, action: Any) -> SQLObservation:
         if self.question is None:
@@ -213,6 +213,7 @@ class SQLEnvironment:
         self.state.step_count += 1
 
         result, error, new_info, progress, terminal = "", "", False, 0.0, 0.0
+        terminated = truncated = False  # Gymnasium's two ends: ANSWER terminates, the budget truncates
         repeat_key = (kind, self._normalize_argument(kind, arg))
         repeat = repeat_key in self._seen_actions
         self._seen_actions.add(repeat_key)
@@ -267,14 +268,14 @@ class SQLEnvironment:
                                           columns=self._gold.columns if self._gold is not None else None)
             terminal = cfg.correct_answer if self._correct else 0.0
             self._outcome = "correct" if self._correct else "wrong_answer"
-            self.state.done = True
+            self.state.done = terminated = True
             result = "Answer submitted: correct." if self._correct else "Answer submitted: incorrect."
             summary = "correct" if self._correct else "incorrect"
 
         ok = not error
         operational, progress = cfg.clip_dense(cfg.operational(ok=ok, new_info=new_info, repeat=repeat), progress)
-        if not self.state.done and self.state.step_count >= self.step_budget:
-            self.state.done = True
+        if not self.state.done and self.state.step_count >= self.state.step_budget:
+            self.state.done = truncated = True
             self._outcome = "budget_exhausted"
             result = (result + "\n" if result else "") + "Step budget exhausted: the episode is over."
         layers = RewardLayers(operational=operational, progress=progress, terminal=terminal)
@@ -301,11 +302,12 @@ class SQLEnvironment:
             shown_kind = _clean_for_display(action_type, 20) or "''"
         step_count, done = self.state.step_count, self.state.done
         self._history.append(f"{step_count}. {shown_kind} {shown_arg} -> {'error' if error else summary or 'ok'}")
-        obs = self._observation(result=result, error=error, reward=layers)
+        obs = self._observation(result=result, error=error, reward=layers, terminated=terminated,
+                                truncated=truncated)
         stored_arg = _clean_for_display(argument, 10_000) if len(argument) > 10_000 else _utf8(argument)
         layer_dict = {"operational": operational, "progress": progress, "terminal": terminal, "total": total}
         self._steps.append(make_step(step_count, shown_kind, stored_arg, result, error, total, layer_dict,
-                                     obs.budget_remaining, done))
+                                     obs.budget_remaining, done, terminated=terminated, truncated=truncated))
         self.last_observation = obs
         return obs
 
@@ -322,7 +324,8 @@ class SQLEnvironment:
         """Table names, plus the columns of every DESCRIBEd table (compact, one line per table)."""
         return self._schema_text
 
-    def _observation(self, result: str, error: str, reward: RewardLayers) -> SQLObservation:
+    def _observation(self, result: str, error: str, reward: RewardLayers, terminated: bool = False,
+                     truncated: bool = False) -> SQLObservation:
         assert self.question is not None
         return SQLObservation(
             question=self.question.question_text,
@@ -330,11 +333,13 @@ class SQLEnvironment:
             result=result,
             error=error,
             step_count=self.state.step_count,
-            budget_remaining=max(0, self.step_budget - self.state.step_count),
+            budget_remaining=max(0, self.state.step_budget - self.state.step_count),
             action_history=list(self._history),
             done=self.state.done,
             reward=reward.total,
             reward_layers=reward,
+            terminated=terminated,
+            truncated=truncated,
         )
 
     @property

@@ -35,7 +35,7 @@ from typing import Any, Iterable, Sequence
 import sqlglot
 from sqlglot import exp
 
-from sqlenv.datasets import DatasetInfo, swap_into_place
+from sqlenv.dataset_dir import DatasetInfo, swap_into_place
 from sqlenv.difficulty import HardnessError, spider_hardness
 from sqlenv.types import Question
 

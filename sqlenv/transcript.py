@@ -4,11 +4,16 @@
 {"question_id","question","database","difficulty","answer_type","gold_sql","gold_answer",
  "policy": str|null, "seed": int|null,
  "steps": [{"step","action_type","argument","observation","error","reward",
-            "layers": {"operational","progress","terminal","total"},"budget_remaining","done"}],
+            "layers": {"operational","progress","terminal","total"},"budget_remaining","done",
+            "terminated","truncated"}],
  "answer": str|null, "correct": bool,
  "outcome": "correct"|"wrong_answer"|"budget_exhausted"|"unfinished"|"error",
  "total_reward": float, "reward_breakdown": {"operational","progress","correctness","total"}, "n_steps": int}
 ```
+
+A step's `done` says the episode ended there; `terminated` (ANSWER) and `truncated` (the step budget ran out, or
+the connection to a server was lost) say how, as Gymnasium does. Transcripts written before those two keys
+existed still validate: `STEP_KEYS` lists what every transcript has.
 """
 
 from __future__ import annotations
@@ -24,11 +29,13 @@ STEP_KEYS = ("step", "action_type", "argument", "observation", "error", "reward"
 
 
 def make_step(step: int, action_type: str, argument: str, observation: str, error: str, reward: float,
-              layers: dict[str, float], budget_remaining: int, done: bool) -> dict[str, Any]:
-    """One step record of a transcript (it keeps `layers` itself: pass a dict of its own)."""
+              layers: dict[str, float], budget_remaining: int, done: bool, *, terminated: bool = False,
+              truncated: bool = False) -> dict[str, Any]:
+    """One step record of a transcript (it keeps `layers` itself: pass a dict of its own). `terminated` and
+    `truncated` say how a step with `done` ended the episode (see the module docstring)."""
     return {"step": step, "action_type": action_type, "argument": argument, "observation": observation,
             "error": error, "reward": reward, "layers": layers, "budget_remaining": budget_remaining,
-            "done": done}
+            "done": done, "terminated": terminated, "truncated": truncated}
 
 
 def make_transcript(question: Any, *, policy: str | None, seed: int | None, steps: list[dict[str, Any]],

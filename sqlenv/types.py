@@ -69,6 +69,12 @@ class SQLObservation:
     `schema_info` holds the table names from the start and gains the columns of every DESCRIBEd table.
     `result` is the text output of the last action, `error` its error message ("" when it ran).
     `reward` is this step's reward (0 at reset) and `reward_layers` its split by layer.
+
+    How an episode ends follows Gymnasium: `terminated` when it reached an end of the task itself (ANSWER),
+    `truncated` when it was cut short from outside (the step budget ran out, the connection to a server was
+    lost, or no episode is running). A value estimate bootstraps from a truncated episode's last state, never
+    from a terminated one. `done` is kept as their union (`terminated or truncated`), for code that only
+    needs to know the episode is over.
     """
 
     question: str
@@ -81,6 +87,22 @@ class SQLObservation:
     done: bool = False
     reward: float = 0.0
     reward_layers: RewardLayers = field(default_factory=RewardLayers)
+    terminated: bool = False
+    truncated: bool = False
+
+    def refusal(self, message: str) -> "SQLObservation":
+        """This observation again with `error=message` and reward 0: what a step that cannot run returns (the
+        episode is over, the server refused it). Nothing of the episode changes."""
+        return SQLObservation(question=self.question, schema_info=self.schema_info, result="", error=message,
+                              step_count=self.step_count, budget_remaining=self.budget_remaining,
+                              action_history=list(self.action_history), done=self.done, reward=0.0,
+                              reward_layers=RewardLayers(), terminated=self.terminated, truncated=self.truncated)
+
+    @classmethod
+    def no_episode(cls, message: str) -> "SQLObservation":
+        """The observation of a step taken with no episode behind it: `message` as the error, over (`truncated`:
+        nothing ended the task, there is just nothing to continue)."""
+        return cls(question="", schema_info="", error=message, budget_remaining=0, done=True, truncated=True)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -90,12 +112,14 @@ class SQLObservation:
 
 @dataclass(slots=True)
 class EpisodeState:
-    """Bookkeeping of the current episode (gymnasium-style `env.state`)."""
+    """Bookkeeping of the current episode (gymnasium-style `env.state`). `step_budget` is this episode's budget
+    (the environment's default until a reset asks for another)."""
 
     episode_id: str = ""
     step_count: int = 0
     question_id: str | None = None
     done: bool = False
+    step_budget: int = 0
 
 
 @dataclass

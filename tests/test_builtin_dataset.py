@@ -245,3 +245,25 @@ def test_a_pattern_copying_baseline_solves_held_out_questions(built, questions):
                 break
     print(f"pattern-copy baseline: {solved}/{len(questions['eval'])}")
     assert solved / len(questions["eval"]) >= 0.95
+
+
+def test_one_question_loader_with_clear_errors(built, tmp_path):
+    """`load_questions` is the one loader: `sqlenv.datasets`, `DatasetInfo.load` and `SQLEnvironment(path, ...)`
+    all read a questions file through it, and a bad file names itself and what is wrong."""
+    import sqlenv.dataset_dir
+    from sqlenv.environment import SQLEnvironment
+
+    assert load_questions is sqlenv.dataset_dir.load_questions
+    path = built.questions_path("eval")
+    loaded = load_questions(path)
+    assert loaded == built.load("eval") and len(loaded) == built.counts["eval"]
+    with SQLEnvironment(path, built.db_dir) as env:
+        assert env.questions == loaded
+    with pytest.raises(FileNotFoundError, match="questions file not found"):
+        load_questions(tmp_path / "missing.json")
+    cases = {"dict.json": ("{}", "expected a JSON list"), "torn.json": ("[{", "not JSON"),
+             "record.json": ('[{"question_id": "q1"}]', "question 0 is not a question record")}
+    for name, (text, message) in cases.items():
+        (tmp_path / name).write_text(text)
+        with pytest.raises(ValueError, match=message):
+            load_questions(tmp_path / name)

@@ -125,6 +125,7 @@ def test_step_after_done_changes_nothing(env):
     before = (env.transcript(), env.reward_breakdown.to_dict(), env.state.step_count)
     again = env.step(SQLAction("QUERY", "SELECT 1"))
     assert "call reset()" in again.error and again.reward == 0.0 and again.done
+    assert (again.terminated, again.truncated) == (done.terminated, done.truncated) == (True, False)
     assert again.step_count == done.step_count and again.action_history == done.action_history
     assert (env.transcript(), env.reward_breakdown.to_dict(), env.state.step_count) == before
     assert env.last_observation is done
@@ -134,6 +135,7 @@ def test_step_before_reset(toy):
     env = SQLEnvironment(*toy)
     obs = env.step(SQLAction("QUERY", "SELECT 1"))
     assert "call reset() first" in obs.error and obs.reward == 0.0
+    assert obs.done and obs.truncated and not obs.terminated  # nothing ended the task: there is no episode
     assert env.last_observation is None
 
 
@@ -144,13 +146,22 @@ def test_budget(toy):
     for i in range(4):
         obs = env.step(SQLAction("QUERY", f"SELECT {i}"))
     assert obs.done and obs.budget_remaining == 0 and "budget exhausted" in obs.result
-    assert env.transcript()["outcome"] == "budget_exhausted"
-    # an ANSWER on the last step is still judged
+    assert obs.truncated and not obs.terminated  # Gymnasium: a time limit truncates
+    transcript = env.transcript()
+    assert transcript["outcome"] == "budget_exhausted"
+    assert [(s["done"], s["terminated"], s["truncated"]) for s in transcript["steps"]] == \
+        [(False, False, False)] * 3 + [(True, False, True)]
+    # an ANSWER on the last step is still judged, and terminates rather than truncates
     env.reset(question_id="shop_q1")
     for i in range(3):
-        env.step(SQLAction("QUERY", f"SELECT {i}"))
+        assert not env.step(SQLAction("QUERY", f"SELECT {i}")).done
     obs = env.step(SQLAction("ANSWER", str(env.question.gold_answer)))
-    assert obs.done and env.transcript()["outcome"] == "correct"
+    assert obs.done and obs.terminated and not obs.truncated and env.transcript()["outcome"] == "correct"
+    assert env.transcript()["steps"][-1]["terminated"] is True
+    # a wrong answer terminates too
+    env.reset(question_id="shop_q1")
+    obs = env.step(SQLAction("ANSWER", "-1"))
+    assert (obs.done, obs.terminated, obs.truncated) == (True, True, False)
     with pytest.raises(ValueError):
         SQLEnvironment(*toy, step_budget=0)
 
@@ -169,7 +180,7 @@ def test_transcript_format_and_text(env):
     assert [s["action_type"] for s in t["steps"]] == ["DESCRIBE", "QUERY", "ANSWER"]
     step = t["steps"][1]
     assert list(step) == ["step", "action_type", "argument", "observation", "error", "reward", "layers",
-                          "budget_remaining", "done"]
+                          "budget_remaining", "done", "terminated", "truncated"]
     assert step["layers"]["total"] == pytest.approx(step["reward"]) == pytest.approx(0.15)
     assert t["total_reward"] == pytest.approx(sum(s["reward"] for s in t["steps"]))
     assert t["reward_breakdown"]["correctness"] == 1.0
@@ -182,7 +193,7 @@ def test_transcript_format_and_text(env):
 
 def test_check_env_passes_and_catches_a_broken_env(toy):
     env = SQLEnvironment(*toy)
-    assert len(check_env(env)) == 7
+    assert len(check_env(env)) == 9
 
     class Raising(SQLEnvironment):
         def step(self, action):
@@ -203,6 +214,51 @@ def test_check_env_passes_and_catches_a_broken_env(toy):
 
     with pytest.raises(EnvCheckError, match="deterministic"):
         check_env(Forgetful(*toy))
+
+
+def test_reset_step_budget_and_episode_id_apply_to_one_episode(toy):
+    env = SQLEnvironment(*toy, step_budget=5)
+    obs = env.reset(question_id="music_q1", step_budget=2, episode_id="run-7/episode-1")
+    assert obs.budget_remaining == 2 and env.state.step_budget == 2 and env.state.episode_id == "run-7/episode-1"
+    env.step(SQLAction("QUERY", "SELECT 1"))
+    assert env.step(SQLAction("QUERY", "SELECT 2")).truncated
+    obs = env.reset(question_id="music_q1")
+    assert obs.budget_remaining == 5 and env.state.step_budget == 5 and env.step_budget == 5
+    assert env.state.episode_id not in ("", "run-7/episode-1")
+    for bad in (0, -3, 1.5, True, "3"):
+        with pytest.raises(ValueError, match="step_budget"):
+            env.reset(question_id="music_q1", step_budget=bad)
+    with pytest.raises(ValueError, match="episode_id must be a string"):
+        env.reset(question_id="music_q1", episode_id=7)
+    assert env.state.step_budget == 5  # a refused reset leaves the episode as it was
+
+
+def test_check_env_catches_a_missing_member_and_a_mislabelled_end(toy):
+    class NoClose:
+        """Everything of the protocol but `close`."""
+
+        def __init__(self, env):
+            self.env = env
+
+        def __getattr__(self, name):
+            if name == "close":
+                raise AttributeError(name)
+            return getattr(self.env, name)
+
+    with pytest.raises(EnvCheckError, match="lacks members of sqlenv.protocol.Environment: close"):
+        check_env(NoClose(SQLEnvironment(*toy)))
+
+    class TerminatedByBudget(SQLEnvironment):
+        """Reports running out of budget as a termination (what Gymnasium calls a truncation)."""
+
+        def step(self, action):
+            obs = super().step(action)
+            if obs.truncated and not obs.error.startswith("The episode is over"):
+                obs.terminated, obs.truncated = True, False
+            return obs
+
+    with pytest.raises(EnvCheckError, match="did not truncate"):
+        check_env(TerminatedByBudget(*toy))
 
 
 def test_from_dataset_with_a_prepared_directory(toy):

@@ -124,11 +124,32 @@ def test_generic_env_client_plays_an_oracle_episode(no_leak, questions, local):
             result = client.step({"action_type": step["action_type"], "argument": step["argument"]})
             rewards.append(result.reward)
         assert result.done and result.observation["result"] == "Answer submitted: correct."
+        assert (result.observation["terminated"], result.observation["truncated"]) == (True, False)
         assert rewards == [step["reward"] for step in in_process["steps"]]
         assert result.metadata["reward_breakdown"] == in_process["reward_breakdown"]
         state = client.state()
         assert state["transcript"]["steps"] == in_process["steps"]
         assert state["transcript"]["gold_sql"] == q.gold_sql  # revealed once the episode is over
+        client.reset(question_id=q.question_id, step_budget=1)  # a budget running out truncates
+        result = client.step({"action_type": "QUERY", "argument": "SELECT 1"})
+        assert result.done and (result.observation["terminated"], result.observation["truncated"]) == (False, True)
+
+
+def test_the_environment_checker_passes_in_process_and_over_the_wire(no_leak, questions, local):
+    """Both implementations of `sqlenv.protocol.Environment` keep its contract, reset's step_budget and episode_id
+    and the terminated / truncated ends included."""
+    from sqlenv.checker import check_env
+    from sqlenv.protocol import Environment
+    from sqlenv.server.remote import RemoteSQLEnvironment
+
+    with RemoteSQLEnvironment(no_leak.url, questions=questions) as remote:
+        assert isinstance(remote, Environment) and isinstance(local, Environment)
+        assert check_env(remote) == check_env(local)
+        named = remote.reset(question_id=questions[0].question_id, step_budget=3, episode_id="ep-over-the-wire")
+        assert named.budget_remaining == 3 and remote.state.step_budget == 3
+        assert remote.state.episode_id == "ep-over-the-wire"  # the server's episode carries the caller's id
+        assert remote.step(SQLAction("QUERY", "SELECT 1")).error == ""  # the named episode is the one stepped
+        assert remote.reset(question_id=questions[0].question_id).budget_remaining == 15
 
 
 def test_async_sessions_are_independent(no_leak, questions):
@@ -343,6 +364,7 @@ def test_a_server_restart_under_connected_clients(small_server, questions, local
         # observation (step never raises) and the next reset connects to the new process.
         lost = remote.step(SQLAction("QUERY", q.gold_sql))
         assert lost.done and "Lost the connection to the SQLEnv server" in lost.error
+        assert lost.truncated and not lost.terminated  # cut short from outside, not an end of the task
         transcript = remote.transcript()
         assert transcript["outcome"] == "error" and len(transcript["steps"]) == 2
         assert remote.step(SQLAction("ANSWER", "1")).error.startswith("The episode is over")

@@ -90,6 +90,51 @@ def test_grpo_through_rollout_func(tiny, tmp_path):
     assert logs[-1]["tools/call_frequency"] > 0
 
 
+def _shared_text_dataset(root: Path) -> Path:
+    """The toy dataset plus `music_copy`, the music database with fewer singers, asked the same question as music:
+    two questions with the same text and the same table list, different answers."""
+    import shutil
+    import sqlite3
+
+    from sqlenv.checker import build_toy_dataset
+
+    questions_path, db_dir = build_toy_dataset(root)
+    (db_dir / "music_copy").mkdir()
+    copy_db = db_dir / "music_copy" / "music_copy.sqlite"
+    shutil.copy(db_dir / "music" / "music.sqlite", copy_db)
+    with sqlite3.connect(copy_db) as conn:
+        conn.execute("DELETE FROM singer WHERE singer_id > 7")
+    questions = json.loads(questions_path.read_text())
+    original = next(q for q in questions if q["question_id"] == "music_q1")
+    questions.append({**original, "question_id": "music_copy_q1", "database_name": "music_copy", "gold_answer": 7})
+    questions_path.write_text(json.dumps(questions))
+    return root
+
+
+def test_rollout_plays_the_question_of_its_row_when_two_databases_share_its_text(tiny, tmp_path):
+    """The question id travels with the row into `rollout_func`: prompts that read the same (same question text,
+    same tables) still play their own database's question."""
+    from training.grpo import build_trainer
+    from training.rollout import prompt_question_id
+
+    root = _shared_text_dataset(tmp_path / "shared")
+    config = _small_config(tmp_path, rollout="rollout_func", dataset=str(root), eval_split="train", step_budget=1)
+    model, tokenizer = _fresh(tiny)
+    trainer = build_trainer(config, model, tokenizer, output_dir=str(tmp_path / "trainer"))
+    rows = {row["question_id"]: row for row in trainer.train_dataset}
+    original, copy_ = rows["music_q1"]["prompt"], rows["music_copy_q1"]["prompt"]
+    assert original[-1]["content"] == copy_[-1]["content"]  # nothing in the text tells them apart
+    assert (prompt_question_id(original), prompt_question_id(copy_)) == ("music_q1", "music_copy_q1")
+    trainer.rollout_func([copy_, original, copy_], trainer)
+    played = [env.environment.transcript() for env in trainer.rollout_func.environments(3)]
+    assert [(t["question_id"], t["database"], t["gold_answer"]) for t in played] == [
+        ("music_copy_q1", "music_copy", 7), ("music_q1", "music", 30), ("music_copy_q1", "music_copy", 7)]
+    # A prompt that names no question is refused, not guessed from its text.
+    unnamed = [{k: v for k, v in m.items() if k != "question_id"} for m in original]
+    with pytest.raises(ValueError, match="names no question"):
+        trainer.rollout_func([unnamed], trainer)
+
+
 def test_kl_reference_is_the_policy_in_memory(tiny, tmp_path):
     """With beta > 0 the KL anchor must be the model GRPO starts from (e.g. after SFT warm-start in memory), not
     the weights TRL would reload from `config._name_or_path` on disk."""

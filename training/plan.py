@@ -85,8 +85,8 @@ class EpisodeSource:
             return self._questions
 
     def environment(self):
-        """A new `SQLEnvironment` over these questions (the caller closes it): a `RemoteSQLEnvironment`, with
-        the same interface, when the source plays on a server."""
+        """A new `sqlenv.protocol.Environment` over these questions (the caller closes it): a `SQLEnvironment`, or
+        a `RemoteSQLEnvironment` when the source plays on a server."""
         if self.base_url is not None:
             from sqlenv.server.remote import RemoteSQLEnvironment  # needs the sqlenv[server] extra
 

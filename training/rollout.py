@@ -10,14 +10,14 @@ the tool counts `reward_operational` logs through TRL's `log_metric` (TRL logs t
     rollout = BatchedRollout(plan.episodes("train"), max_turn_tokens=64)
     trainer = GRPOTrainer(..., train_dataset=rollout_rows(plan.episodes("train")), rollout_func=rollout)
 
-The instance holds what the path needs — its episode source, a pool of environments, the index from prompt to
-question, the renderer — so nothing lives in module globals and two trainers never share state.
+Each prompt names its question (`QUESTION_ID_KEY` on its user turn, written by `rollout_rows`): the question id travels
+with the dataset row, as the `question_id` column does to `SQLEnvTRL.reset(**row)` on the other path. The instance
+holds what the path needs — its episode source, a pool of environments, the renderer — so nothing lives in module
+globals and two trainers never share state.
 """
 
 from __future__ import annotations
 
-import copy
-import re
 import threading
 from typing import Any
 
@@ -26,46 +26,21 @@ from training.chat import ChatRenderer
 from training.episodes import Episode, play_batched
 from training.prompts import initial_messages
 
-__all__ = ["BatchedRollout", "QuestionIndex", "rollout_rows"]
+__all__ = ["BatchedRollout", "QUESTION_ID_KEY", "prompt_question_id", "rollout_rows"]
 
-_QUESTION_LINE = re.compile(r"^Question: (.*)$", re.M)
-_TABLES_LINE = re.compile(r"^Tables: (.*)$", re.M)
+#: The key of a rollout prompt's user turn that names its question. TRL hands `rollout_func` only the prompts (not the
+#: rest of the dataset row), so the question id rides on the prompt itself: `rollout_rows` writes it, the rollout reads
+#: it and drops it before rendering. Reading the question back from the prompt text would be ambiguous (two databases
+#: may share a question text, even a table list).
+QUESTION_ID_KEY = "question_id"
 
 
-class QuestionIndex:
-    """Finds the question a rollout prompt asks (`rollout_func` receives only the prompts): by its question text,
-    and by its table list when two databases share a question text.
-
-    Args:
-        questions: the questions the prompts were made from (`EpisodeSource.questions`).
-        table_names: `table_names(database_name) -> list[str]` (an environment's `sandbox.table_names`); None
-            when no database is at hand (episodes on a server): a text two databases share then takes the first.
-    """
-
-    def __init__(self, questions: list, table_names: Any):
-        self._by_text: dict[str, list[Any]] = {}
-        for q in questions:
-            self._by_text.setdefault(q.question_text.strip(), []).append(q)
-        self._table_names = table_names
-        self._tables: dict[str, str] = {}
-
-    def lookup(self, user_text: str) -> str | None:
-        m = _QUESTION_LINE.search(user_text or "")
-        if not m:
-            return None
-        candidates = self._by_text.get(m.group(1).strip(), [])
-        databases = {q.database_name for q in candidates}
-        if len(databases) > 1 and self._table_names is not None:
-            tables = _TABLES_LINE.search(user_text)
-            for q in candidates:
-                if q.database_name not in self._tables:
-                    try:
-                        self._tables[q.database_name] = ", ".join(self._table_names(q.database_name))
-                    except Exception:  # noqa: BLE001 - a broken database just doesn't match
-                        self._tables[q.database_name] = ""
-                if tables and self._tables[q.database_name] == tables.group(1).strip():
-                    return q.question_id
-        return candidates[0].question_id if candidates else None
+def prompt_question_id(prompt: list) -> str | None:
+    """The question id a rollout prompt carries (on its last user turn), None when it carries none."""
+    for message in reversed(prompt):
+        if message.get("role") == "user":
+            return message.get(QUESTION_ID_KEY)
+    return None
 
 
 class BatchedRollout:
@@ -85,7 +60,6 @@ class BatchedRollout:
         self.renderer = renderer
         self._pool: list[Any] = []
         self._lock = threading.Lock()
-        self._index: QuestionIndex | None = None
 
     def environments(self, n: int) -> list[Any]:
         """The first `n` environments of the pool (one `SQLEnvTRL` per episode of a batch), created as needed."""
@@ -96,33 +70,27 @@ class BatchedRollout:
                 self._pool.append(SQLEnvTRL(self.source))
             return self._pool[:n]
 
-    def _question_index(self, env: Any) -> QuestionIndex:
-        if self._index is None:
-            sandbox = getattr(env.environment, "sandbox", None)  # a server session has no local sandbox
-            self._index = QuestionIndex(self.source.questions, sandbox.table_names if sandbox is not None else None)
-        return self._index
-
     def __call__(self, prompts: list, trainer: Any) -> dict[str, list]:
         """Play one episode per prompt, batched, and return the training record (see the module docstring).
 
-        Each prompt is `[system, user]` where the user turn is the episode's first observation (`rollout_rows`); the
-        question is found from its text.
+        Each prompt is `[system, user]` where the user turn is the episode's first observation and names its question
+        (`rollout_rows`).
         """
         from trl.models import unwrap_model_for_generation
 
         if self.renderer is None:
             self.renderer = ChatRenderer.from_trainer(trainer)
         renderer = self.renderer
+        question_ids = [prompt_question_id(prompt) for prompt in prompts]
+        if None in question_ids:
+            raise ValueError(f"rollout_func: a prompt names no question (no {QUESTION_ID_KEY!r} on its user turn); "
+                             "build the train dataset with training.rollout.rollout_rows(source)")
         envs = self.environments(len(prompts))
-        index = self._question_index(envs[0])
         episodes = []
-        for prompt, env in zip(prompts, envs):
-            user = next((m.get("content", "") for m in reversed(prompt) if m.get("role") == "user"), "")
-            question_id = index.lookup(user)
-            if question_id is None:
-                raise ValueError(f"rollout_func: no question of {self.source} matches the prompt {user[:120]!r}")
+        for prompt, question_id, env in zip(prompts, question_ids, envs):
             env.reset(question_id=question_id)
-            messages = copy.deepcopy(list(prompt))
+            # The messages as the model sees them: the id is the dataset's, not the conversation's.
+            messages = [{k: v for k, v in m.items() if k != QUESTION_ID_KEY} for m in prompt]
 
             def step(action: SQLAction, env: Any = env) -> tuple[str, SQLObservation, bool]:
                 text = env._act(action.action_type, action.argument)
@@ -152,7 +120,8 @@ class BatchedRollout:
 
 
 def rollout_rows(source: Any):
-    """The GRPO dataset of the batched path: `[system, user(first observation)]` prompts, one per question.
+    """The GRPO dataset of the batched path: `[system, user(first observation)]` prompts, one per question, the user
+    turn naming its question (`QUESTION_ID_KEY`), plus the `question_id` column.
 
     Args:
         source: a `training.plan.EpisodeSource` (its questions, databases and step budget).
@@ -162,8 +131,9 @@ def rollout_rows(source: Any):
     env = source.environment()
     try:
         prompts, ids = [], []
-        for q in env.questions:
-            prompts.append(initial_messages(env.reset(question_id=q.question_id)))
+        for q in source.questions:
+            system, user = initial_messages(env.reset(question_id=q.question_id))
+            prompts.append([system, {**user, QUESTION_ID_KEY: q.question_id}])
             ids.append(q.question_id)
     finally:
         env.close()

@@ -209,7 +209,8 @@ class SQLEnvTRL:
     # ------------------------------------------------------------------------- rewards (read, not tools)
     @property
     def environment(self):
-        """The underlying `SQLEnvironment` (a `RemoteSQLEnvironment` with `base_url`; opened on first use)."""
+        """The underlying `sqlenv.protocol.Environment`: a `SQLEnvironment`, or a `RemoteSQLEnvironment` with
+        `base_url` (opened on first use). This adapter uses nothing of it beyond the protocol."""
         return self._environment()
 
     @property

@@ -1,7 +1,7 @@
 """The built-in dataset: seven small SQLite databases and ~5,000 questions, generated from a seed.
 
 Nothing is downloaded. `build_builtin(out_dir, seed)` writes a prepared dataset directory (see
-`sqlenv.datasets`) with splits:
+`sqlenv.dataset_dir`) with splits:
 
 * `train` — most question instances of six databases;
 * `eval` — held-out instances of the same templates and databases (other parameter values, so other text);
@@ -29,7 +29,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
-from sqlenv.datasets import DatasetInfo, swap_into_place
+from sqlenv.dataset_dir import DatasetInfo, swap_into_place
 from sqlenv.difficulty import spider_hardness
 from sqlenv.types import Question
 

@@ -18,6 +18,7 @@ from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
 
 import sqlenv
+from sqlenv import protocol
 from sqlenv.environment import SQLEnvironment
 from sqlenv.rewards import RewardConfig
 from sqlenv.sandbox import SandboxSettings
@@ -104,8 +105,10 @@ class SQLEnvServerEnvironment(Environment[SQLAction, SQLObservation, EpisodeStat
     def __init__(self, config: ServerConfig):
         super().__init__()
         self.config = config
-        self._env = SQLEnvironment(config.questions, config.db_dir, step_budget=config.step_budget,
-                                   reward_config=config.reward_config, sandbox=config.sandbox)
+        # Used only through the `sqlenv.protocol.Environment` interface.
+        self._env: protocol.Environment = SQLEnvironment(
+            config.questions, config.db_dir, step_budget=config.step_budget, reward_config=config.reward_config,
+            sandbox=config.sandbox)
         self._reward_config = asdict(config.reward_config)  # sent with every reset
         self._closed = False
         config.sessions.opened()
@@ -123,10 +126,7 @@ class SQLEnvServerEnvironment(Environment[SQLAction, SQLObservation, EpisodeStat
         budget = self.config.step_budget if step_budget is None else step_budget
         if isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= MAX_STEP_BUDGET:
             raise ValueError(f"step_budget must be an integer from 1 to {MAX_STEP_BUDGET}, got {step_budget!r}")
-        self._env.step_budget = budget
-        obs = self._env.reset(seed=seed, question_id=question_id)
-        if episode_id is not None:
-            self._env.state.episode_id = episode_id
+        obs = self._env.reset(seed=seed, question_id=question_id, step_budget=budget, episode_id=episode_id)
         meta = self._metadata(obs)
         meta["step_budget"] = budget
         meta["reward_config"] = dict(self._reward_config)
@@ -152,7 +152,7 @@ class SQLEnvServerEnvironment(Environment[SQLAction, SQLObservation, EpisodeStat
             if not env.state.done:  # the answer stays on the server until the episode is over
                 transcript["gold_sql"] = transcript["gold_answer"] = None
         return EpisodeState(episode_id=env.state.episode_id or None, step_count=env.state.step_count,
-                            question_id=env.state.question_id, done=env.state.done, step_budget=env.step_budget,
+                            question_id=env.state.question_id, done=env.state.done, step_budget=env.state.step_budget,
                             outcome=env.outcome, reward_breakdown=env.reward_breakdown.to_dict(),
                             transcript=transcript)
 

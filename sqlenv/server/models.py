@@ -47,6 +47,7 @@ class SQLObservation(Observation):
     """What the agent sees after `reset` or `step` (OpenEnv wire type of `sqlenv.types.SQLObservation`).
 
     `done` and `reward` (this step's total) are OpenEnv's own fields; the split of the reward is in `metadata`.
+    `terminated` and `truncated` say how a finished episode ended, as in Gymnasium (`done` is their union).
     """
 
     question: str = Field(default="", description="the question to answer")
@@ -56,6 +57,8 @@ class SQLObservation(Observation):
     step_count: int = Field(default=0, description="steps taken in this episode")
     budget_remaining: int = Field(default=0, description="steps left before the episode ends")
     action_history: list[str] = Field(default_factory=list, description="one line per step taken")
+    terminated: bool = Field(default=False, description="the episode ended on its own terms (ANSWER)")
+    truncated: bool = Field(default=False, description="the episode was cut short (the step budget ran out)")
 
     @classmethod
     def from_core(cls, obs: core.SQLObservation, metadata: dict[str, Any] | None = None) -> "SQLObservation":
@@ -63,7 +66,7 @@ class SQLObservation(Observation):
         return cls.model_construct(question=obs.question, schema_info=obs.schema_info, result=obs.result,
                                    error=obs.error, step_count=obs.step_count, budget_remaining=obs.budget_remaining,
                                    action_history=list(obs.action_history), done=obs.done, reward=obs.reward,
-                                   metadata=dict(metadata or {}))
+                                   terminated=obs.terminated, truncated=obs.truncated, metadata=dict(metadata or {}))
 
     def to_core(self) -> core.SQLObservation:
         """The `sqlenv.types.SQLObservation`, its `reward_layers` read back from `metadata`."""
@@ -75,7 +78,8 @@ class SQLObservation(Observation):
             reward=float(self.reward or 0.0),
             reward_layers=core.RewardLayers(operational=float(layers.get("operational", 0.0)),
                                             progress=float(layers.get("progress", 0.0)),
-                                            terminal=float(layers.get("terminal", 0.0))))
+                                            terminal=float(layers.get("terminal", 0.0))),
+            terminated=bool(self.terminated), truncated=bool(self.truncated))
 
 
 class EpisodeState(State):

@@ -1,11 +1,11 @@
-"""`RemoteSQLEnvironment`: `SQLEnvironment`'s interface, played on a SQLEnv server.
+"""`RemoteSQLEnvironment`: the `sqlenv.protocol.Environment` interface, played on a SQLEnv server.
 
     env = RemoteSQLEnvironment("http://127.0.0.1:8000", questions=load_questions(path), step_budget=10)
     obs = env.reset(question_id="builtin-music-0")      # sqlenv.types.SQLObservation, as in-process
     obs = env.step(SQLAction("QUERY", "SELECT count(*) FROM singer"))
     env.reward_breakdown, env.transcript(), env.close()
 
-Code written against `SQLEnvironment` (the TRL adapter, `sqlenv.evaluation`, the policies) runs on it
+Code written against the `Environment` protocol (the TRL adapter, `sqlenv.evaluation`, the policies) runs on it
 unchanged: same observations, same rewards, same transcripts, because the server runs the same
 `SQLEnvironment`. Each instance holds one WebSocket session (one episode at a time).
 
@@ -13,7 +13,7 @@ Faults keep `SQLEnvironment`'s contract. `reset` raises `ValueError` for a bad q
 in-process) and keeps trying for `reconnect_timeout_s` when the server is unreachable (restarting), then
 raises `ConnectionError`. `step` never raises: a message the server refuses becomes an error observation, and
 a connection lost mid-episode (the server restarted or dropped the session) ends the episode with an error
-observation (`done`, outcome "error"); the next `reset` connects again.
+observation (`done` and `truncated`, outcome "error"); the next `reset` connects again.
 
 `questions` (this process's copy of the served questions, optional) supplies `question` (the oracle reads
 it) and the gold fields of the transcript of an unfinished episode, which the server withholds until the
@@ -85,7 +85,8 @@ class RemoteSQLEnvironment:
                                     message_timeout_s=message_timeout_s).sync()
         self.reward_config = RewardConfig()  # replaced by the server's at the first reset
         self.reward_breakdown = RewardBreakdown()
-        self.state = EpisodeState()
+        self.state = EpisodeState(step_budget=int(step_budget or 0))
+        self._episode_budget = 0  # the budget the server gave the current episode
         self.last_observation: SQLObservation | None = None
         self._question_id: str | None = None
         self._seed: int | None = None
@@ -95,8 +96,16 @@ class RemoteSQLEnvironment:
         self._closed = False
 
     # ------------------------------------------------------------------------------------------ episode
-    def reset(self, seed: int | None = None, question_id: str | None = None) -> SQLObservation:
-        """Start an episode on the server: on `question_id`, or on a question drawn with `seed`."""
+    def reset(self, seed: int | None = None, question_id: str | None = None, *, step_budget: int | None = None,
+              episode_id: str | None = None) -> SQLObservation:
+        """Start an episode on the server: on `question_id`, or on a question drawn with `seed`.
+
+        Args:
+            seed: seeds the server's question draw.
+            question_id: play this question (one the server does not serve raises `ValueError`).
+            step_budget: steps allowed in this episode only (default None: `self.step_budget`, else the server's).
+            episode_id: this episode's id on the server and in `state` (default None: the server draws one).
+        """
         if self._closed:
             raise RuntimeError("this RemoteSQLEnvironment is closed")
         kwargs: dict[str, Any] = {}
@@ -104,8 +113,11 @@ class RemoteSQLEnvironment:
             kwargs["seed"] = seed
         if question_id is not None:
             kwargs["question_id"] = question_id
-        if self.step_budget is not None:
-            kwargs["step_budget"] = int(self.step_budget)
+        budget = self.step_budget if step_budget is None else step_budget
+        if budget is not None:
+            kwargs["step_budget"] = int(budget)
+        if episode_id is not None:
+            kwargs["episode_id"] = episode_id
         deadline = time.monotonic() + self.reconnect_timeout_s
         pause = 0.1
         while True:
@@ -127,8 +139,9 @@ class RemoteSQLEnvironment:
                 pause = min(pause * 2, 2.0)
         meta = result.observation.metadata
         self.reward_config = RewardConfig(**meta.get("reward_config", {}))
-        if self.step_budget is None:
-            self.step_budget = int(meta.get("step_budget") or 0) or None
+        self._episode_budget = int(meta.get("step_budget") or 0)
+        if self.step_budget is None and step_budget is None:  # later resets ask for the server's budget by name
+            self.step_budget = self._episode_budget or None
         self._question_id = meta.get("question_id")
         self._seed = seed
         self._lost = None
@@ -170,7 +183,7 @@ class RemoteSQLEnvironment:
                                                 progress=float(rb.get("progress", 0.0)),
                                                 correctness=float(rb.get("correctness", 0.0)))
         self.state = EpisodeState(episode_id=meta.get("episode_id") or "", step_count=obs.step_count,
-                                  question_id=meta.get("question_id"), done=obs.done)
+                                  question_id=meta.get("question_id"), done=obs.done, step_budget=self._episode_budget)
         self._outcome = meta.get("outcome", "unfinished")
         self.last_observation = obs
         return obs
@@ -178,12 +191,7 @@ class RemoteSQLEnvironment:
     def _fail(self, message: str) -> SQLObservation:
         """An error observation that changes nothing (as `SQLEnvironment` answers a step it cannot take)."""
         base = self.last_observation
-        if base is None:
-            return SQLObservation(question="", schema_info="", error=message, budget_remaining=0, done=True)
-        return SQLObservation(question=base.question, schema_info=base.schema_info, result="", error=message,
-                              step_count=base.step_count, budget_remaining=base.budget_remaining,
-                              action_history=list(base.action_history), done=base.done, reward=0.0,
-                              reward_layers=RewardLayers())
+        return SQLObservation.no_episode(message) if base is None else base.refusal(message)
 
     def _lose(self, reason: str, action_type: str, argument: str) -> SQLObservation:
         """End the episode on this side: the server's copy is gone."""
@@ -195,7 +203,7 @@ class RemoteSQLEnvironment:
         obs = SQLObservation(question=base.question, schema_info=base.schema_info, result="", error=message,
                              step_count=base.step_count + 1, budget_remaining=max(0, base.budget_remaining - 1),
                              action_history=list(base.action_history), done=True, reward=0.0,
-                             reward_layers=RewardLayers())
+                             reward_layers=RewardLayers(), truncated=True)  # cut short from outside
         self.state.done = True
         self.last_observation = obs
         self._steps.append(self._step_record(action_type, argument, obs))
@@ -206,7 +214,8 @@ class RemoteSQLEnvironment:
         kind = action_type.strip().upper()
         layers = obs.reward_layers.to_dict()
         return make_step(obs.step_count, kind if kind in ACTION_TYPES else action_type[:20], argument[:10_000],
-                         obs.result, obs.error, obs.reward, layers, obs.budget_remaining, obs.done)
+                         obs.result, obs.error, obs.reward, layers, obs.budget_remaining, obs.done,
+                         terminated=obs.terminated, truncated=obs.truncated)
 
     # ------------------------------------------------------------------------------------- read access
     @property
