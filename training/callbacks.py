@@ -110,7 +110,7 @@ class RunCallback(TrainerCallback):
         tokenizer: the model's tokenizer (for traces and evals).
         stop_event: a `threading.Event`; when set, training stops after the current step.
         phase: `"grpo"` (default) or `"sft"`; it picks the cadences from `config` (`eval_every`/`trace_every`
-            for GRPO, `sft_eval_every` for both in SFT) and is written on every line.
+            for GRPO, `sft.eval_every` for both in SFT) and is written on every line.
         evaluate_at_start: also evaluate before the first step (default True). False when an earlier phase
             ended with an eval of this very model (GRPO after SFT), or when the phase resumes from a checkpoint.
         last_eval_step: the step of this phase's last eval already recorded (a resumed phase), so the end-of-phase
@@ -136,7 +136,7 @@ class RunCallback(TrainerCallback):
         self.phase = phase
         self.evaluate_at_start = evaluate_at_start
         if phase == "sft":
-            self.eval_every = self.trace_every = config.resolved_sft_eval_every()
+            self.eval_every = self.trace_every = config.resolved_sft().eval_every
         else:
             self.eval_every, self.trace_every = config.eval_every, config.trace_every
         self.stopped = False

@@ -90,6 +90,7 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
     from training.plan import RunPlan
 
     plan = RunPlan.resolve(config)
+    config = plan.config
     run = RunDir(plan.run_dir)
     is_main = _is_main_process()
     recorder = RunRecorder(run, listener, is_main=is_main)
@@ -119,7 +120,7 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
         _seed_everything(config.seed)
         from training.models import load_model_and_tokenizer
 
-        warm_started = config.sft and (plan.warm_start_dir / "config.json").exists()
+        warm_started = config.sft.enabled and (plan.warm_start_dir / "config.json").exists()
         model, tokenizer = load_model_and_tokenizer(
             str(plan.warm_start_dir) if warm_started else config.model, seed=config.seed, dataset=plan.dataset,
             **_device_kwargs(plan))
@@ -127,7 +128,7 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
             _point_at_warm_start(model, plan)
         recorder.status(n_parameters=sum(p.numel() for p in model.parameters()))
 
-        if config.sft and not warm_started:
+        if config.sft.enabled and not warm_started:
             _check_stop(stop_event)
             from training.sft import run_sft
 
@@ -148,7 +149,7 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
                 atomic_write_json(run.file("sft_config.json"), sft.trainer_args)
             recorder.status(sft={"steps": sft.steps, "examples": sft.n_examples, "first_loss": sft.first_loss,
                                  "final_loss": sft.final_loss, "seconds": round(sft.seconds, 2),
-                                 "teacher_error_rate": config.sft_teacher_error_rate})
+                                 "teacher_error_rate": config.sft.teacher_error_rate})
             if sft_callback.stopped:
                 raise RunStopped()
             _save_warm_start(plan, model, tokenizer, is_main)
@@ -168,7 +169,7 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
             _forget_after(run, "grpo", step)
         # After SFT its last eval measured this very model: GRPO's curve continues from it.
         callback = RunCallback(recorder, plan, tokenizer, stop_event=stop_event, phase="grpo",
-                               evaluate_at_start=not config.sft and checkpoint is None,
+                               evaluate_at_start=not config.sft.enabled and checkpoint is None,
                                last_eval_step=_last_eval_step(run, "grpo", step))
         trainer = build_trainer(plan, model, tokenizer, callbacks=[callback])
         if is_main:
@@ -308,7 +309,7 @@ def _last_eval_step(run: RunDir, phase: str, step: int | None) -> int | None:
 
 
 def _sft_settings(plan: Any):
-    """The warm start's settings: the config's `sft_*` fields, the plan's dataset and precision, checkpoints."""
+    """The warm start's settings: the config's `sft` section, the plan's dataset and precision, checkpoints."""
     import dataclasses
 
     from training.sft import SFTSettings
@@ -491,7 +492,7 @@ def _comparison(recorder: RunRecorder, model: Any, tokenizer: Any, plan: Any, n:
     summary = {"kind": "summary", "split": config.eval_split, "n_episodes": n, "seed": config.seed,
                "random": scores(random_result), "trained": scores(trained),
                "base": scores(type(trained).from_episodes(base_episodes, policy="base")) if base_episodes else None,
-               "base_label": ("SFT warm-start (before GRPO)" if config.sft else "pretrained (before GRPO)")
+               "base_label": ("SFT warm-start (before GRPO)" if config.sft.enabled else "pretrained (before GRPO)")
                if base_episodes else None,
                "time": time.time()}
     recorder.append("comparison", summary)
@@ -589,6 +590,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             config = TrainConfig.from_json(args.config) if args.config else TrainConfig()
             config = config.with_overrides(args.overrides)
+        from training.plan import check_config
+
+        check_config(config)  # the dataset, TRL's checks, trackers: a bad argument, before anything is loaded
     except (ConfigError, ValueError) as exc:
         print(f"python -m training.train: error: {exc}", file=sys.stderr)
         return 2
