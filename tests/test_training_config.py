@@ -239,3 +239,15 @@ def test_turn_length_translates_for_each_generation_backend(tmp_path):
     args = grpo_args(vllm)
     assert args.use_vllm and args.vllm_mode == "colocate" and args.generation_kwargs == {"top_k": 20, "max_tokens": 48}
     assert args.output_dir == str(tmp_path / "run" / "checkpoints" / "grpo") and args.run_name == "run"
+
+
+@pytest.mark.parametrize("override, words", [("dataset=nope", ["dataset", "nope"]),
+                                             ("grpo.loss_typ=x", ["grpo.loss_typ", "grpo.loss_type"])])
+def test_cli_refuses_what_the_plan_refuses_in_one_line_with_exit_code_2(tmp_path, override, words):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "training.train", "--set", override, "--set",
+                           f"output_dir={tmp_path / 'run'}"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert all(word in proc.stderr for word in words) and not (tmp_path / "run").exists()
