@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=20, help="GRPO steps per run (default 20)")
     parser.add_argument("--repeats", type=int, default=2, help="CLI/dashboard pairs, alternated (default 2)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="config override for both runs (JSON value), e.g. --set sft_max_steps=60")
+                        help="config override for both runs (JSON value), e.g. --set sft.max_steps=60")
     parser.add_argument("--port", type=int, default=7877)
     args = parser.parse_args(argv)
     if not Path(CHROMIUM).exists():

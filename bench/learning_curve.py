@@ -8,7 +8,7 @@
 It runs exactly what the dashboard's Start button runs with the form's defaults: `training.train.run_training` on
 `configs/tiny_cpu.json`, in fresh data and runs folders, so the built-in data, the tokenizer and the tiny model are
 built on the way as on a fresh checkout, and the minutes are all-in. Then, as a reference measured by the same
-code, the same run with a clean-oracle warm start (`sft_teacher_error_rate=0`).
+code, the same run with a clean-oracle warm start (`sft.teacher_error_rate=0`).
 
 The figures come from the run directories: the comparison summary (the random policy, the warm start as `base`
 when GRPO starts, the trained model when it ends: greedy episodes on the same eval questions, `comparison_episodes`
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"learning_curve: {exc}", file=sys.stderr)
         return 2
     out: dict = {"dataset": args.dataset, "config": str(args.config), "overrides": args.overrides,
-                 "teacher_error_rate": config.resolved_sft_teacher_error_rate()}
+                 "teacher_error_rate": config.resolved_sft().teacher_error_rate}
     default = run_once(config.with_overrides({"run_id": "default"}), "the default recipe")
     out.update({
         "random_eval_success": default["random"]["success_rate"],
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         "curve": default["curve"],
     })
     if not args.no_reference:
-        clean = run_once(config.with_overrides({"run_id": "clean-reference", "sft_teacher_error_rate": 0.0}),
+        clean = run_once(config.with_overrides({"run_id": "clean-reference", "sft.teacher_error_rate": 0.0}),
                          "reference: clean-oracle warm start")
         out.update({
             "clean_sft_eval_success": clean["base"]["success_rate"],

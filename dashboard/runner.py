@@ -47,18 +47,22 @@ def _config_fields() -> list[str]:
 
 
 def build_config(values: dict[str, Any]) -> Any:
-    """A TrainConfig from form values, or ConfigInvalid naming the field.
+    """A TrainConfig from form values, checked as its run plan will check it, or ConfigInvalid naming the field.
 
-    TrainConfig validates at construction, so its error message is what the user sees; we only work out
-    which field it is about (the first form field named in the message) so the UI can point at it."""
+    TrainConfig checks the values at construction and `training.plan.check_config` what they name (the dataset on
+    disk, TRL's own checks, trackers), so their message is what the user sees; we only work out which field it is
+    about (the first form field named in the message) so the UI can point at it."""
     from training.config import TrainConfig
+    from training.plan import check_config
 
     known = set(_config_fields())
     unknown = [k for k in values if k not in known]
     if unknown:
         raise ConfigInvalid(f"unknown config field(s): {', '.join(unknown)}", unknown[0])
     try:
-        return TrainConfig(**values)
+        config = TrainConfig(**values)
+        check_config(config)
+        return config
     except (TypeError, ValueError) as exc:
         message = str(exc) or type(exc).__name__
         field = next((k for k in sorted(values, key=len, reverse=True) if k in message), None)

@@ -48,16 +48,20 @@ MIN_UPDATE_S = 1.2
 
 
 def default_values(config_file: Path | None = None) -> dict[str, Any]:
-    """The form's starting values: `config_file` (default configs/tiny_cpu.json) over TrainConfig defaults."""
-    values: dict[str, Any] = {}
+    """The form's starting values: `config_file` (default configs/tiny_cpu.json) over TrainConfig defaults (an older
+    config's flat warm-start keys read into the `sft` section)."""
+    path = Path(config_file or DEFAULT_CONFIG_FILE)
     try:
         from training.config import TrainConfig
 
-        values = {f.name: getattr(TrainConfig(), f.name) for f in dataclasses.fields(TrainConfig)}
-    except Exception:
-        pass
+        try:
+            return TrainConfig.from_json(path).to_dict()
+        except ValueError:  # an invalid file: the defaults, and the file's own values where they read
+            values = TrainConfig().to_dict()
+    except Exception:  # the training package is missing or broken: the file as it is
+        values = {}
     try:
-        values.update(json.loads(Path(config_file or DEFAULT_CONFIG_FILE).read_text()))
+        values.update(json.loads(path.read_text()))
     except (OSError, ValueError):
         pass
     return values
@@ -110,7 +114,7 @@ ADVANCED_PLACEHOLDER = '{"grpo": {"loss_type": "dr_grpo", "scale_rewards": "none
 def advanced_form(defaults: dict[str, Any]) -> list[Any]:
     """The form's LoRA fields and its "Advanced (JSON)" box, in a closed accordion: [use LoRA, r, alpha, JSON].
 
-    The JSON is an object of any other TrainConfig field — `grpo` (any GRPOConfig field), `sft_args`, `report_to`,
+    The JSON is an object of any other TrainConfig field — `grpo` (any GRPOConfig field), `sft` (the warm start's section), `report_to`,
     `save_steps`, ... — checked by TrainConfig like the rest of the form (see `advanced_values`)."""
     lora = defaults.get("lora") or {}
     with gr.Accordion("LoRA and advanced settings", open=False, elem_id="cfg-advanced-box"):
@@ -219,7 +223,9 @@ def build(ctx: AppContext) -> dict[str, Any]:
             return gr.Number(value=value, precision=0, **common)
         if kind == "lr":
             return gr.Textbox(value="" if value is None else str(value), placeholder="auto", **common)
-        if kind == "sft":
+        if kind == "sft":  # the warm start's switch (`sft.enabled`); the rest of its section comes from the config
+            if isinstance(value, dict):
+                value = value.get("enabled")
             return gr.Radio(SFT_CHOICES, value={True: "on", False: "off"}.get(value, "auto"), **common)
         return gr.Textbox(value=value, **common)
 
@@ -361,7 +367,11 @@ def build(ctx: AppContext) -> dict[str, Any]:
         # Datasets are listed from the app's data folder (--data-dir): validate and train from the same one.
         base["data_dir"] = str(ctx.data_root) if ctx.data_root is not None else None
         try:
-            base.update(form_to_config_values(fields, values))
+            form = form_to_config_values(fields, values)
+            if "sft" in form:  # the radio switches the warm start; its other settings stay the config's
+                section = base.get("sft")
+                form["sft"] = {**(section if isinstance(section, dict) else {}), "enabled": form["sft"]}
+            base.update(form)
             base.update(advanced_values(*extra))
             config = build_config(base)
         except ConfigInvalid as exc:

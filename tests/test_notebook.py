@@ -16,7 +16,7 @@ NOTEBOOK = REPO / "notebooks" / "train_grpo.ipynb"
 # learning itself is measured by bench/learning_curve.py.
 SMOKE_OVERRIDES = {
     "max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 2, "step_budget": 3,
-    "max_completion_length": 96, "max_turn_tokens": 24, "sft_max_steps": 1, "sft_episodes": 4, "sft_batch_size": 4,
+    "max_completion_length": 96, "max_turn_tokens": 24, "sft": {"max_steps": 1, "episodes": 4, "batch_size": 4},
     "eval_every": 0, "eval_episodes": 1, "trace_every": 0, "plot_every": 1, "comparison_episodes": 1,
     "compare_base": False,
 }

@@ -23,7 +23,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 def _small(tmp_path, **overrides) -> dict:
     values = dict(
         max_steps=3, num_generations=2, per_device_train_batch_size=2, step_budget=2, max_completion_length=96,
-        max_turn_tokens=16, sft=True, sft_max_steps=3, sft_episodes=6, sft_batch_size=2, sft_eval_every=1,
+        max_turn_tokens=16, sft={"enabled": True, "max_steps": 3, "episodes": 6, "batch_size": 2, "eval_every": 1},
         compare_base=False, plot_every=1, trace_every=0, eval_every=1, eval_episodes=1, comparison_episodes=2,
         save_steps=1, device="cpu", precision="fp32", cpu_threads=1, seed=0, output_dir=str(tmp_path / "run"),
     )
@@ -105,13 +105,21 @@ def test_run_stopped_during_sft_resumes_there(tmp_path):
         if event == "metrics" and payload.get("phase") == "sft" and payload["step"] == 1:
             stop.set()
 
-    # sft_args: a SFTConfig field through the pass-through (a metrics line per SFT step).
-    path = run_training(_small(tmp_path, max_steps=2, sft_args={"logging_steps": 1}), stop_event=stop,
+    # sft.args: a SFTConfig field through the pass-through (a metrics line per SFT step).
+    small = _small(tmp_path, max_steps=2)
+    small["sft"]["args"] = {"logging_steps": 1}
+    path = run_training(small, stop_event=stop,
                         listener=listener)
     run = RunDir(path)
     assert run.read_status()["status"] == "stopped"
     assert (run.path / "checkpoints" / "sft" / "checkpoint-1").is_dir()  # the stop saved one
-    path = resume_training(path)
+    # Saved as runs before the `sft` section saved it (flat sft_* keys): it still loads and resumes.
+    saved = json.loads(run.file("config.json").read_text())
+    flat = {**{k: v for k, v in saved.items() if k != "sft"}, "sft": saved["sft"]["enabled"],
+            **{f"sft_{k}": v for k, v in saved["sft"].items() if k != "enabled"}}
+    run.file("config.json").write_text(json.dumps(flat))
+    with pytest.warns(FutureWarning, match="sft_max_steps.*deprecated"):
+        path = resume_training(path)
     status = run.read_status()
     assert status["status"] == "completed" and status["step"] == 2 and status["sft"]["steps"] == 3
     metrics = run.read("metrics")

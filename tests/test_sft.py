@@ -121,10 +121,11 @@ def test_few_sft_steps_reduce_assistant_loss(conversations, tiny):
 
 
 def test_settings_from_train_config_fields():
-    settings = SFTSettings.from_config(
-        {"dataset": "builtin", "step_budget": 7, "seed": 3, "sft_epochs": 2.0, "sft_learning_rate": 5e-4,
-         "sft_batch_size": 4, "sft_max_steps": 9, "sft_episodes": 100, "model": "builtin:tiny"}
-    )
+    from training.config import TrainConfig
+
+    settings = SFTSettings.from_config(TrainConfig(
+        dataset="builtin", step_budget=7, seed=3, model="builtin:tiny",
+        sft={"epochs": 2.0, "learning_rate": 5e-4, "batch_size": 4, "max_steps": 9, "episodes": 100}))
     assert (settings.step_budget, settings.seed, settings.epochs, settings.learning_rate) == (7, 3, 2.0, 5e-4)
     assert (settings.batch_size, settings.max_steps, settings.episodes) == (4, 9, 100)
 
@@ -222,6 +223,6 @@ def test_gradient_checkpointing_setting_reaches_the_sft_trainer(conversations, t
             seen["model"] = model.is_gradient_checkpointing
 
     model, tokenizer = _load(tiny)
-    config = TrainConfig(gradient_checkpointing=checkpointing, sft_max_steps=1, sft_batch_size=2)
+    config = TrainConfig(gradient_checkpointing=checkpointing, sft={"max_steps": 1, "batch_size": 2})
     run_sft(model, tokenizer, config, conversations=conversations[:4], callbacks=[Spy()])
     assert seen == {"args": checkpointing, "model": checkpointing}

@@ -169,7 +169,7 @@ def test_run_training_end_to_end(tiny, tmp_path):
     from training.train import run_training
 
     events: list[tuple[str, dict]] = []
-    config = _small_config(tmp_path, sft=True, sft_max_steps=1, sft_episodes=4, sft_batch_size=2,
+    config = _small_config(tmp_path, sft={"enabled": True, "max_steps": 1, "episodes": 4, "batch_size": 2},
                            compare_base=True)
     run_path = run_training(config, listener=lambda e, p: events.append((e, p)))
     run = RunDir(run_path)
@@ -177,7 +177,7 @@ def test_run_training_end_to_end(tiny, tmp_path):
     assert status["status"] == "completed", status
     assert status["step"] == 2 and status["total_steps"] == 2 and status["sft"]["steps"] == 1
     saved = run.read_config()
-    assert saved["max_tool_calling_iterations"] == 2 and saved["sft"] is True
+    assert saved["max_tool_calling_iterations"] == 2 and saved["sft"]["enabled"] is True
     # Every line says its phase; SFT's lines come first (loss, token accuracy, learning rate), then GRPO's.
     metrics = run.read("metrics")
     assert [(m["phase"], m["step"]) for m in metrics] == [("sft", 1), ("grpo", 1), ("grpo", 2)]

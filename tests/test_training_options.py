@@ -27,7 +27,7 @@ def test_lora_run_with_passthrough_and_tensorboard(tmp_path):
     from training.run_dir import RunDir
     from training.train import run_training
 
-    config = small_train_config(tmp_path, sft=True, sft_max_steps=2, sft_episodes=4, sft_batch_size=2, beta=0.04,
+    config = small_train_config(tmp_path, sft={"enabled": True, "max_steps": 2, "episodes": 4, "batch_size": 2}, beta=0.04,
                      lora={"r": 4, "alpha": 8, "merge": True}, report_to=["tensorboard"]).with_overrides(
         ["grpo.loss_type=dr_grpo", "grpo.top_p=0.9", "grpo.mask_truncated_completions=true"])
     run = RunDir(run_training(config))
@@ -80,14 +80,14 @@ def test_data_dir_is_where_named_datasets_resolve(tmp_path):
 
     from sqlenv.datasets import resolve_dataset
     from training.config import ConfigError, TrainConfig
-    from training.plan import RunPlan
+    from training.plan import RunPlan, check_config
 
     source = resolve_dataset("builtin")
     data = tmp_path / "data"
     shutil.copytree(source.root, data / "mine")
     (data / "mine" / "dataset.json").write_text(json.dumps({**source.meta, "name": "mine"}))
     with pytest.raises(ConfigError, match="unknown dataset 'mine'"):
-        TrainConfig(dataset="mine")
+        check_config(TrainConfig(dataset="mine"))
     config = small_train_config(tmp_path, dataset="mine", data_dir=str(data))
     plan = RunPlan.resolve(config)
     assert plan.dataset.root == data / "mine"

@@ -106,11 +106,11 @@ class RunCallback(TrainerCallback):
 
     Args:
         recorder: the run's writer.
-        config: the run's `training.plan.RunPlan` (or its resolved `TrainConfig`): dataset, splits, budgets, eval size.
+        plan: the run's `training.plan.RunPlan`: its config (splits, budgets, eval size) and its environments.
         tokenizer: the model's tokenizer (for traces and evals).
         stop_event: a `threading.Event`; when set, training stops after the current step.
-        phase: `"grpo"` (default) or `"sft"`; it picks the cadences from `config` (`eval_every`/`trace_every`
-            for GRPO, `sft_eval_every` for both in SFT) and is written on every line.
+        phase: `"grpo"` (default) or `"sft"`; it picks the cadences from the config (`eval_every`/`trace_every`
+            for GRPO, `sft.eval_every` for both in SFT) and is written on every line.
         evaluate_at_start: also evaluate before the first step (default True). False when an earlier phase
             ended with an eval of this very model (GRPO after SFT), or when the phase resumes from a checkpoint.
         last_eval_step: the step of this phase's last eval already recorded (a resumed phase), so the end-of-phase
@@ -120,23 +120,20 @@ class RunCallback(TrainerCallback):
     run resumes exactly where it stopped.
     """
 
-    def __init__(self, recorder: RunRecorder, config: Any, tokenizer: Any,
+    def __init__(self, recorder: RunRecorder, plan: Any, tokenizer: Any,
                  stop_event: threading.Event | None = None, *, phase: str = "grpo", evaluate_at_start: bool = True,
                  last_eval_step: int | None = None):
-        from training.plan import RunPlan
-
         if phase not in PHASES:
             raise ValueError(f"unknown phase {phase!r}; expected one of {PHASES}")
         self.recorder = recorder
-        self.plan = config if isinstance(config, RunPlan) else None
-        config = self.plan.config if self.plan is not None else config
-        self.config = config
+        self.plan = plan
+        self.config = config = plan.config
         self.tokenizer = tokenizer
         self.stop_event = stop_event
         self.phase = phase
         self.evaluate_at_start = evaluate_at_start
         if phase == "sft":
-            self.eval_every = self.trace_every = config.resolved_sft_eval_every()
+            self.eval_every = self.trace_every = config.resolved_sft().eval_every
         else:
             self.eval_every, self.trace_every = config.eval_every, config.trace_every
         self.stopped = False
@@ -229,15 +226,9 @@ class RunCallback(TrainerCallback):
         return bool(getattr(state, "is_world_process_zero", True))
 
     def _env_list(self, split: str, n: int) -> list[Any]:
-        from sqlenv.environment import SQLEnvironment
-
         envs = self._envs.setdefault(split, [])
         while len(envs) < n:
-            if self.plan is not None:
-                envs.append(self.plan.environment(split))
-            else:
-                envs.append(SQLEnvironment.from_dataset(self.config.dataset, split=split, data_root=self.config.data_dir,
-                                                        step_budget=self.config.step_budget))
+            envs.append(self.plan.environment(split))
         return envs[:n]
 
     def _play(self, model: Any, split: str, n: int, seed: int):

@@ -8,8 +8,14 @@ Fields left at `None` are "auto": they are resolved from other fields (e.g. `max
 `step_budget`, `sft` from the model) by the `resolved_*` helpers, so a saved config records what was asked for
 and a run's `config.json` records what was used (`TrainConfig.resolved()`).
 
-Invalid combinations raise `ConfigError` (a `ValueError`) at construction, with a message naming the field and
-what to change. No torch import at module level: the dashboard validates forms with this class.
+A config is plain data: constructing one reads no file and imports neither torch nor TRL; it checks only the values
+themselves and raises `ConfigError` (a `ValueError`) naming the field and what to change. What needs the world — the
+dataset on disk, TRL's own checks of `grpo`/`sft.args`, installed trackers, the device and the precision — is
+resolved once, by `training.plan.RunPlan.resolve` (`training.plan.check_config` checks it without a run).
+
+The warm start's settings are one nested section, `sft` (`WarmStart`): `{"sft": {"max_steps": 5000}}`,
+`--set sft.max_steps=5000`, `--set sft=false`. Configs saved before it (flat `sft_max_steps`, `sft_args`, `sft: true`)
+still load, with a deprecation message.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TrainConfig", "ConfigError", "BUILTIN_MODEL", "ROLLOUT_MODES", "PRECISIONS", "LORA_DEFAULTS", "TRACKERS",
+__all__ = ["TrainConfig", "WarmStart", "ConfigError", "DEFAULT_TEACHER_MISTAKES", "BUILTIN_MODEL", "ROLLOUT_MODES", "PRECISIONS", "LORA_DEFAULTS", "TRACKERS",
            "GRPO_OWNED", "SFT_OWNED"]
 
 BUILTIN_MODEL = "builtin:tiny"
@@ -36,9 +42,8 @@ TINY_TEACHER_ERROR_RATE = 0.3
 #: LoRA settings (`TrainConfig.lora`) and their defaults.
 LORA_DEFAULTS: dict[str, Any] = {"r": 16, "alpha": 32, "dropout": 0.05, "target_modules": "all-linear",
                                  "merge": False, "load_in_4bit": False}
-#: Trackers `report_to` accepts, with the modules any of which makes them available.
-TRACKERS = {"tensorboard": ("tensorboard", "tensorboardX"), "trackio": ("trackio",), "wandb": ("wandb",),
-            "mlflow": ("mlflow",)}
+#: Trackers `report_to` accepts (whether one is installed is checked by the run plan).
+TRACKERS = ("tensorboard", "trackio", "wandb", "mlflow")
 _RUN_FILES = "the run directory decides it (output_dir / run_id)"
 #: GRPOConfig fields this config sets itself (`grpo.<field>` is refused), with what to set instead.
 GRPO_OWNED = {
@@ -60,10 +65,10 @@ GRPO_OWNED = {
     "resume_from_checkpoint": "resume with `python -m training.train --resume runs/<id>`",
     "remove_unused_columns": "must stay false: the environment reads each row's question_id",
 }
-#: SFTConfig fields the warm start sets itself (`sft_args.<field>` is refused).
+#: SFTConfig fields the warm start sets itself (`sft.args.<field>` is refused).
 SFT_OWNED = {
-    "num_train_epochs": "set `sft_epochs`", "max_steps": "set `sft_max_steps`",
-    "learning_rate": "set `sft_learning_rate`", "per_device_train_batch_size": "set `sft_batch_size`",
+    "num_train_epochs": "set `sft.epochs`", "max_steps": "set `sft.max_steps`",
+    "learning_rate": "set `sft.learning_rate`", "per_device_train_batch_size": "set `sft.batch_size`",
     "seed": "set `seed`", "gradient_checkpointing": "set `gradient_checkpointing`",
     "assistant_only_loss": "must stay true: the warm start trains on the model's turns only",
     "bf16": GRPO_OWNED["bf16"], "fp16": GRPO_OWNED["fp16"], "use_cpu": GRPO_OWNED["use_cpu"],
@@ -72,12 +77,101 @@ SFT_OWNED = {
     "save_total_limit": "set `save_total_limit`", "report_to": "set `report_to`",
     "resume_from_checkpoint": GRPO_OWNED["resume_from_checkpoint"],
 }
-# The splits the built-in dataset always has (checked without building it, so validation stays instant).
-BUILTIN_SPLITS = ("train", "eval", "eval_unseen_db")
 
 
 class ConfigError(ValueError):
     """An invalid TrainConfig value or combination; the message says which field and what to change."""
+
+
+#: The mistakes the imperfect warm-start teacher makes by default, by `sqlenv.policies.MISTAKES` name.
+DEFAULT_TEACHER_MISTAKES = ("guess",)
+
+
+@dataclass
+class WarmStart:
+    """The SFT warm start (`TrainConfig.sft`): imitate a teacher's episodes before GRPO, since a random-init model
+    cannot discover tool calls by itself. These are the one set of defaults; `training.sft.SFTSettings` takes them.
+
+    Args:
+        enabled: run the warm start. `None` (default) = auto: on for `builtin:tiny`, off for pretrained models (they
+            already call tools).
+        epochs: passes over the teacher's episodes (default 3.0).
+        max_steps: optimizer steps; overrides `epochs` when > 0 (default -1).
+        learning_rate: peak learning rate (default 1e-3; the tiny model from scratch takes 3e-3, a pretrained one
+            ~1e-5).
+        batch_size: conversations per step (default 8).
+        episodes: teacher episodes rendered. `None` (default) = one per train question.
+        teacher_error_rate: share of the episodes in which the teacher makes a mistake an untrained agent makes
+            (answers without looking, or queries with a wrong filter or column and answers from that) instead of
+            playing the oracle; 0.0 = the clean oracle. `None` (default) = auto: `TINY_TEACHER_ERROR_RATE` for
+            `builtin:tiny`, 0.0 otherwise. Why: a model warm-started on a clean oracle leaves GRPO nothing to find
+            (its failures are copy errors no sample fixes); one that has seen both careless and careful episodes
+            samples both, and GRPO, rewarded by the verifier, learns that exploring before answering pays. The warm
+            start's own success is then lower by design.
+        teacher_mistakes: the mistakes the teacher makes, drawn uniformly (default `["guess"]`: answer without
+            looking; `"wrong_query"` also queries with a wrong filter or column and answers from that, see
+            `sqlenv.policies.MISTAKES`). Guesses are what GRPO visibly unlearns.
+        eval_every: evaluate (as `eval_every` does in GRPO) every N warm-start steps, so the success chart climbs
+            from the random-init model's 0%. `None` (default) = auto: about six evals over the warm start; 0 = none.
+        describe: the teacher DESCRIBEs the tables before querying (default True, the strategy the system prompt
+            advises). False makes episodes shorter, which the tiny model learns faster.
+        args: any other `trl.SFTConfig` field, e.g. `{"lr_scheduler_type": "constant", "max_length": 1024}` (CLI:
+            `--set sft.args.max_length=1024`). Default `{}`. Fields set above, precision, device, the run directory
+            and checkpoints are refused, naming the field to set instead; TRL checks the rest when the run is
+            planned.
+    """
+
+    enabled: bool | None = None
+    epochs: float = 3.0
+    max_steps: int = -1
+    learning_rate: float = 1e-3
+    batch_size: int = 8
+    episodes: int | None = None
+    teacher_error_rate: float | None = None
+    teacher_mistakes: list[str] = dataclasses.field(default_factory=lambda: list(DEFAULT_TEACHER_MISTAKES))
+    eval_every: int | None = None
+    describe: bool = True
+    args: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _coerce_types(self)
+        _check_types(self, prefix="sft.")
+        fail = _fail
+        if self.epochs <= 0 and self.max_steps <= 0:
+            fail("the warm start needs sft.epochs > 0 or sft.max_steps > 0")
+        if not self.learning_rate > 0:
+            fail(f"sft.learning_rate must be positive (got {self.learning_rate})")
+        if self.batch_size < 1:
+            fail(f"sft.batch_size must be at least 1 (got {self.batch_size})")
+        if self.episodes is not None and self.episodes < 1:
+            fail(f"sft.episodes must be at least 1 or null (got {self.episodes})")
+        if self.teacher_error_rate is not None and not 0.0 <= self.teacher_error_rate <= 1.0:
+            fail(f"sft.teacher_error_rate must be between 0 and 1 or null (got {self.teacher_error_rate}); "
+                 "0 is the clean oracle")
+        from sqlenv.policies import MISTAKES  # the imperfect teacher's mistakes (no ML import)
+
+        unknown = [m for m in self.teacher_mistakes if m not in MISTAKES]
+        if unknown or not self.teacher_mistakes:
+            fail(f"sft.teacher_mistakes must name one or more of {list(MISTAKES)} (got {self.teacher_mistakes})")
+        if self.eval_every is not None and self.eval_every < 0:
+            fail(f"sft.eval_every must be >= 0 or null (got {self.eval_every}; 0 turns it off)")
+        _check_owned_keys("sft.args", self.args, SFT_OWNED)
+
+    @classmethod
+    def from_value(cls, value: Any) -> "WarmStart":
+        """A `WarmStart` from what a config may hold: one already, an object of its fields, or true / false / null
+        (the switch alone, `enabled`)."""
+        if isinstance(value, cls):
+            return value
+        if value is None or isinstance(value, bool):
+            return cls(enabled=value)
+        if isinstance(value, dict):
+            names = {f.name for f in dataclasses.fields(cls)}
+            unknown = [k for k in value if k not in names]
+            if unknown:
+                raise ConfigError("; ".join(unknown_key_message(k, names, prefix="sft.") for k in unknown))
+            return cls(**value)
+        raise ConfigError(f"sft must be true, false, null or an object of warm-start settings (got {value!r})")
 
 
 @dataclass
@@ -170,39 +264,16 @@ class TrainConfig:
         compare_base: also play the comparison with the model as it was before GRPO. `None` (default) = auto:
             on for `builtin:tiny` and on GPUs, where it is cheap.
 
-    SFT warm-start (a random-init model cannot discover tool calls by itself):
-        sft: run SFT on oracle trajectories before GRPO. `None` (default) = auto: on for `builtin:tiny`, off
-            for Hub models (they already call tools).
-        sft_epochs: passes over the oracle trajectories (default 3.0).
-        sft_max_steps: optimizer steps of SFT; overrides `sft_epochs` when > 0 (default -1).
-        sft_learning_rate: SFT learning rate (default 1e-3, for the tiny model; use ~1e-5 for Hub models).
-        sft_batch_size: conversations per SFT step (default 8).
-        sft_episodes: oracle episodes rendered for SFT. `None` (default) = one per train question.
-        sft_teacher_error_rate: share of the warm-start episodes in which the teacher makes a mistake an untrained
-            agent makes (answers without looking, or queries with a wrong filter or column and answers from that)
-            instead of playing the oracle; 0.0 = the clean oracle. `None` (default) = auto:
-            `TINY_TEACHER_ERROR_RATE` for `builtin:tiny`, 0.0 otherwise. Why: a model warm-started on a clean
-            oracle leaves GRPO nothing to find (its failures are copy errors no sample fixes); one that has seen
-            both careless and careful episodes samples both, and GRPO, rewarded by the verifier, learns that
-            exploring before answering pays. The warm start's own success is then lower by design.
-        sft_teacher_mistakes: the mistakes the teacher makes, drawn uniformly (default `["guess"]`: answer
-            without looking; `"wrong_query"` also queries with a wrong filter or column and answers from that, see
-            `sqlenv.policies.MISTAKES`). Guesses are what GRPO visibly unlearns: the warm-started model answers
-            first, greedily, while sampling still explores; wrong queries mostly cost the warm start some skill.
-        sft_eval_every: evaluate (as `eval_every` does in GRPO) every N SFT steps, so the success chart climbs
-            from the random-init model's 0% during the warm start. `None` (default) = auto: about six evals over
-            the warm start; 0 = none.
-        sft_describe: the oracle DESCRIBEs the tables before querying (default True, the strategy the system
-            prompt advises). False makes episodes shorter, which the tiny model learns faster.
-        sft_args: any other `trl.SFTConfig` field of the warm start, e.g. `{"lr_scheduler_type": "constant",
-            "max_length": 1024}` (CLI: `--set sft_args.max_length=1024`). Default `{}`. Checked like `grpo`: fields set
-            by the `sft_*` settings, precision, device, run directory and checkpoints are refused, naming the field
-            to set instead.
+    Warm start:
+        sft: the SFT warm start on a teacher's episodes before GRPO, a `WarmStart` section (its fields and defaults
+            are documented there): `{"enabled": true, "max_steps": 5000, "learning_rate": 0.003, ...}`; `true`,
+            `false` or `null` set `sft.enabled` alone (null = auto: on for `builtin:tiny`, off for pretrained
+            models). CLI: `--set sft.max_steps=5000`, `--set sft=false`.
 
     Hardware:
         device: `"auto"` (default: CUDA if present, else CPU), `"cpu"`, `"cuda"` or `"mps"`.
         precision: `"auto"` (default: bf16 on a GPU that supports it, fp32 otherwise; fp16 only when asked,
-            as GRPO's ratios are fragile in fp16), `"bf16"`, `"fp16"` or `"fp32"`. Mixed precision: weights
+            as GRPO's ratios are fragile in fp16; decided by the run plan), `"bf16"`, `"fp16"` or `"fp32"`. Mixed precision: weights
             and optimizer state stay fp32 (tiny GRPO updates survive), compute runs in bf16/fp16 autocast.
         cpu_threads: torch threads when training on CPU. `None` (default) = auto: 1 for `builtin:tiny` (its
             matrices are too small to split, and on a busy machine two spinning threads per process measured
@@ -249,64 +320,26 @@ class TrainConfig:
     eval_episodes: int = 3
     comparison_episodes: int = 20
     compare_base: bool | None = None
-    # --- SFT warm-start ---
-    sft: bool | None = None
-    sft_epochs: float = 3.0
-    sft_max_steps: int = -1
-    sft_learning_rate: float = 1e-3
-    sft_batch_size: int = 8
-    sft_episodes: int | None = None
-    sft_teacher_error_rate: float | None = None
-    sft_teacher_mistakes: list[str] = dataclasses.field(default_factory=lambda: ["guess"])
-    sft_eval_every: int | None = None
-    sft_describe: bool = True
-    sft_args: dict = dataclasses.field(default_factory=dict)
+    # --- warm start ---
+    sft: WarmStart = dataclasses.field(default_factory=WarmStart)
     # --- hardware ---
     device: str = "auto"
     precision: str = "auto"
     cpu_threads: int | None = None
 
     def __post_init__(self) -> None:
-        self._coerce_types()
+        self.sft = WarmStart.from_value(self.sft)
+        _coerce_types(self)
         self._validate()
 
-    # ------------------------------------------------------------------ validation
-    def _coerce_types(self) -> None:
-        """JSON gives ints for floats and lists for lists: normalise so equality and saving are stable."""
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is None:
-                continue
-            base = _base_type(f.type)
-            if base is float and isinstance(value, int) and not isinstance(value, bool):
-                setattr(self, f.name, float(value))
-            elif base is list and isinstance(value, tuple):
-                setattr(self, f.name, list(value))
-
+    # ------------------------------------------------------------------ validation (the values alone)
     def _validate(self) -> None:
-        def fail(message: str) -> None:
-            raise ConfigError(message)
-
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is None:
-                if not _is_optional(f.type):
-                    fail(f"{f.name} must be set (got null)")
-                continue
-            base = _base_type(f.type)
-            ok = (
-                (base is bool and isinstance(value, bool))
-                or (base is int and isinstance(value, int) and not isinstance(value, bool))
-                or (base is float and isinstance(value, (int, float)) and not isinstance(value, bool))
-                or (base is str and isinstance(value, str))
-                or (base is list and isinstance(value, list))
-                or (base is dict and isinstance(value, dict))
-            )
-            if not ok:
-                fail(f"{f.name} must be of type {base.__name__}, got {value!r}")
-
+        fail = _fail
+        _check_types(self)
         if not self.model.strip():
             fail("model is empty: use 'builtin:tiny', a Hub name like 'Qwen/Qwen3-0.6B', or a local directory")
+        if not self.dataset.strip():
+            fail("dataset is empty: use 'builtin', a prepared dataset name, or a dataset directory")
         if self.step_budget < 1:
             fail(f"step_budget must be at least 1 (got {self.step_budget}); 10 is a good start")
         if self.num_generations < 2:
@@ -329,14 +362,8 @@ class TrainConfig:
             fail(f"learning_rate must be positive (got {self.learning_rate})")
         if self.max_steps <= 0 and not self.num_train_epochs > 0:
             fail("set max_steps > 0, or max_steps <= 0 with num_train_epochs > 0")
-        if self.max_completion_length is not None:
-            if self.max_completion_length < 16:
-                fail(f"max_completion_length must be at least 16 tokens (got {self.max_completion_length})")
-            if self.is_hub_model and self.max_completion_length < 512:
-                fail(
-                    f"max_completion_length={self.max_completion_length} is too short for {self.model}: a whole "
-                    "multi-turn episode must fit in it; use at least 512 (1024 recommended)"
-                )
+        if self.max_completion_length is not None and self.max_completion_length < 16:
+            fail(f"max_completion_length must be at least 16 tokens (got {self.max_completion_length})")
         if self.max_turn_tokens < 8:
             fail(f"max_turn_tokens must be at least 8 (got {self.max_turn_tokens})")
         if self.max_tool_calling_iterations is not None and self.max_tool_calling_iterations < 1:
@@ -361,24 +388,6 @@ class TrainConfig:
         for name in ("trace_every", "eval_every", "eval_episodes", "comparison_episodes"):
             if getattr(self, name) < 0:
                 fail(f"{name} must be >= 0 (got {getattr(self, name)}; 0 turns it off)")
-        if self.sft_epochs <= 0 and self.sft_max_steps <= 0:
-            fail("SFT needs sft_epochs > 0 or sft_max_steps > 0")
-        if not self.sft_learning_rate > 0:
-            fail(f"sft_learning_rate must be positive (got {self.sft_learning_rate})")
-        if self.sft_batch_size < 1:
-            fail(f"sft_batch_size must be at least 1 (got {self.sft_batch_size})")
-        if self.sft_episodes is not None and self.sft_episodes < 1:
-            fail(f"sft_episodes must be at least 1 or null (got {self.sft_episodes})")
-        if self.sft_teacher_error_rate is not None and not 0.0 <= self.sft_teacher_error_rate <= 1.0:
-            fail(f"sft_teacher_error_rate must be between 0 and 1 or null (got {self.sft_teacher_error_rate}); "
-                 "0 is the clean oracle")
-        from sqlenv.policies import MISTAKES  # the imperfect teacher's mistakes (no ML import)
-
-        unknown = [m for m in self.sft_teacher_mistakes if m not in MISTAKES]
-        if unknown or not self.sft_teacher_mistakes:
-            fail(f"sft_teacher_mistakes must name one or more of {list(MISTAKES)} (got {self.sft_teacher_mistakes})")
-        if self.sft_eval_every is not None and self.sft_eval_every < 0:
-            fail(f"sft_eval_every must be >= 0 or null (got {self.sft_eval_every}; 0 turns it off)")
         if self.device not in DEVICES:
             fail(f"device must be one of {DEVICES} (got {self.device!r})")
         if self.precision not in PRECISIONS:
@@ -391,10 +400,18 @@ class TrainConfig:
             fail(f"save_steps must be >= 0 or null (got {self.save_steps}; 0 = no checkpoints)")
         if self.save_total_limit < 1:
             fail(f"save_total_limit must be at least 1 (got {self.save_total_limit})")
-        self._validate_report_to()
+        unknown = [name for name in self.report_to if name not in TRACKERS]
+        if unknown:
+            fail(f"report_to: unknown tracker {unknown[0]!r}; use any of {sorted(TRACKERS)} (installed)")
         self._validate_lora()
-        self._validate_passthrough("grpo")
-        self._validate_passthrough("sft_args")
+        _check_owned_keys("grpo", self.grpo, GRPO_OWNED)
+        generation = self.grpo.get("generation_kwargs") or {}
+        if not isinstance(generation, dict):
+            fail(f"grpo.generation_kwargs must be an object (got {generation!r})")
+        for key in ("max_new_tokens", "max_tokens"):
+            if key in generation:
+                fail(f"grpo.generation_kwargs.{key} is set by this config: a turn's token budget is "
+                     "max_turn_tokens (translated to max_tokens for vLLM); set max_turn_tokens")
         if self.run_id is not None:
             from training.run_dir import RUN_ID_PATTERN
 
@@ -403,24 +420,13 @@ class TrainConfig:
         if self.env_url is not None and not self.env_url.startswith(("http://", "https://", "ws://", "wss://")):
             fail(f"env_url must be a server URL like http://127.0.0.1:8000 (got {self.env_url!r}), or null to play "
                  "in-process")
-        self._validate_dataset()
-
-    def _validate_report_to(self) -> None:
-        import importlib.util
-
-        for name in self.report_to:
-            modules = TRACKERS.get(name)
-            if modules is None:
-                raise ConfigError(f"report_to: unknown tracker {name!r}; use any of {sorted(TRACKERS)} (installed)")
-            if not any(importlib.util.find_spec(m) is not None for m in modules):
-                raise ConfigError(f"report_to: {name} is not installed (pip install {modules[0]}), or leave it out")
 
     def _validate_lora(self) -> None:
         if self.lora is None:
             return
         unknown = [k for k in self.lora if k not in LORA_DEFAULTS]
         if unknown:
-            raise ConfigError("; ".join(_unknown_key_message(k, LORA_DEFAULTS, prefix="lora.") for k in unknown))
+            raise ConfigError("; ".join(unknown_key_message(k, LORA_DEFAULTS, prefix="lora.") for k in unknown))
         lora = self.resolved_lora()
         if not isinstance(lora["r"], int) or isinstance(lora["r"], bool) or lora["r"] < 1:
             raise ConfigError(f"lora.r must be a whole number >= 1 (got {lora['r']!r}); 8-64 is usual")
@@ -436,89 +442,17 @@ class TrainConfig:
             if not isinstance(lora[flag], bool):
                 raise ConfigError(f"lora.{flag} must be true or false (got {lora[flag]!r})")
         if lora["load_in_4bit"]:
-            import importlib.util
-
             if self.device in ("cpu", "mps"):
                 raise ConfigError("lora.load_in_4bit (QLoRA) needs a CUDA GPU: set device='cuda' or 'auto', or "
                                   "load_in_4bit=false")
-            if self.sft:
+            if self.sft.enabled:
                 raise ConfigError("lora.load_in_4bit (QLoRA) cannot follow an SFT warm start (it fine-tunes every "
-                                  "weight of the base): set sft=false")
-            if importlib.util.find_spec("bitsandbytes") is None:
-                raise ConfigError("lora.load_in_4bit (QLoRA) needs bitsandbytes (pip install bitsandbytes) and a CUDA "
-                                  "GPU; or set load_in_4bit=false")
-
-    def _validate_passthrough(self, name: str) -> None:
-        """`grpo` / `sft_args`: every key a field of TRL's config, none of the fields this config owns."""
-        values = getattr(self, name)
-        if not values:
-            return
-        owned = GRPO_OWNED if name == "grpo" else SFT_OWNED
-        for key in values:
-            if key in owned:
-                raise ConfigError(f"{name}.{key} is set by this config and cannot be overridden: {owned[key]}")
-        if name == "grpo":
-            generation = values.get("generation_kwargs") or {}
-            if not isinstance(generation, dict):
-                raise ConfigError(f"grpo.generation_kwargs must be an object (got {generation!r})")
-            for key in ("max_new_tokens", "max_tokens"):
-                if key in generation:
-                    raise ConfigError(f"grpo.generation_kwargs.{key} is set by this config: a turn's token budget is "
-                                      "max_turn_tokens (translated to max_tokens for vLLM); set max_turn_tokens")
-        try:
-            import warnings
-
-            from trl import GRPOConfig, SFTConfig
-        except ImportError:  # TRL is not installed (the app extra alone): the run will say so
-            return
-        trl_config = GRPOConfig if name == "grpo" else SFTConfig
-        fields = {f.name for f in dataclasses.fields(trl_config)}
-        unknown = [k for k in values if k not in fields]
-        if unknown:
-            raise ConfigError("; ".join(
-                _unknown_key_message(k, fields, prefix=f"{name}.", what=f"{trl_config.__name__} field") for k in unknown))
-        try:  # TRL's own checks of the values (the rest are checked when the trainer starts)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                trl_config(output_dir=".sqlenv-unused", use_cpu=True, report_to="none", **values)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{name}: {exc}") from None
-
-    def _validate_dataset(self) -> None:
-        if not self.dataset.strip():
-            raise ConfigError("dataset is empty: use 'builtin', a prepared dataset name, or a dataset directory")
-        splits: tuple[str, ...] | list[str] | None = None
-        if self.dataset == "builtin":
-            splits = BUILTIN_SPLITS
-        else:
-            try:
-                from sqlenv.datasets import resolve_dataset
-            except ImportError:  # the datasets module is not there (partial checkout): the run will say so
-                return
-            try:
-                splits = list(resolve_dataset(self.dataset, data_root=self.data_dir).splits)
-            except ValueError as exc:  # DatasetNotFoundError is a ValueError
-                raise ConfigError(f"dataset: {exc}") from None
-        for name in ("train_split", "eval_split"):
-            split = getattr(self, name)
-            if split not in splits:
-                raise ConfigError(
-                    f"{name}={split!r} is not a split of dataset {self.dataset!r}; it has: {', '.join(splits)}"
-                )
+                                  "weight of the base): set sft.enabled=false")
 
     # ------------------------------------------------------------------ resolved values
     @property
     def is_builtin_model(self) -> bool:
         return self.model.startswith("builtin:")
-
-    @property
-    def is_hub_model(self) -> bool:
-        """A Hub id (not built-in, not a local path): a real pretrained model with its size and habits."""
-        import os
-
-        if self.is_builtin_model or self.model.startswith((".", "/", "~")):
-            return False
-        return not os.path.exists(os.path.expanduser(self.model))
 
     def resolved_learning_rate(self) -> float:
         if self.learning_rate is not None:
@@ -536,21 +470,19 @@ class TrainConfig:
     def resolved_reward_weights(self) -> list[float]:
         return list(self.reward_weights) if self.reward_weights is not None else [1.0, 0.15, 1.0]
 
-    def resolved_sft(self) -> bool:
-        return self.sft if self.sft is not None else self.is_builtin_model
-
-    def resolved_sft_teacher_error_rate(self) -> float:
-        if self.sft_teacher_error_rate is not None:
-            return self.sft_teacher_error_rate
-        return TINY_TEACHER_ERROR_RATE if self.is_builtin_model else 0.0
-
-    def resolved_sft_eval_every(self) -> int:
-        """SFT steps between evals: `sft_eval_every`, else about six evals over the warm start (0 = none)."""
-        if self.sft_eval_every is not None:
-            return self.sft_eval_every
-        if self.eval_episodes <= 0:
-            return 0
-        return max(1, self.sft_max_steps // 6) if self.sft_max_steps > 0 else 0
+    def resolved_sft(self) -> WarmStart:
+        """The warm start with its auto fields filled in: `enabled` (on for `builtin:tiny`), the teacher's error
+        rate (`TINY_TEACHER_ERROR_RATE` for `builtin:tiny`, else the clean oracle) and `eval_every` (about six evals
+        over the warm start, 0 = none)."""
+        sft = self.sft
+        enabled = sft.enabled if sft.enabled is not None else self.is_builtin_model
+        error_rate = sft.teacher_error_rate
+        if error_rate is None:
+            error_rate = TINY_TEACHER_ERROR_RATE if self.is_builtin_model else 0.0
+        eval_every = sft.eval_every
+        if eval_every is None:
+            eval_every = 0 if self.eval_episodes <= 0 or sft.max_steps <= 0 else max(1, sft.max_steps // 6)
+        return dataclasses.replace(sft, enabled=enabled, teacher_error_rate=error_rate, eval_every=eval_every)
 
     def resolved_lora(self) -> dict[str, Any] | None:
         """`lora` with every default filled in, or None (full fine-tuning)."""
@@ -560,36 +492,13 @@ class TrainConfig:
         """Steps between checkpoints of `phase` ("sft" or "grpo"): `save_steps`, else about ten per phase."""
         if self.save_steps is not None:
             return self.save_steps
-        steps = self.sft_max_steps if phase == "sft" else self.max_steps
+        steps = self.sft.max_steps if phase == "sft" else self.max_steps
         return max(1, math.ceil(steps / 10)) if steps > 0 else 50
-
-    def resolved_device(self) -> str:
-        if self.device != "auto":
-            return self.device
-        import torch
-
-        if torch.cuda.is_available():
-            return "cuda"
-        return "cpu"
-
-    def resolved_precision(self) -> str:
-        if self.precision != "auto":
-            return self.precision
-        if self.resolved_device() == "cuda":
-            import torch
-
-            return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-        return "fp32"
 
     def resolved_cpu_threads(self) -> int | None:
         if self.cpu_threads is not None:
             return self.cpu_threads
         return 1 if self.is_builtin_model else None
-
-    def resolved_compare_base(self) -> bool:
-        if self.compare_base is not None:
-            return self.compare_base
-        return self.is_builtin_model or self.resolved_device() == "cuda"
 
     def resolved_run_id(self) -> str:
         """The run id: `run_id`, else the name of `output_dir`, else a fresh one (new on every call)."""
@@ -602,7 +511,8 @@ class TrainConfig:
         return new_run_id()
 
     def resolved(self) -> "TrainConfig":
-        """A copy with every auto field filled in: what a run actually uses (saved as its config.json).
+        """A copy with every auto field that depends on the values alone filled in (the run plan fills in the rest:
+        `compare_base`, which depends on the device; see `training.plan.RunPlan.resolve`).
 
         Call it once per run: with `run_id` and `output_dir` unset, every call names a fresh run.
         """
@@ -619,9 +529,6 @@ class TrainConfig:
             max_tool_calling_iterations=self.resolved_max_tool_calling_iterations(),
             reward_weights=self.resolved_reward_weights(),
             sft=self.resolved_sft(),
-            sft_teacher_error_rate=self.resolved_sft_teacher_error_rate(),
-            sft_eval_every=self.resolved_sft_eval_every(),
-            compare_base=self.resolved_compare_base(),
         )
 
     @property
@@ -638,12 +545,15 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":
+        """A config from a JSON object. Flat warm-start keys of older configs (`sft_max_steps`, `sft_args`, ...) are
+        moved into the `sft` section, with one deprecation message naming them."""
         if not isinstance(data, dict):
             raise ConfigError(f"a config must be a JSON object, got {type(data).__name__}")
+        data = _upgrade_flat_sft_keys(data)
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = [k for k in data if k not in names]
         if unknown:
-            raise ConfigError("; ".join(_unknown_key_message(k, names) for k in unknown))
+            raise ConfigError("; ".join(unknown_key_message(k, names) for k in unknown))
         return cls(**data)
 
     @classmethod
@@ -660,23 +570,130 @@ class TrainConfig:
         return cls.from_dict(data)
 
     def with_overrides(self, overrides: list[str] | dict[str, Any]) -> "TrainConfig":
-        """A new config with `key=value` strings (parsed by the field's type) or a dict of values applied."""
+        """A new config with `key=value` strings (parsed by the field's type) or a dict of values applied.
+
+        Keys: a field (`max_steps=20`), a key of a dict field (`grpo.loss_type=dr_grpo`), a warm-start setting
+        (`sft.max_steps=5000`, `sft.args.max_length=1024`; `sft=false` is `sft.enabled=false`; a dict value of `sft`
+        sets those settings of the section).
+        """
         data = self.to_dict()
         names = {f.name: f for f in dataclasses.fields(self)}
+        sft_fields = {f.name: f for f in dataclasses.fields(WarmStart)}
         items = overrides.items() if isinstance(overrides, dict) else (_split_override(o) for o in overrides)
         for key, value in items:
             head, _, sub = key.partition(".")
+            if head in _LEGACY_SFT_KEYS:  # `sft_max_steps=...` of older commands: the section's key
+                _warn_legacy([head])
+                head, _, name = _LEGACY_SFT_KEYS[head].partition(".")
+                sub = f"{name}.{sub}" if sub else name
+            if head == "sft":
+                name, _, arg = sub.partition(".")
+                if not sub and isinstance(value, dict):  # {"sft": {...}}: these settings of the section
+                    data["sft"] = dataclasses.asdict(WarmStart.from_value({**data["sft"], **value}))
+                    continue
+                if not sub:  # sft=false: the switch alone
+                    name = "enabled"
+                if name not in sft_fields:
+                    raise ConfigError(unknown_key_message(name, sft_fields, prefix="sft."))
+                if arg and name == "args":
+                    data["sft"]["args"] = {**data["sft"]["args"],
+                                           arg: _parse_json_or_text(value) if isinstance(value, str) else value}
+                elif arg:
+                    raise ConfigError(f"sft.{name} has no keys: set sft.{name}=VALUE")
+                else:
+                    data["sft"][name] = (parse_value(sft_fields[name], value, prefix="sft.") if isinstance(value, str)
+                                         else value)
+                continue
             if sub and head in names and _base_type(names[head].type) is dict:
                 # `grpo.loss_type=dr_grpo`: one key of a dict field; the value is JSON when it parses, else text.
                 data[head] = {**(data[head] or {}), sub: _parse_json_or_text(value) if isinstance(value, str) else value}
                 continue
             if key not in names:
-                raise ConfigError(_unknown_key_message(key, names))
+                raise ConfigError(unknown_key_message(key, names))
             data[key] = parse_value(names[key], value) if isinstance(value, str) else value
         return type(self).from_dict(data)
 
 
 # ---------------------------------------------------------------------- helpers
+def _fail(message: str) -> None:
+    raise ConfigError(message)
+
+
+#: Flat warm-start keys of configs saved before the `sft` section, by the section's key each became.
+_LEGACY_SFT_KEYS = {f"sft_{name}": f"sft.{name}" for name in (
+    "epochs", "max_steps", "learning_rate", "batch_size", "episodes", "teacher_error_rate", "teacher_mistakes",
+    "eval_every", "describe", "args")}
+
+
+def _upgrade_flat_sft_keys(data: dict[str, Any]) -> dict[str, Any]:
+    """Move an older config's flat `sft_*` keys (and an `sft` switch) into the `sft` section, saying so once."""
+    legacy = [k for k in data if k in _LEGACY_SFT_KEYS]
+    if not legacy:
+        return data
+    data = dict(data)
+    section = data.get("sft")
+    section = {"enabled": section} if section is None or isinstance(section, bool) else dict(section)
+    for key in legacy:
+        name = _LEGACY_SFT_KEYS[key].split(".", 1)[1]
+        value = data.pop(key)
+        if name in section and section[name] != value:
+            raise ConfigError(f"{key} and sft.{name} are both set: keep sft.{name}")
+        section[name] = value
+    data["sft"] = section
+    _warn_legacy(legacy)
+    return data
+
+
+def _warn_legacy(keys: list[str]) -> None:
+    import warnings
+
+    warnings.warn(f"config keys {', '.join(keys)} are deprecated: the warm start's settings live in the `sft` "
+                  f"section now ({', '.join(_LEGACY_SFT_KEYS[k] for k in keys)}); read with them moved there",
+                  FutureWarning, stacklevel=4)
+
+
+def _coerce_types(obj: Any) -> None:
+    """JSON gives ints for floats and lists for lists: normalise so equality and saving are stable."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if value is None:
+            continue
+        base = _base_type(f.type)
+        if base is float and isinstance(value, int) and not isinstance(value, bool):
+            setattr(obj, f.name, float(value))
+        elif base is list and isinstance(value, tuple):
+            setattr(obj, f.name, list(value))
+
+
+def _check_types(obj: Any, prefix: str = "") -> None:
+    """Every field of `obj` holds a value of its declared type (or None where that is allowed)."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if value is None:
+            if not _is_optional(f.type):
+                _fail(f"{prefix}{f.name} must be set (got null)")
+            continue
+        base = _base_type(f.type)
+        ok = (
+            (base is bool and isinstance(value, bool))
+            or (base is int and isinstance(value, int) and not isinstance(value, bool))
+            or (base is float and isinstance(value, (int, float)) and not isinstance(value, bool))
+            or (base is str and isinstance(value, str))
+            or (base is list and isinstance(value, list))
+            or (base is dict and isinstance(value, dict))
+            or (dataclasses.is_dataclass(base) and isinstance(value, base))
+        )
+        if not ok:
+            _fail(f"{prefix}{f.name} must be of type {base.__name__}, got {value!r}")
+
+
+def _check_owned_keys(name: str, values: dict, owned: dict[str, str]) -> None:
+    """`grpo` / `sft.args`: none of the fields this config sets itself (TRL checks the rest: `check_config`)."""
+    for key in values:
+        if key in owned:
+            raise ConfigError(f"{name}.{key} is set by this config and cannot be overridden: {owned[key]}")
+
+
 def _split_override(text: str) -> tuple[str, str]:
     if "=" not in text:
         raise ConfigError(f"override {text!r} must look like key=value")
@@ -684,7 +701,7 @@ def _split_override(text: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
-def _unknown_key_message(key: str, names: Any, prefix: str = "", what: str = "config key") -> str:
+def unknown_key_message(key: str, names: Any, prefix: str = "", what: str = "config key") -> str:
     close = difflib.get_close_matches(key, list(names), n=1)
     hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
     return f"unknown {what} '{prefix}{key}'{hint}"
@@ -699,7 +716,7 @@ def _parse_json_or_text(text: str) -> Any:
 
 def _type_args(tp: Any) -> tuple[Any, ...]:
     if isinstance(tp, str):  # `from __future__ import annotations`
-        tp = eval(tp, {**vars(typing), "list": list, "dict": dict}, {})  # noqa: S307 - our own annotations only
+        tp = eval(tp, {**vars(typing), "list": list, "dict": dict, "WarmStart": WarmStart}, {})  # noqa: S307 - our own annotations only
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         return tuple(a for a in typing.get_args(tp) if a is not type(None)) + (
@@ -718,8 +735,9 @@ def _base_type(tp: Any) -> type:
     return origin if origin is not None else first
 
 
-def parse_value(f: dataclasses.Field, text: str) -> Any:
-    """Parse a `--set` value by the field's type: ints, floats, bools (true/false/yes/no/1/0), null, lists."""
+def parse_value(f: dataclasses.Field, text: str, prefix: str = "") -> Any:
+    """Parse a `--set` value by the field's type: ints, floats, bools (true/false/yes/no/1/0), null, lists.
+    `prefix` names the field's section in the error (`"sft."`)."""
     lowered = text.strip().lower()
     if _is_optional(f.type) and lowered in ("none", "null", "auto", ""):
         return None
@@ -741,7 +759,7 @@ def parse_value(f: dataclasses.Field, text: str) -> Any:
         if base is list:
             if text.strip().startswith("["):
                 value = json.loads(text)
-            elif f.name == "report_to":
+            elif f.name in ("report_to", "teacher_mistakes"):
                 value = [x.strip() for x in text.split(",") if x.strip() and x.strip() != "none"]
             else:
                 value = [float(x) for x in text.split(",")]
@@ -754,5 +772,5 @@ def parse_value(f: dataclasses.Field, text: str) -> Any:
                 raise ValueError
             return value
     except ValueError:  # json.JSONDecodeError is a ValueError
-        raise ConfigError(f"{f.name}={text!r}: expected {'a JSON object' if base is dict else base.__name__}") from None
+        raise ConfigError(f"{prefix}{f.name}={text!r}: expected {'a JSON object' if base is dict else base.__name__}") from None
     return text

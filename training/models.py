@@ -77,21 +77,24 @@ class TinyModelSpec:
 
 
 def resolve_device_dtype(dtype: Any = None, device: Any = None) -> tuple[Any, Any]:
-    """Pick the device and precision: bf16 on a CUDA GPU that supports it, fp16 on an older GPU, fp32 on CPU.
+    """Pick the device and dtype the way a run's plan does (`training.plan.resolve_device` / `resolve_precision`:
+    bf16 on a CUDA GPU that supports it, fp32 otherwise).
 
     `dtype` may be a `torch.dtype` or a name ("bfloat16", "bf16", "float32", "auto", ...); `device` a string or
     `torch.device`. Either left as None (or "auto") is chosen automatically.
     """
     import torch
 
+    from training.plan import resolve_device, resolve_precision
+
     if device is None or device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = resolve_device("auto")
     device = torch.device(device)
+    names = {
+        "bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
+        "half": torch.float16, "fp32": torch.float32, "float32": torch.float32, "float": torch.float32,
+    }
     if isinstance(dtype, str):
-        names = {
-            "bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
-            "half": torch.float16, "fp32": torch.float32, "float32": torch.float32, "float": torch.float32,
-        }
         if dtype == "auto":
             dtype = None
         elif dtype.lower() in names:
@@ -99,10 +102,7 @@ def resolve_device_dtype(dtype: Any = None, device: Any = None) -> tuple[Any, An
         else:
             raise ModelLoadError(f"unknown dtype {dtype!r}: use one of auto, {', '.join(sorted(names))}")
     if dtype is None:
-        if device.type == "cuda":
-            dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        else:
-            dtype = torch.float32
+        dtype = names[resolve_precision("auto", device.type)]
     return device, dtype
 
 

@@ -1,8 +1,12 @@
 """One resolved plan per run: where the episodes come from, where the files go, which device and precision.
 
-A `TrainConfig` records what was asked for ("builtin", "auto", `None` = auto). `RunPlan.resolve(config)` turns it
-into what a run uses, once: the dataset directory (`sqlenv.datasets.DatasetInfo`, built on first use for
-`builtin`), the run directory and its sub-folders, the device, the precision and the CPU threads. The plan is then
+A `TrainConfig` is plain data: what was asked for ("builtin", "auto", `None` = auto), checked only as values.
+`RunPlan.resolve(config)` turns it into what a run uses, once, and is the one place that looks at the world: it
+checks what the values alone cannot (`check_config`: the dataset and its splits on disk, TRL's own checks of
+`grpo`/`sft.args`, installed trackers, a Hub model's length budget, a CUDA GPU where one is asked for), then decides
+the dataset directory (`sqlenv.datasets.DatasetInfo`, built on first use for `builtin`), the run directory and its
+sub-folders, the device, the precision (`resolve_device`, `resolve_precision`: the only place they are decided)
+and the CPU threads. The plan is then
 passed down by construction — to the SFT warm start, the GRPO trainer, the environments TRL builds, the evals and
 the comparison — so nothing reads a class or module global and nothing resolves the dataset name again.
 
@@ -22,7 +26,118 @@ import threading
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EpisodeSource", "RunPlan"]
+__all__ = ["EpisodeSource", "RunPlan", "check_config", "resolve_device", "resolve_precision"]
+
+#: The splits the built-in dataset always has (checked without building it, so a check stays instant).
+BUILTIN_SPLITS = ("train", "eval", "eval_unseen_db")
+#: Trackers `report_to` accepts, with the modules any of which makes them available.
+TRACKER_MODULES = {"tensorboard": ("tensorboard", "tensorboardX"), "trackio": ("trackio",), "wandb": ("wandb",),
+                   "mlflow": ("mlflow",)}
+
+
+def resolve_device(device: str = "auto") -> str:
+    """`"auto"` → `"cuda"` when a CUDA GPU is visible, else `"cpu"`; any other value as it is."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_precision(precision: str, device: str) -> str:
+    """`"auto"` → bf16 on a CUDA GPU that supports it, fp32 otherwise (fp16 only when asked: GRPO's ratios are
+    fragile in fp16); any other value as it is. `device` is a resolved device."""
+    if precision != "auto":
+        return precision
+    if device == "cuda":
+        import torch
+
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "fp32"
+
+
+def is_hub_model(model: str) -> bool:
+    """A Hub id (not built-in, not a local path): a real pretrained model with its size and habits."""
+    import os
+
+    if model.startswith("builtin:") or model.startswith((".", "/", "~")):
+        return False
+    return not os.path.exists(os.path.expanduser(model))
+
+
+def check_config(config: Any) -> None:
+    """Check what a `TrainConfig`'s values alone cannot: the world they name. Raises `ConfigError` naming the field
+    and what to change, as the config's own checks do; reads files and imports TRL, but writes nothing.
+
+    Checked: the dataset exists and has `train_split` and `eval_split`; `grpo` and `sft.args` are fields of TRL's
+    `GRPOConfig` / `SFTConfig` that TRL accepts; each `report_to` tracker is installed; a Hub model's
+    `max_completion_length` fits a multi-turn episode; `device="cuda"` has a GPU; QLoRA has bitsandbytes.
+    """
+    import importlib.util
+
+    from training.config import ConfigError
+
+    _check_dataset(config)
+    _check_passthrough("grpo", config.grpo)
+    _check_passthrough("sft.args", config.sft.args)
+    for name in config.report_to:
+        modules = TRACKER_MODULES[name]
+        if not any(importlib.util.find_spec(m) is not None for m in modules):
+            raise ConfigError(f"report_to: {name} is not installed (pip install {modules[0]}), or leave it out")
+    if config.max_completion_length is not None and config.max_completion_length < 512 and is_hub_model(config.model):
+        raise ConfigError(f"max_completion_length={config.max_completion_length} is too short for {config.model}: a "
+                          "whole multi-turn episode must fit in it; use at least 512 (1024 recommended)")
+    if (config.resolved_lora() or {}).get("load_in_4bit") and importlib.util.find_spec("bitsandbytes") is None:
+        raise ConfigError("lora.load_in_4bit (QLoRA) needs bitsandbytes (pip install bitsandbytes) and a CUDA GPU; or "
+                          "set load_in_4bit=false")
+    if config.device == "cuda" and resolve_device("auto") != "cuda":
+        raise ConfigError("device='cuda' but torch sees no CUDA GPU: use device='auto' or 'cpu'")
+
+
+def _check_dataset(config: Any) -> None:
+    from training.config import ConfigError
+
+    if config.dataset == "builtin":
+        splits: list[str] | tuple[str, ...] = BUILTIN_SPLITS
+    else:
+        from sqlenv.datasets import resolve_dataset
+
+        try:
+            splits = list(resolve_dataset(config.dataset, data_root=config.data_dir).splits)
+        except ValueError as exc:  # DatasetNotFoundError is a ValueError
+            raise ConfigError(f"dataset: {exc}") from None
+    for name in ("train_split", "eval_split"):
+        split = getattr(config, name)
+        if split not in splits:
+            raise ConfigError(f"{name}={split!r} is not a split of dataset {config.dataset!r}; it has: "
+                              f"{', '.join(splits)}")
+
+
+def _check_passthrough(name: str, values: dict) -> None:
+    """`grpo` / `sft.args`: every key a field of TRL's config, with values TRL accepts."""
+    if not values:
+        return
+    import dataclasses
+    import warnings
+
+    from training.config import ConfigError, unknown_key_message
+
+    try:
+        from trl import GRPOConfig, SFTConfig
+    except ImportError:  # TRL is not installed (the app extra alone): the run will say so
+        return
+    trl_config = GRPOConfig if name == "grpo" else SFTConfig
+    fields = {f.name for f in dataclasses.fields(trl_config)}
+    unknown = [k for k in values if k not in fields]
+    if unknown:
+        raise ConfigError("; ".join(
+            unknown_key_message(k, fields, prefix=f"{name}.", what=f"{trl_config.__name__} field") for k in unknown))
+    try:  # TRL's own checks of the values (the rest are checked when the trainer starts)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trl_config(output_dir=".sqlenv-unused", use_cpu=True, report_to="none", **values)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{name}: {exc}") from None
 
 
 class EpisodeSource:
@@ -107,7 +222,7 @@ class RunPlan:
     """What one run uses, resolved once from its `TrainConfig` (see the module docstring).
 
     Args:
-        config: the resolved `TrainConfig` (`TrainConfig.resolved()`: every auto field filled in).
+        config: the resolved `TrainConfig` (`TrainConfig.resolved()`, and `compare_base` decided for the device).
         dataset: the resolved dataset directory (`sqlenv.datasets.DatasetInfo`).
         run_dir: the run directory (`runs/<run_id>/`).
         device: `"cpu"`, `"cuda"` or `"mps"`.
@@ -124,23 +239,29 @@ class RunPlan:
 
     @classmethod
     def resolve(cls, config: Any, *, run_dir: str | Path | None = None) -> "RunPlan":
-        """Resolve `config` (a `TrainConfig`, resolved here if it is not yet) into a plan.
+        """Check `config` against the world (`check_config`) and resolve it into a plan.
 
         Args:
-            config: the run's `TrainConfig`.
+            config: the run's `TrainConfig` (resolved here if it is not yet).
             run_dir: the run directory; default `config.output_dir` (after `config.resolved()`).
+
+        Raises:
+            ConfigError: what `check_config` finds, before anything is built or written.
         """
+        check_config(config)
         if config.run_id is None or config.output_dir is None or config.learning_rate is None:
             config = config.resolved()
         from sqlenv.datasets import resolve_dataset
 
-        device = config.resolved_device()
+        device = resolve_device(config.device)
+        if config.compare_base is None:  # auto: the model before GRPO is worth playing where it is cheap
+            config = dataclasses.replace(config, compare_base=config.is_builtin_model or device == "cuda")
         return cls(
             config=config,
             dataset=resolve_dataset(config.dataset, data_root=config.data_dir),
             run_dir=Path(run_dir) if run_dir is not None else Path(config.output_dir),
             device=device,
-            precision=config.resolved_precision(),
+            precision=resolve_precision(config.precision, device),
             cpu_threads=config.resolved_cpu_threads() if device == "cpu" else None,
         )
 

@@ -27,18 +27,23 @@ from __future__ import annotations
 import copy
 import json
 import os
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
+
+from training.config import DEFAULT_TEACHER_MISTAKES, WarmStart
 
 __all__ = ["SFTResult", "SFTSettings", "build_sft_dataset", "teacher_conversations", "teacher_plan", "run_sft",
            "DEFAULT_MISTAKES"]
 
-#: The mistakes the imperfect teacher makes, by `sqlenv.policies.MISTAKES` name.
-DEFAULT_MISTAKES = ("guess",)
+#: The mistakes the imperfect teacher makes, by `sqlenv.policies.MISTAKES` name (`TrainConfig.sft`'s default).
+DEFAULT_MISTAKES = DEFAULT_TEACHER_MISTAKES
+#: The warm start's settings and their defaults: one set, `TrainConfig.sft` (`training.config.WarmStart`).
+_DEFAULTS = WarmStart()
 
 @dataclass
 class SFTSettings:
-    """SFT warm-start settings.
+    """SFT warm-start settings: a run's `TrainConfig.sft` section (`training.config.WarmStart`, whose defaults these
+    are) plus what the run decides (dataset, precision, checkpoints, trackers).
 
     Args:
         dataset: dataset whose oracle episodes are imitated (`builtin`, a prepared name or a path).
@@ -49,24 +54,23 @@ class SFTSettings:
             batches of 4, clean oracle: 5000 steps gave 68% eval greedy success with a cosine schedule, 77-80%
             with warmup-stable-decay; copying is learned late and unevenly, so single runs differ by several
             points; a few hundred steps teach the protocol and the SQL shapes only; docs/EXPERIMENTS.md).
-        learning_rate: peak learning rate (3e-3 suits the tiny model from scratch; use ~1e-5 for a pretrained
-            Qwen3).
-        batch_size: episodes per optimizer step (4: on CPU the step cost is proportional to the batch, and the
-            tiny model learns more per second from more, smaller steps).
+        learning_rate: peak learning rate (1e-3, `WarmStart`'s default; 3e-3 suits the tiny model from scratch,
+            ~1e-5 a pretrained Qwen3).
+        batch_size: episodes per optimizer step (8; the default recipe takes 4: on CPU the step cost is proportional
+            to the batch, and the tiny model learns more per second from more, smaller steps).
         gradient_accumulation_steps: 1.
         warmup: linear warm-up, as a fraction of the steps when < 1, else a number of steps (0.05).
         weight_decay: 0.0.
         lr_scheduler_type: "cosine". The default recipe (configs/tiny_cpu.json) passes "warmup_stable_decay"
-            through `TrainConfig.sft_args`: the constant phase crosses the copying transition sooner.
+            through `TrainConfig.sft.args`: the constant phase crosses the copying transition sooner.
         lr_scheduler_kwargs: extra arguments of the schedule (None), e.g. `{"num_decay_steps": 1000}` for
             "warmup_stable_decay".
         max_steps: optimizer steps; overrides `epochs` when > 0 (-1).
         max_length: longest tokenized episode; longer ones are truncated (2048).
         episodes: oracle episodes to imitate (None = one per question of the split).
-        describe: the oracle DESCRIBEs the tables involved before querying. `None` (default) = auto: off for a
-            small model trained from scratch (< 20M parameters: the shortest successful path, query then answer,
-            is learned several times faster), on for pretrained models (the careful analyst's path the system
-            prompt advises).
+        describe: the oracle DESCRIBEs the tables involved before querying (True, the careful analyst's path the
+            system prompt advises). `None` = auto: off for a small model trained from scratch (< 20M parameters: the
+            shortest successful path, query then answer, is learned several times faster), on for pretrained ones.
         teacher_error_rate: share of the episodes in which the teacher makes a mistake instead of playing the
             oracle (0.0 = the clean oracle). A model warm-started on a clean oracle leaves GRPO nothing to find:
             its sampled episodes are the oracle's or copy errors no sample fixes. With mistakes in the
@@ -84,7 +88,7 @@ class SFTSettings:
         save_total_limit: checkpoints kept (2).
         report_to: experiment trackers (`[]`; see `TrainConfig.report_to`).
         run_name: the trackers' run name (the run id).
-        args: any other `trl.SFTConfig` field, set last (`TrainConfig.sft_args`; default `{}`).
+        args: any other `trl.SFTConfig` field, set last (`TrainConfig.sft.args`; default `{}`).
         precision: "bf16", "fp16" (autocast) or "fp32"; `None` (default) = the weights' dtype. A run passes its
             plan's precision, as GRPO uses.
     """
@@ -92,18 +96,18 @@ class SFTSettings:
     dataset: Any = "builtin"
     split: str = "train"
     step_budget: int = 10
-    epochs: float = 3.0
-    learning_rate: float = 3e-3
-    batch_size: int = 4
+    epochs: float = _DEFAULTS.epochs
+    learning_rate: float = _DEFAULTS.learning_rate
+    batch_size: int = _DEFAULTS.batch_size
     gradient_accumulation_steps: int = 1
     warmup: float = 0.05
     weight_decay: float = 0.0
     lr_scheduler_type: str = "cosine"
     lr_scheduler_kwargs: dict | None = None
-    max_steps: int = -1
+    max_steps: int = _DEFAULTS.max_steps
     max_length: int | None = 2048
-    episodes: int | None = None
-    describe: bool | None = None
+    episodes: int | None = _DEFAULTS.episodes
+    describe: bool | None = _DEFAULTS.describe
     teacher_error_rate: float = 0.0
     teacher_mistakes: list[str] = field(default_factory=lambda: list(DEFAULT_MISTAKES))
     gradient_checkpointing: bool = False
@@ -119,37 +123,28 @@ class SFTSettings:
 
     @classmethod
     def from_config(cls, config: Any) -> "SFTSettings":
-        """Build settings from an `SFTSettings`, a dict, or a training config with `sft_*` fields.
+        """Build settings from an `SFTSettings`, a dict of its fields, or a `TrainConfig`.
 
-        A training config (`training.config.TrainConfig`) contributes `dataset`, `step_budget`, `seed`,
-        `gradient_checkpointing` and every `sft_<name>` field (e.g. `sft_epochs`, `sft_learning_rate`); unknown
-        fields are ignored.
+        A `TrainConfig` contributes its `sft` section (resolved: `enabled`, `teacher_error_rate` and `eval_every`
+        filled in; `args` as `args`), `dataset`, `train_split` (as `split`), `step_budget`, `seed` and
+        `gradient_checkpointing`.
         """
         if isinstance(config, cls):
             return config
         if config is None:
             return cls()
-        if isinstance(config, dict):
-            data = dict(config)
-        elif is_dataclass(config):
-            data = {f.name: getattr(config, f.name) for f in fields(config)}
-        else:
-            data = dict(vars(config))
         names = {f.name for f in fields(cls)}
-        if any(key.startswith("sft_") for key in data):
-            # A training config: only these shared fields apply to SFT (its learning_rate, max_steps, ... are GRPO's).
-            shared = ("dataset", "step_budget", "seed", "gradient_checkpointing")
-            values = {key: data[key] for key in shared if data.get(key) is not None}
-            if data.get("train_split") is not None:
-                values["split"] = data["train_split"]
-            for key, value in data.items():
-                if key.startswith("sft_") and key[4:] in names and value is not None:
-                    values[key[4:]] = value
+        if isinstance(getattr(config, "sft", None), WarmStart):  # a TrainConfig
+            section = config.resolved_sft()
+            values = {f.name: getattr(section, f.name) for f in fields(section) if f.name in names}
+            values.update(dataset=config.dataset, split=config.train_split, step_budget=config.step_budget,
+                          seed=config.seed, gradient_checkpointing=config.gradient_checkpointing)
         else:
-            unknown = sorted(set(data) - names)
+            values = dict(config) if isinstance(config, dict) else {f.name: getattr(config, f.name)
+                                                                       for f in fields(config)}
+            unknown = sorted(set(values) - names)
             if unknown:
                 raise ValueError(f"unknown SFT settings {unknown}; known: {sorted(names)}")
-            values = data
         if isinstance(values.get("dataset"), os.PathLike):
             values["dataset"] = str(values["dataset"])
         return cls(**values)
@@ -299,8 +294,8 @@ def run_sft(
         model: a causal LM (e.g. from `training.models.load_model_and_tokenizer`); trained in place.
         tokenizer: its tokenizer, with a Qwen3-style chat template that TRL knows (TRL swaps in the training
             variant with `{% generation %}` tags, the same template GRPO renders with).
-        config: an `SFTSettings`, a dict of its fields, or a training config with `sft_*` fields (see
-            `SFTSettings.from_config`). Default `SFTSettings()`.
+        config: an `SFTSettings`, a dict of its fields, or a `TrainConfig` (see `SFTSettings.from_config`). Default
+            `SFTSettings()`.
         conversations: episodes to imitate (default: `teacher_conversations(...)` from the settings).
         callbacks: extra `transformers.TrainerCallback`s (e.g. to log or to stop).
         resume_from_checkpoint: a `checkpoint-<step>` folder of an earlier, interrupted warm start (its optimizer,

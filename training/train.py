@@ -16,9 +16,8 @@ Stopping (`stop_event.set()`): training ends after the current step, final/ is s
 `stopped` at once; a short comparison (at most 5 episodes) still follows, so a stopped run can be compared,
 and status.json says `phase: done` when it is over.
 
-CLI (`python -m training.train --config configs/tiny_cpu.json --set max_steps=20 --set grpo.loss_type=dr_grpo`)
-prints progress lines; bad arguments print one line and exit with code 2. `python -m training.train --resume
-runs/<id>` continues a stopped, failed or interrupted run from its last checkpoint (`resume_training`).
+The CLI (`python -m training.train --config configs/tiny_cpu.json --set max_steps=20`, `--resume runs/<id>`) lives in
+`training/cli.py`; `resume_training` continues a stopped, failed or interrupted run from its last checkpoint.
 
 Checkpoints (`save_steps`, `save_total_limit`) go to `checkpoints/<phase>/` and are removed when the run completes;
 while a run lives its status.json carries `pid`, `host` and a `heartbeat_at` refreshed every few seconds, so a run
@@ -28,9 +27,7 @@ and only the main process writes the run files.
 
 from __future__ import annotations
 
-import argparse
 import gc
-import json
 import os
 import sys
 import threading
@@ -39,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from training.callbacks import PHASES, Listener, RunCallback, RunRecorder
-from training.config import ConfigError, TrainConfig
+from training.config import TrainConfig
 from training.run_dir import (
     HEARTBEAT_SECONDS,
     RESUMABLE_STATUSES,
@@ -50,7 +47,7 @@ from training.run_dir import (
     this_host,
 )
 
-__all__ = ["run_training", "resume_training", "progress_listener", "main", "RunStopped"]
+__all__ = ["run_training", "resume_training", "check_resumable", "RunStopped"]
 
 
 class RunStopped(Exception):
@@ -90,12 +87,13 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
     from training.plan import RunPlan
 
     plan = RunPlan.resolve(config)
+    config = plan.config
     run = RunDir(plan.run_dir)
     is_main = _is_main_process()
     recorder = RunRecorder(run, listener, is_main=is_main)
     if is_main:
         if resume:
-            _check_resumable(run)
+            check_resumable(run)
         elif (run.path / "status.json").exists():
             raise FileExistsError(f"{run.path} already holds a run: choose another run_id or output_dir")
         run.path.mkdir(parents=True, exist_ok=True)
@@ -119,7 +117,7 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
         _seed_everything(config.seed)
         from training.models import load_model_and_tokenizer
 
-        warm_started = config.sft and (plan.warm_start_dir / "config.json").exists()
+        warm_started = config.sft.enabled and (plan.warm_start_dir / "config.json").exists()
         model, tokenizer = load_model_and_tokenizer(
             str(plan.warm_start_dir) if warm_started else config.model, seed=config.seed, dataset=plan.dataset,
             **_device_kwargs(plan))
@@ -127,7 +125,7 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
             _point_at_warm_start(model, plan)
         recorder.status(n_parameters=sum(p.numel() for p in model.parameters()))
 
-        if config.sft and not warm_started:
+        if config.sft.enabled and not warm_started:
             _check_stop(stop_event)
             from training.sft import run_sft
 
@@ -148,7 +146,7 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
                 atomic_write_json(run.file("sft_config.json"), sft.trainer_args)
             recorder.status(sft={"steps": sft.steps, "examples": sft.n_examples, "first_loss": sft.first_loss,
                                  "final_loss": sft.final_loss, "seconds": round(sft.seconds, 2),
-                                 "teacher_error_rate": config.sft_teacher_error_rate})
+                                 "teacher_error_rate": config.sft.teacher_error_rate})
             if sft_callback.stopped:
                 raise RunStopped()
             _save_warm_start(plan, model, tokenizer, is_main)
@@ -168,7 +166,7 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
             _forget_after(run, "grpo", step)
         # After SFT its last eval measured this very model: GRPO's curve continues from it.
         callback = RunCallback(recorder, plan, tokenizer, stop_event=stop_event, phase="grpo",
-                               evaluate_at_start=not config.sft and checkpoint is None,
+                               evaluate_at_start=not config.sft.enabled and checkpoint is None,
                                last_eval_step=_last_eval_step(run, "grpo", step))
         trainer = build_trainer(plan, model, tokenizer, callbacks=[callback])
         if is_main:
@@ -265,7 +263,8 @@ def _writer() -> dict[str, Any]:
     return {"pid": os.getpid(), "host": this_host(), "heartbeat_at": time.time()}
 
 
-def _check_resumable(run: RunDir) -> None:
+def check_resumable(run: RunDir) -> None:
+    """Raise ValueError unless `run` can be resumed: it holds a stopped, failed or interrupted run."""
     status = run.read_live_status()
     state = status.get("status")
     if state == "completed":
@@ -308,7 +307,7 @@ def _last_eval_step(run: RunDir, phase: str, step: int | None) -> int | None:
 
 
 def _sft_settings(plan: Any):
-    """The warm start's settings: the config's `sft_*` fields, the plan's dataset and precision, checkpoints."""
+    """The warm start's settings: the config's `sft` section, the plan's dataset and precision, checkpoints."""
     import dataclasses
 
     from training.sft import SFTSettings
@@ -491,7 +490,7 @@ def _comparison(recorder: RunRecorder, model: Any, tokenizer: Any, plan: Any, n:
     summary = {"kind": "summary", "split": config.eval_split, "n_episodes": n, "seed": config.seed,
                "random": scores(random_result), "trained": scores(trained),
                "base": scores(type(trained).from_episodes(base_episodes, policy="base")) if base_episodes else None,
-               "base_label": ("SFT warm-start (before GRPO)" if config.sft else "pretrained (before GRPO)")
+               "base_label": ("SFT warm-start (before GRPO)" if config.sft.enabled else "pretrained (before GRPO)")
                if base_episodes else None,
                "time": time.time()}
     recorder.append("comparison", summary)
@@ -508,119 +507,7 @@ def _free_memory() -> None:
         pass
 
 
-# ----------------------------------------------------------------------------------------------- CLI
-class _ArgumentParser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too)
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
+if __name__ == "__main__":  # `python -m training.train`: the CLI (training/cli.py)
+    from training.cli import main
 
-
-SFT_LINE_SECONDS = 10.0
-
-
-def progress_listener(total_hint: int) -> Listener:
-    """The CLI's terminal progress, as a `run_training` listener: one line per status change, GRPO metrics log
-    and eval, an SFT line at most every `SFT_LINE_SECONDS`, and the comparison's summary. `total_hint`: GRPO
-    steps."""
-    t0 = time.time()
-    last_phase: list[str | None] = [None]
-    last_sft_line = [-1e9]  # SFT logs every few steps: one line per SFT_LINE_SECONDS is enough for a terminal
-
-    def listener(event: str, payload: dict) -> None:
-        elapsed = time.time() - t0
-        if event == "status":
-            phase = payload.get("phase")
-            if phase != last_phase[0] or payload.get("status") in ("failed", "stopped", "completed"):
-                last_phase[0] = phase
-                line = f"[{elapsed:7.1f}s] {payload.get('status')}: {phase}"
-                if payload.get("error"):
-                    line += f" — {payload['error']}"
-                print(line, flush=True)
-        elif event == "metrics":
-            step = payload.get("step")
-            if payload.get("phase") == "sft":
-                if elapsed - last_sft_line[0] < SFT_LINE_SECONDS:
-                    return
-                last_sft_line[0] = elapsed
-                parts, keys = [f"sft step {step}"], (("loss", "loss"), ("mean_token_accuracy", "token acc"),
-                                                     ("learning_rate", "lr"))
-            else:
-                parts, keys = [f"step {step}/{total_hint}"], (
-                    ("reward", "reward"), ("rewards/reward_correctness/mean", "correct"), ("loss", "loss"),
-                    ("tools/call_frequency", "tool calls"), ("step_time", "step_time"))
-            for key, label in keys:
-                if isinstance(payload.get(key), (int, float)):
-                    parts.append(f"{label}={payload[key]:.3f}")
-            print(f"[{elapsed:7.1f}s] " + "  ".join(parts), flush=True)
-        elif event == "evals":
-            print(f"[{elapsed:7.1f}s] eval {payload.get('phase', 'grpo')} step {payload['step']} {payload['split']}: "
-                  f"success={payload['success_rate']:.2f} reward={payload['avg_reward']:.3f} "
-                  f"steps={payload['avg_steps']:.1f}", flush=True)
-        elif event == "comparison" and payload.get("kind") == "summary":
-            for who in ("random", "base", "trained"):
-                s = payload.get(who)
-                if s:
-                    print(f"[{elapsed:7.1f}s] {who:>8}: success={s['success_rate']:.2f} "
-                          f"reward={s['avg_reward']:.3f} steps={s['avg_steps']:.1f}", flush=True)
-
-    return listener
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = _ArgumentParser(prog="python -m training.train",
-                             description="Train a model on SQLEnv with GRPO; writes runs/<run_id>/.")
-    parser.add_argument("--config", help="a TrainConfig JSON file (e.g. configs/tiny_cpu.json)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one config field (repeatable), e.g. --set max_steps=20")
-    parser.add_argument("--resume", metavar="RUN_DIR",
-                        help="continue a stopped, failed or interrupted run from its last checkpoint (its own config)")
-    parser.add_argument("--quiet", action="store_true", help="no progress lines")
-    args = parser.parse_args(argv)
-    if args.resume and (args.config or args.overrides):
-        print("python -m training.train: error: --resume uses the run's own config.json: drop --config/--set",
-              file=sys.stderr)
-        return 2
-    try:
-        if args.resume:
-            if not (Path(args.resume) / "config.json").is_file():
-                raise ConfigError(f"--resume {args.resume}: not a run directory (no config.json)")
-            config = TrainConfig.from_dict(RunDir(Path(args.resume)).read_config())
-            _check_resumable(RunDir(Path(args.resume)))
-        else:
-            config = TrainConfig.from_json(args.config) if args.config else TrainConfig()
-            config = config.with_overrides(args.overrides)
-    except (ConfigError, ValueError) as exc:
-        print(f"python -m training.train: error: {exc}", file=sys.stderr)
-        return 2
-    if not args.quiet:
-        import transformers
-
-        import datasets
-
-        transformers.logging.set_verbosity_error()
-        transformers.logging.disable_progress_bar()  # loading and saving weights; progress lines say enough
-        datasets.disable_progress_bars()  # the warm start's dataset preparation; progress lines say enough
-        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    listener = None if args.quiet or not _is_main_process() else progress_listener(config.max_steps)
-    try:
-        if args.resume:
-            run_dir = resume_training(args.resume, listener=listener)
-        else:
-            run_dir = run_training(config, listener=listener)
-    except FileExistsError as exc:  # a taken run_id/output_dir is a bad argument: nothing was written
-        print(f"python -m training.train: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted: run marked failed", file=sys.stderr)
-        return 130
-    except Exception as exc:  # noqa: BLE001 - the run is marked failed; say why in one line
-        print(f"python -m training.train: run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    if _is_main_process():
-        status = RunDir(run_dir).read_status()
-        print(json.dumps({"run_dir": str(run_dir), "status": status.get("status")}), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
     sys.exit(main())
