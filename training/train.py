@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import gc
 import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -507,7 +506,7 @@ def _free_memory() -> None:
         pass
 
 
-if __name__ == "__main__":  # `python -m training.train`: the CLI (training/cli.py)
-    from training.cli import main
+if __name__ == "__main__":  # `python -m training.train` runs the CLI (training/cli.py), which imports this module
+    import runpy
 
-    sys.exit(main())
+    runpy.run_module("training.cli", run_name="__main__", alter_sys=True)
