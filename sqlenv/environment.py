@@ -15,6 +15,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterable
 
+from sqlenv.execution import results_match
 from sqlenv.rewards import GoldProfile, RewardConfig, progress_score
 from sqlenv.sandbox import (Sandbox, SandboxError, SandboxSettings, _clean_for_display, cut_text,
                             has_top_level_order_by, normalize_sql)
@@ -117,6 +118,7 @@ class SQLEnvironment:
         self._answer: str | None = None
         self._correct = False
         self._outcome = "unfinished"
+        self._execution_match = False  # the last successful QUERY's result equals the gold result (EX)
         self._tables: list[str] = []
         self._gold: GoldProfile | None = None
         self._gold_ordered = False
@@ -172,6 +174,7 @@ class SQLEnvironment:
             result = self.sandbox.execute(question.database_name, question.gold_sql)
             profile = GoldProfile.from_rows(result.rows, result.n_rows, self.reward_config.max_numbers)
             profile.columns = list(result.columns)
+            profile.rows = result.rows
         except SandboxError:
             profile = None  # no progress signal for this question, the episode still works
         with _GOLD_LOCK:
@@ -257,6 +260,9 @@ class SQLEnvironment:
                     if score > before:  # shaping rewards only a new best (it is 0 otherwise)
                         self._best_progress = score
                         progress = cfg.shaping(before, score)
+                gold = self._gold
+                self._execution_match = gold is not None and results_match(
+                    res.rows, gold.rows, self._gold_ordered, pred_count=res.n_rows, gold_count=gold.n_rows)
                 summary = f"{res.n_rows} row{'s' if res.n_rows != 1 else ''}"
             except SandboxError as err:
                 error = str(err)
@@ -354,9 +360,11 @@ class SQLEnvironment:
 
     # --------------------------------------------------------------------------------------- transcript
     def transcript(self, policy: str | None = None) -> dict[str, Any]:
-        """The current episode in the shared transcript format (see `sqlenv.transcript`)."""
+        """The current episode in the shared transcript format (see `sqlenv.transcript`). Its `execution_match`
+        stays None until the episode is over: before, it would tell whether the last query is the gold one."""
         return make_transcript(self.question, policy=policy, seed=self._seed, steps=self._steps, answer=self._answer,
-                               correct=self._correct, outcome=self._outcome, reward_breakdown=self.reward_breakdown)
+                               correct=self._correct, outcome=self._outcome, reward_breakdown=self.reward_breakdown,
+                               execution_match=self._execution_match if self.state.done else None)
 
     def close(self) -> None:
         """Close the database connections."""
