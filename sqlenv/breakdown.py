@@ -40,7 +40,10 @@ def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, flo
     denominator = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denominator
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # At 0 and n the bound is exactly 0 or 1; rounding must not leave the observed rate outside its interval.
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return low, high
 
 
 def _rate(values: list[bool]) -> tuple[float | None, list[float] | None]:
