@@ -7,9 +7,11 @@ Layout of ``runs/<run_id>/``::
                        and who writes it: pid, host, heartbeat_at (see `live_status`: a dead writer reads
                        `interrupted`)
     metrics.jsonl      one line per TRL log (plus "step" and "time")
-    evals.jsonl        {"step", "split", "success_rate", "avg_reward", "avg_steps", "n_episodes", "time"}
+    evals.jsonl        {"step", "split", "success_rate", "avg_reward", "avg_steps", "n_episodes", "time",
+                       "execution_accuracy", "breakdown": sqlenv.breakdown cells (runs before EX lack the last two)}
     transcripts.jsonl  {"step", "time", "transcript": <sqlenv transcript>}
-    comparison.jsonl   {"kind": "pair", ...} lines, then one {"kind": "summary", ...}
+    comparison.jsonl   {"kind": "pair", ...} lines, then one {"kind": "summary", ...} (each policy's scores with
+                       success_ci, execution_accuracy, execution_ci and breakdown since EX exists)
     grpo_config.json   the effective trl.GRPOConfig (sft_config.json: the warm start's SFTConfig)
     checkpoints/       sft/ and grpo/checkpoint-<step>/: resumable trainer state (removed once the run completes)
     warm_start/        the model as SFT left it, when SFT ran (GRPO's start, its KL reference, LoRA's base)
@@ -320,7 +322,7 @@ def list_runs(root: Path | None = None) -> list[dict[str, Any]]:
         return []
     rows = []
     for path in root.iterdir():
-        if not path.is_dir() or path.name.startswith(".") or path.name == "models":
+        if not path.is_dir() or path.name.startswith(".") or path.name in ("models", "evaluations"):
             continue
         if not RUN_ID_PATTERN.match(path.name):
             continue

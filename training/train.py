@@ -483,10 +483,13 @@ def _comparison(recorder: RunRecorder, model: Any, tokenizer: Any, plan: Any, n:
             pair["base"] = base_episodes[i]
         recorder.append("comparison", pair)
 
-    def scores(result: Any) -> dict[str, float]:
+    def scores(result: Any) -> dict[str, Any]:
+        cells = result.breakdown()
         return {"success_rate": result.success_rate, "avg_reward": result.avg_reward,
                 "avg_steps": result.avg_steps, "explore_rate": result.explore_rate,
-                "n_episodes": result.n_episodes}
+                "n_episodes": result.n_episodes, "success_ci": cells["overall"]["success_ci"],
+                "execution_accuracy": cells["overall"]["execution_accuracy"],
+                "execution_ci": cells["overall"]["execution_ci"], "breakdown": cells}
 
     summary = {"kind": "summary", "split": config.eval_split, "n_episodes": n, "seed": config.seed,
                "random": scores(random_result), "trained": scores(trained),
@@ -560,7 +563,9 @@ def progress_listener(total_hint: int) -> Listener:
             for who in ("random", "base", "trained"):
                 s = payload.get(who)
                 if s:
+                    ex = s.get("execution_accuracy")
                     print(f"[{elapsed:7.1f}s] {who:>8}: success={s['success_rate']:.2f} "
+                          f"EX={'-' if ex is None else f'{ex:.2f}'} "
                           f"reward={s['avg_reward']:.3f} steps={s['avg_steps']:.1f}", flush=True)
 
     return listener
