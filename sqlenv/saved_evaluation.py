@@ -108,8 +108,13 @@ def save_evaluation(result: Any, path: Path | str, *, dataset: str, split: str, 
     return path
 
 
-def load_evaluation(path: Path | str) -> SavedEvaluation:
-    """Read a saved evaluation directory; `SavedEvaluationError` when `path` is not one."""
+def load_evaluation(path: Path | str, with_episodes: bool = True) -> SavedEvaluation:
+    """Read a saved evaluation directory; `SavedEvaluationError` when `path` is not one.
+
+    Args:
+        path: the directory.
+        with_episodes: also read `episodes.jsonl` (default True; False reads only `evaluation.json`, for listings).
+    """
     path = Path(path)
     try:
         meta = json.loads((path / SUMMARY_FILE).read_text(encoding="utf-8"))
@@ -120,6 +125,8 @@ def load_evaluation(path: Path | str) -> SavedEvaluation:
     if not isinstance(meta, dict):
         raise SavedEvaluationError(f"{path / SUMMARY_FILE} is not a JSON object")
     episodes: list[dict[str, Any]] = []
+    if not with_episodes:
+        return SavedEvaluation(path=path, meta=meta)
     try:
         with open(path / EPISODES_FILE, encoding="utf-8", errors="replace") as fh:
             for line in fh:

@@ -342,6 +342,10 @@ def list_runs(root: Path | None = None) -> list[dict[str, Any]]:
         final_success = trained.get("success_rate") if isinstance(trained, dict) else None
         if final_success is None and final_eval:
             final_success = final_eval.get("success_rate")
+        # EX: recorded since execution accuracy exists (older runs read None)
+        final_execution = trained.get("execution_accuracy") if isinstance(trained, dict) else None
+        if final_execution is None and final_eval:
+            final_execution = final_eval.get("execution_accuracy")
         rows.append(
             {
                 "run_id": run.run_id,
@@ -353,6 +357,7 @@ def list_runs(root: Path | None = None) -> list[dict[str, Any]]:
                 "total_steps": status.get("total_steps"),
                 "eval_success": final_eval.get("success_rate") if final_eval else None,
                 "final_success": final_success,
+                "final_execution": final_execution,
                 "resumable": status.get("status") in RESUMABLE_STATUSES,
                 "checkpoint": has_checkpoint(run.path),
                 "started_at": status.get("started_at") or status.get("created_at"),
