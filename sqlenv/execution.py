@@ -19,6 +19,7 @@ results too big for the column search (`MAX_PERMUTED_CELLS`) are compared in the
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Iterator, Sequence
 
 from sqlenv.verifier import cell_equal, multiset_equal
@@ -62,10 +63,12 @@ def results_match(pred_rows: Sequence[Sequence], gold_rows: Sequence[Sequence], 
     if n_pred != n_gold or len(pred_rows) != len(gold_rows):
         return False
     width = len(gold_rows[0])
-    if any(len(row) != width for row in pred_rows) or any(len(row) != width for row in gold_rows):
+    if len(pred_rows[0]) != width:  # a result's rows all have its width (ragged rows simply never compare equal)
         return False
+    if _identical(pred_rows, gold_rows, ordered):
+        return True  # the same values: every query that returns the gold result as the gold SQL does, at C speed
     if multiset_equal(pred_rows, gold_rows, ordered, _rows_equal):
-        return True  # the identity order: nearly every match
+        return True  # the identity order with the verifier's typing
     if width < 2 or width * width * len(gold_rows) > MAX_PERMUTED_CELLS:
         return False
     pred_columns = list(zip(*pred_rows))
@@ -83,6 +86,16 @@ def results_match(pred_rows: Sequence[Sequence], gold_rows: Sequence[Sequence], 
         if multiset_equal(moved, gold_rows, ordered, _rows_equal):
             return True
     return False
+
+
+def _identical(pred_rows: Sequence[Sequence], gold_rows: Sequence[Sequence], ordered: bool) -> bool:
+    """Whether the rows hold exactly the same values (in order when `ordered`), compared as Python compares them."""
+    if ordered:
+        return all(tuple(p) == tuple(g) for p, g in zip(pred_rows, gold_rows))  # same length: checked before
+    try:  # SQLite rows are tuples already: hashed as they are
+        return Counter(map(tuple, pred_rows)) == Counter(map(tuple, gold_rows))
+    except TypeError:  # an unhashable value (not from SQLite): the typed comparison decides
+        return False
 
 
 def _orders(candidates: list[list[int]]) -> Iterator[tuple[int, ...]]:
