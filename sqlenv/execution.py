@@ -13,8 +13,8 @@ the values:
   text case- and whitespace-insensitively), except that NULL equals only NULL.
 
 The cost is bounded whatever the predicted query: results of different shapes are rejected at once, only
-columns whose values match a gold column's are permuted, at most `MAX_PERMUTATIONS` orders are tried, and
-results too big for the column search (`MAX_PERMUTED_CELLS`) are compared in their own column order only.
+columns whose values match a gold column's are permuted, the search over orders is bounded (`MAX_PERMUTATIONS`),
+and results too big for the column search (`MAX_PERMUTED_CELLS`) are compared in their own column order only.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from sqlenv.verifier import cell_equal, multiset_equal
 
 __all__ = ["results_match", "value_equal", "MAX_PERMUTATIONS", "MAX_PERMUTED_CELLS"]
 
-#: Column orders tried beyond the identity before a result counts as different (test-suite-sql-eval tries all;
-#: a bound keeps a hostile 30-column result from costing 30! comparisons).
+#: Column orders searched (x the width: steps of the search) before a result counts as different (test-suite-sql-eval
+#: tries all; a bound keeps a hostile 30-column result from costing 30! comparisons).
 MAX_PERMUTATIONS = 256
 #: Column pairs x rows above which columns are compared in their own order only (the search over column orders
 #: compares every predicted column with every gold column: width^2 x rows values).
@@ -77,9 +77,7 @@ def results_match(pred_rows: Sequence[Sequence], gold_rows: Sequence[Sequence], 
     candidates = [[j for j, column in enumerate(pred_columns) if multiset_equal(column, gold_column, False, value_equal)]
                   for gold_column in gold_columns]
     identity = tuple(range(width))
-    for tried, order in enumerate(_orders(candidates)):
-        if tried > MAX_PERMUTATIONS:
-            return False
+    for order in _orders(candidates, MAX_PERMUTATIONS * width):
         if order == identity:
             continue
         moved = [tuple(row[j] for j in order) for row in pred_rows]
@@ -98,18 +96,25 @@ def _identical(pred_rows: Sequence[Sequence], gold_rows: Sequence[Sequence], ord
         return False
 
 
-def _orders(candidates: list[list[int]]) -> Iterator[tuple[int, ...]]:
-    """Every assignment of distinct predicted columns to the gold columns allowed by `candidates`."""
+def _orders(candidates: list[list[int]], budget: int) -> Iterator[tuple[int, ...]]:
+    """Assignments of distinct predicted columns to the gold columns allowed by `candidates`, searched depth-first
+    over at most `budget` partial assignments (dead ends count too, so no candidate pattern costs more)."""
+    if any(not c for c in candidates):
+        return
     chosen: list[int] = []
+    left = [budget]
 
     def extend(i: int) -> Iterator[tuple[int, ...]]:
         if i == len(candidates):
             yield tuple(chosen)
             return
         for j in candidates[i]:
+            if left[0] <= 0:
+                return
+            left[0] -= 1
             if j not in chosen:
                 chosen.append(j)
                 yield from extend(i + 1)
                 chosen.pop()
 
-    return extend(0)
+    yield from extend(0)

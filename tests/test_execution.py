@@ -144,3 +144,17 @@ def test_oracle_scores_full_ex_and_random_does_not(builtin):
             randoms = evaluate(env, RandomPolicy(seed=0), n_episodes=30, seed=0)
             assert all(isinstance(ep["execution_match"], bool) for ep in randoms.episodes)
             assert sum(ep["execution_match"] for ep in randoms.episodes) < 30
+
+
+def test_the_column_search_is_bounded():
+    width = 40
+    # a gold column that no predicted column matches: no search at all
+    gold = [tuple([1] * (width - 1) + [2]) for _ in range(3)]
+    assert not results_match([tuple([1] * width) for _ in range(3)], gold)
+    # 38 interchangeable columns, then two gold columns that both need the same predicted one: every order of the
+    # first 38 is a dead end found last, so only the bound on the search lets this return (38! orders otherwise)
+    gold = [tuple([1] * (width - 2) + [7, 7]) for _ in range(2)]
+    pred = [tuple([1] * (width - 2) + [7, 8]) for _ in range(2)]
+    assert not results_match(pred, gold)
+    assert results_match([tuple([1] * (width - 2) + [8, 7]) for _ in range(2)],
+                         [tuple([1] * (width - 2) + [7, 8]) for _ in range(2)])  # found within the bound
