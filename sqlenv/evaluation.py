@@ -3,9 +3,10 @@
 `evaluate(env, policy, n_episodes, seed)` plays episode i on `env.reset(seed=seed + i)`, so two policies
 evaluated with the same seed face the same questions in the same order (the paired random-vs-trained
 comparison relies on it). `evaluate(env, policy, seed=seed, question_ids=ids)` plays each listed question once,
-in order (`all_questions(env)`: a whole split, as published benchmarks are scored). Every episode becomes one transcript dict in the format of `sqlenv/transcript.py`,
-with the policy name and the episode's seed filled in. An episode that raises (a broken policy, a bug) is
-recorded as failed with outcome "error" and its message, and the run goes on.
+in order (`all_questions(env)`: a whole split, as published benchmarks are scored). Every episode becomes one
+transcript dict in the format of `sqlenv/transcript.py`, with the policy name and the episode's seed filled in.
+An episode that raises (a broken policy, a bug) is recorded as failed with outcome "error" and its message, and
+the run goes on.
 
 Results report answer success and execution accuracy (EX, `sqlenv.execution`), overall, per hardness and per
 database, each with its episode count and a 95% Wilson interval (`sqlenv.breakdown`).
@@ -17,7 +18,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from sqlenv.breakdown import breakdown
+from sqlenv.breakdown import breakdown, rate_cell
 from sqlenv.types import SQLAction
 
 __all__ = ["EvaluationResult", "evaluate", "all_questions"]
@@ -74,7 +75,7 @@ class EvaluationResult:
     def execution_accuracy(self) -> float | None:
         """Fraction of episodes whose last successful QUERY's result equals the gold result (EX), over the
         episodes that record it; None when none does (transcripts older than EX)."""
-        return self.breakdown()["overall"]["execution_accuracy"]
+        return rate_cell(self.episodes)["execution_accuracy"]
 
     def breakdown(self) -> dict[str, Any]:
         """Success and EX overall, per hardness and per database, with counts and 95% intervals
