@@ -44,7 +44,10 @@ def runs_with_comparison(ctx: AppContext) -> list[str]:
 def build(ctx: AppContext) -> dict[str, Any]:
     gr.Markdown(
         "Random baseline vs trained model on the **same eval question with the same seed**, "
-        "step by step. Pick a run that has finished its comparison, then a question (or *random*)."
+        "step by step. Pick a run that has finished its comparison, then a question (or *random*). The tables give "
+        "answer success and execution accuracy (EX: the last successful QUERY returned the gold result) with 95% "
+        "intervals, per policy, per hardness and per database; add columns from saved evaluations "
+        "(`python -m sqlenv eval ... --out runs/evaluations/<name>`) or other runs, scored on this run's questions."
     )
     with gr.Row():
         run_dd = gr.Dropdown([], label="Run", elem_id="compare-run", scale=3)

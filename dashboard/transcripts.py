@@ -53,7 +53,8 @@ def execution_note(transcript: dict[str, Any]) -> str:
     match = transcript.get("execution_match")
     if not isinstance(match, bool):
         return ""
-    text = "last query returned the gold result" if match else "last query did not return the gold result"
+    text = ("the last successful QUERY returned the gold result" if match
+            else "the last successful QUERY (if any) did not return the gold result")
     return f'<div class="sqe-ex" data-ex="{str(match).lower()}"><b>EX</b> {"✓" if match else "✗"} {text}</div>'
 
 
