@@ -12,17 +12,21 @@ from pathlib import Path
 
 import pytest
 
-from sqlenv.datasets import load_questions
+from sqlenv.datasets import load_questions, resolve_dataset
 from sqlenv.difficulty import HARDNESS_LEVELS, spider_hardness
 from sqlenv.saved_evaluation import load_evaluation
-from sqlenv.spider import prepare_spider
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def spider_dev(spider_source, tmp_path_factory):
-    return prepare_spider(spider_source, tmp_path_factory.mktemp("data") / "spider_dev", preset="spider_dev")
+    """spider_dev prepared by the CLI, as a user prepares it."""
+    data_root = tmp_path_factory.mktemp("data")
+    res = _run(["data", "prepare", "spider", "--source", str(spider_source), "--preset", "spider_dev"], data_root)
+    assert res.returncode == 0, res.stderr
+    assert "spider_dev" in res.stdout
+    return resolve_dataset("spider_dev", data_root)
 
 
 def _present(spider_source: Path, db_id: str) -> bool:
