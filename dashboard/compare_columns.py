@@ -180,15 +180,14 @@ def breakdown_frame(columns: list[Column], by: str) -> pd.DataFrame:
 
 def columns_for(runs: Any, snap: Any, added: Any) -> tuple[list[Column], list[str]]:
     """The run's columns plus the `added` ones on its questions, and the messages of those refused."""
-    from dashboard.inputs import run_names
-
     columns = run_columns(snap)
     ids = question_ids(columns)
     problems: list[str] = []
-    try:
-        values = run_names(added, limit=MAX_ADDED)
-    except InputRefused as exc:
-        return columns, [str(exc)]
+    values = [] if added is None else added
+    if not isinstance(values, (list, tuple)):
+        return columns, ["Added columns must be a list."]
+    if len(values) > MAX_ADDED:
+        return columns, [f"Too many added columns: {len(values)} (at most {MAX_ADDED})."]
     for value in values:
         try:
             column = on_questions(load_source(runs, value), ids)

@@ -94,6 +94,8 @@ def test_columns_added_from_a_saved_evaluation_and_refusals(spider10_run):
     assert len(problems) == 4
     assert "played none of this run's eval questions" in problems[0]
     assert "Cannot add" in problems[1] and "Cannot add" in problems[2] and "Unknown column" in problems[3]
+    assert columns_for(cache, snap, ["eval:oracle-spider10"] * 7)[1] == ["Too many added columns: 7 (at most 6)."]
+    assert columns_for(cache, snap, "eval:oracle-spider10")[1] == ["Added columns must be a list."]
     oracle = columns[-1]
     assert [ep["question_id"] for ep in oracle.episodes] == [ep["question_id"] for ep in columns[0].episodes]
     row = summary_frame(columns).iloc[-1]
