@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--policy", choices=["oracle", "random"], default="oracle", help="policy (default: oracle)")
     ev.add_argument("--episodes", type=_episodes, default=None,
                     help="number of episodes drawn by seed, or 'all': every question of the split once (default 50; "
-                         "'all' on datasets whose protocol scores the whole split, such as spider_dev)")
+                         "'all' on the eval split of datasets whose protocol scores all of it, such as spider_dev)")
     ev.add_argument("--seed", type=_int, default=0, help="episode i plays reset(seed=seed+i) (default 0)")
     ev.add_argument("--budget", type=_positive_int, default=15, help="step budget (default 15)")
     ev.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -352,7 +352,8 @@ def _cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     env, info, split = _make_env(args.dataset, args.split, args.budget)
     episodes = args.episodes
     if episodes is None:  # the dataset's protocol: spider_dev scores every dev question, as published results do
-        episodes = "all" if (getattr(info, "meta", None) or {}).get("eval_episodes") == "all" else 50
+        protocol = (getattr(info, "meta", None) or {}).get("eval_episodes")
+        episodes = "all" if protocol == "all" and split == "eval" else 50
     if args.out:
         _check_eval_out(Path(args.out))
     policy = OraclePolicy() if args.policy == "oracle" else RandomPolicy(seed=args.seed)

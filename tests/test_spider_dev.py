@@ -98,3 +98,8 @@ def test_oracle_full_ex_on_the_train_split(spider_dev):
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     assert data["n_episodes"] == 300 and data["success_rate"] == data["execution_accuracy"] == 1.0
+    # every question by default is the eval split's protocol only
+    res = _run(["eval", "--dataset", "spider_dev", "--split", "train", "--policy", "random", "--json"],
+               spider_dev.root.parent)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["n_episodes"] == 50 and json.loads(res.stdout)["question_order"] == "seeded"
