@@ -109,6 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         "sft_eval_success": default["base"]["success_rate"],
         "grpo_eval_success": default["trained"]["success_rate"],
         "grpo_minus_sft_points": round(100 * (default["trained"]["success_rate"] - default["base"]["success_rate"]), 1),
+        # execution accuracy (EX) on the same episodes: the last successful QUERY returned the gold result
+        "random_eval_execution": default["random"].get("execution_accuracy"),
+        "sft_eval_execution": default["base"].get("execution_accuracy"),
+        "grpo_eval_execution": default["trained"].get("execution_accuracy"),
         "sft_explore_rate": default["base"].get("explore_rate"),
         "grpo_explore_rate": default["trained"].get("explore_rate"),
         "n_eval_episodes": default["n_episodes"],

@@ -1,5 +1,7 @@
 """Compare tab: a run's random-baseline and trained-model transcripts on the same eval question, side by side,
-and the summary table (success, reward, steps for random / base / trained) from comparison.jsonl."""
+and its tables: success and execution accuracy (95% intervals), reward and steps per policy, then per hardness and
+per database. Columns can be added from saved evaluations (`python -m sqlenv eval --out runs/evaluations/<name>`)
+and from other runs, scored on this run's eval questions (`dashboard.compare_columns`)."""
 
 from __future__ import annotations
 
@@ -10,24 +12,13 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
+from dashboard.compare_columns import (SUMMARY_HEADERS, breakdown_frame, columns_for, pair_transcripts,
+                                       source_choices, summary_frame)
 from dashboard.context import AppContext
 from dashboard.inputs import quote
-from dashboard.transcripts import summary_rows, transcript_html
+from dashboard.transcripts import transcript_html
 
 RANDOM = "random"
-SUMMARY_HEADERS = ["policy", "success rate", "avg reward", "avg steps", "episodes"]
-BASELINE_KEYS = ("random", "baseline", "random_transcript")
-TRAINED_KEYS = ("trained", "model", "trained_transcript")
-
-
-def pair_transcripts(pair: dict[str, Any]) -> tuple[dict | None, dict | None, dict | None]:
-    """(random, trained, base) transcripts of a comparison pair record (nested under "transcripts" or not)."""
-    source = pair.get("transcripts") if isinstance(pair.get("transcripts"), dict) else pair
-
-    def pick(keys):
-        return next((source[k] for k in keys if isinstance(source.get(k), dict)), None)
-
-    return pick(BASELINE_KEYS), pick(TRAINED_KEYS), pick(("base", "base_model"))
 
 
 def pair_question_id(pair: dict[str, Any], index: int) -> str:
@@ -53,31 +44,56 @@ def runs_with_comparison(ctx: AppContext) -> list[str]:
 def build(ctx: AppContext) -> dict[str, Any]:
     gr.Markdown(
         "Random baseline vs trained model on the **same eval question with the same seed**, "
-        "step by step. Pick a run that has finished its comparison, then a question (or *random*)."
+        "step by step. Pick a run that has finished its comparison, then a question (or *random*). The tables give "
+        "answer success and execution accuracy (EX: the last successful QUERY returned the gold result) with 95% "
+        "intervals, per policy, per hardness and per database; add columns from saved evaluations "
+        "(`python -m sqlenv eval ... --out runs/evaluations/<name>`) or other runs, scored on this run's questions."
     )
     with gr.Row():
         run_dd = gr.Dropdown([], label="Run", elem_id="compare-run", scale=3)
         question_dd = gr.Dropdown([RANDOM], value=RANDOM, label="Eval question", elem_id="compare-question", scale=4)
         show_btn = gr.Button("Show", variant="primary", elem_id="compare-show", scale=1)
         refresh_btn = gr.Button("Refresh runs", elem_id="compare-refresh", scale=1)
+    add_dd = gr.Dropdown([], multiselect=True, label="Add columns: saved evaluations and other runs, on this run's "
+                         "eval questions", elem_id="compare-add")
     note = gr.HTML("", elem_id="compare-note")
     summary = gr.Dataframe(
         pd.DataFrame(columns=SUMMARY_HEADERS), label="Summary on the eval questions", interactive=False,
         elem_id="compare-summary",
     )
+    with gr.Accordion("By hardness and by database (success and EX: rate [95% CI] (episodes))", open=True):
+        by_hardness = gr.Dataframe(pd.DataFrame(columns=["hardness"]), label="By hardness", interactive=False,
+                                   elem_id="compare-hardness", wrap=True)
+        by_database = gr.Dataframe(pd.DataFrame(columns=["database"]), label="By database", interactive=False,
+                                   elem_id="compare-database", wrap=True, max_height=360)
     with gr.Row(equal_height=False):
         left = gr.HTML("", elem_id="compare-random")
         right = gr.HTML("", elem_id="compare-trained")
 
-    def refresh_runs(current):
+    def refresh_runs(current, added):
         names = runs_with_comparison(ctx)
         value = current if current in names else (names[0] if names else None)
-        return gr.update(choices=names, value=value)
+        choices = source_choices(ctx.runs, exclude=value)
+        keep = [v for v in (added or []) if v in {c[1] for c in choices}]
+        return gr.update(choices=names, value=value), gr.update(choices=choices, value=keep)
 
-    def on_run(name):
+    def empty_tables():
+        return (pd.DataFrame(columns=SUMMARY_HEADERS), pd.DataFrame(columns=["hardness"]),
+                pd.DataFrame(columns=["database"]))
+
+    def tables(snap, added):
+        columns, problems = columns_for(ctx.runs, snap, added)
+        notes = "".join(f'<div class="sqe-err-box">{html.escape(p)}</div>' for p in problems)
+        if not columns:
+            return (notes, *empty_tables())
+        return (notes, summary_frame(columns), breakdown_frame(columns, "hardness"),
+                breakdown_frame(columns, "database"))
+
+    def on_run(name, added):
         snap, err = ctx.runs.try_snapshot(name)
         if snap is None:
-            return gr.update(choices=[RANDOM], value=RANDOM), (f'<div class="sqe-muted">{html.escape(err or "")}</div>'), pd.DataFrame(columns=SUMMARY_HEADERS)
+            return (gr.update(choices=[RANDOM], value=RANDOM), f'<div class="sqe-muted">{html.escape(err or "")}</div>',
+                    *empty_tables())
         pairs = snap.pairs
         choices = [RANDOM] + [(pair_label(p, i), pair_question_id(p, i)) for i, p in enumerate(pairs)]
         if not pairs:
@@ -87,12 +103,16 @@ def build(ctx: AppContext) -> dict[str, Any]:
             )
         else:
             msg = f"Run <b>{html.escape(snap.run_id)}</b>: {len(pairs)} paired eval episodes."
-        rows = summary_rows(snap.summary) if snap.summary else []
-        return (
-            gr.update(choices=choices, value=RANDOM),
-            f'<div class="sqe-muted">{msg}</div>',
-            pd.DataFrame(rows, columns=SUMMARY_HEADERS),
-        )
+        problems, *frames = tables(snap, added)
+        return (gr.update(choices=choices, value=RANDOM), f'<div class="sqe-muted">{msg}</div>{problems}', *frames)
+
+    def on_added(name, added):
+        snap, err = ctx.runs.try_snapshot(name)
+        if snap is None:
+            return (f'<div class="sqe-muted">{html.escape(err or "")}</div>', *empty_tables())
+        problems, *frames = tables(snap, added)
+        return (f'<div class="sqe-muted">Run <b>{html.escape(snap.run_id)}</b>: {len(snap.pairs)} paired eval '
+                f"episodes.</div>{problems}", *frames)
 
     def show(name, question):
         snap, err = ctx.runs.try_snapshot(name)
@@ -113,10 +133,12 @@ def build(ctx: AppContext) -> dict[str, Any]:
             transcript_html(trained, title="Trained model"),
         )
 
-    refresh_btn.click(refresh_runs, inputs=[run_dd], outputs=[run_dd])
-    run_dd.change(on_run, inputs=[run_dd], outputs=[question_dd, note, summary]).then(
+    refresh_btn.click(refresh_runs, inputs=[run_dd, add_dd], outputs=[run_dd, add_dd])
+    table_outputs = [summary, by_hardness, by_database]
+    run_dd.change(on_run, inputs=[run_dd, add_dd], outputs=[question_dd, note, *table_outputs]).then(
         show, inputs=[run_dd, question_dd], outputs=[left, right]
     )
+    add_dd.input(on_added, inputs=[run_dd, add_dd], outputs=[note, *table_outputs])
     show_btn.click(show, inputs=[run_dd, question_dd], outputs=[left, right])
     question_dd.input(show, inputs=[run_dd, question_dd], outputs=[left, right])
-    return {"load": (refresh_runs, [run_dd], [run_dd])}
+    return {"load": (refresh_runs, [run_dd, add_dd], [run_dd, add_dd])}

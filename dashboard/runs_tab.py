@@ -18,7 +18,7 @@ from dashboard.context import AppContext
 from dashboard.run_data import fmt_duration, progress
 from dashboard.transcripts import esc, transcript_html
 
-TABLE_HEADERS = ["run", "status", "model", "dataset", "steps", "final success", "started"]
+TABLE_HEADERS = ["run", "status", "model", "dataset", "steps", "final success", "final EX", "started"]
 
 
 def final_success(row: dict[str, Any], runs_root) -> float | None:
@@ -39,6 +39,12 @@ def final_success(row: dict[str, Any], runs_root) -> float | None:
     return success
 
 
+def final_execution(row: dict[str, Any]) -> str:
+    """The trained model's execution accuracy in the final comparison, else the last eval ("–" before EX)."""
+    ex = charts.as_float(row.get("final_execution"))
+    return f"{ex:.0%}" if ex is not None else "–"
+
+
 def runs_table(rows: list[dict[str, Any]], runs_root=None) -> pd.DataFrame:
     data = []
     for r in rows:
@@ -52,7 +58,7 @@ def runs_table(rows: list[dict[str, Any]], runs_root=None) -> pd.DataFrame:
             started = dt.datetime.fromtimestamp(r.get("mtime", 0)).strftime("%Y-%m-%d %H:%M:%S") + " (mtime)"
         data.append([
             r.get("run_id", "?"), r.get("status", "unknown"), str(r.get("model", "?")), str(r.get("dataset", "?")),
-            steps, f"{success:.0%}" if success is not None else "–", started,
+            steps, f"{success:.0%}" if success is not None else "–", final_execution(r), started,
         ])
     return pd.DataFrame(data, columns=TABLE_HEADERS)
 
@@ -78,6 +84,54 @@ def detail_header(snap) -> str:
         f'{len(snap.transcripts)} traces · eval success {f"{success:.0%}" if success is not None else "–"}</div>'
         f"{errs}</div>"
     )
+
+
+def results_frame(snap) -> pd.DataFrame:
+    """The run's results by hardness: its final comparison (random / base / trained), else the last eval on each
+    split as it recorded its breakdown (runs from before breakdowns: the overall success alone)."""
+    from dashboard.compare_columns import breakdown_frame, run_columns
+
+    if snap is None:
+        return pd.DataFrame(columns=["hardness"])
+    columns = run_columns(snap)
+    if columns:
+        return breakdown_frame(columns, "hardness")
+    last: dict[str, dict] = {}
+    for record in snap.evals:
+        if isinstance(record, dict) and record.get("split"):
+            last[str(record["split"])] = record
+    if not last:
+        return pd.DataFrame(columns=["hardness"])
+    headers = ["hardness"] + [f"{split} (step {r.get('step', '?')}) {what}" for split, r in last.items()
+                              for what in ("success", "EX")]
+    keys = ["all"]
+    for record in last.values():
+        keys += [k for k in ((record.get("breakdown") or {}).get("hardness") or {}) if k not in keys]
+    rows = []
+    for key in keys:
+        row = [key]
+        for record in last.values():
+            cells = record.get("breakdown") or {}
+            cell = cells.get("overall") if key == "all" else (cells.get("hardness") or {}).get(key)
+            if cell is None and key == "all":  # an eval line written before breakdowns
+                success = charts.as_float(record.get("success_rate"))
+                row += [f"{success:.0%} ({record.get('n_episodes', '?')})" if success is not None else "–", "–"]
+                continue
+            if not isinstance(cell, dict):
+                row += ["–", "–"]
+                continue
+            row.append(_rate_text(cell.get("success_rate"), cell.get("success_ci"), cell.get("n")))
+            row.append(_rate_text(cell.get("execution_accuracy"), cell.get("execution_ci"), cell.get("n_execution")))
+        rows.append(row)
+    return pd.DataFrame(rows, columns=headers)
+
+
+def _rate_text(rate: Any, ci: Any, n: Any) -> str:
+    rate = charts.as_float(rate)
+    if rate is None:
+        return "–"
+    interval = f" [{ci[0]:.0%}–{ci[1]:.0%}]" if isinstance(ci, list) and len(ci) == 2 else ""
+    return f"{rate:.0%}{interval} ({n})"
 
 
 def transcript_choices(snap) -> list:
@@ -128,6 +182,9 @@ def build(ctx: AppContext) -> dict[str, Any]:
     with gr.Tabs():
         with gr.Tab("Run detail", id="runs-detail"):
             detail = gr.HTML('<div class="sqe-muted">Pick a run above.</div>', elem_id="runs-detail")
+            results = gr.Dataframe(pd.DataFrame(columns=["hardness"]), interactive=False, wrap=True,
+                                   label="Results by hardness (success and EX: rate [95% CI] (episodes))",
+                                   elem_id="runs-results")
             with gr.Row():
                 reward_plot = gr.Plot(charts.plot_data(charts.reward_figure([])), show_label=False, elem_id="runs-chart-reward")
                 success_plot = gr.Plot(charts.plot_data(charts.success_figure([])), show_label=False, elem_id="runs-chart-success")
@@ -167,12 +224,13 @@ def build(ctx: AppContext) -> dict[str, Any]:
         snap, err = ctx.runs.try_snapshot(name)
         if snap is None:
             empty = f'<div class="sqe-muted">{esc(err or "")}</div>'
-            return (empty, charts.plot_data(charts.reward_figure([])), charts.plot_data(charts.success_figure([])), charts.plot_data(charts.tool_health_figure([])), "",
+            return (empty, results_frame(None), charts.plot_data(charts.reward_figure([])), charts.plot_data(charts.success_figure([])), charts.plot_data(charts.tool_health_figure([])), "",
                     gr.update(choices=[], value=None), "")
         choices = transcript_choices(snap)
         first = choices[0][1] if choices else None
         return (
             detail_header(snap),
+            results_frame(snap),
             charts.plot_data(charts.reward_figure(snap.metrics, t0=snap.t0)),
             charts.plot_data(charts.success_figure(snap.evals, snap.metrics, t0=snap.t0)),
             charts.plot_data(charts.tool_health_figure(snap.metrics, t0=snap.t0)),
@@ -204,7 +262,7 @@ def build(ctx: AppContext) -> dict[str, Any]:
                 metrics[snap.run_id], evals[snap.run_id] = snap.metrics, snap.evals
         return charts.plot_data(charts.reward_overlay(metrics)), charts.plot_data(charts.success_overlay(evals))
 
-    detail_outputs = [detail, reward_plot, success_plot, health_plot, config, trace_pick, trace]
+    detail_outputs = [detail, results, reward_plot, success_plot, health_plot, config, trace_pick, trace]
     refresh_btn.click(refresh, inputs=[pick, overlay], outputs=[table, pick, overlay]).then(
         show, inputs=[pick], outputs=detail_outputs
     )

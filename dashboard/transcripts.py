@@ -48,6 +48,16 @@ def format_gold(gold: Any) -> str:
     return "" if gold is None else str(gold)
 
 
+def execution_note(transcript: dict[str, Any]) -> str:
+    """Whether the episode's last successful QUERY returned the gold result (EX); nothing for transcripts without it."""
+    match = transcript.get("execution_match")
+    if not isinstance(match, bool):
+        return ""
+    text = ("the last successful QUERY returned the gold result" if match
+            else "the last successful QUERY (if any) did not return the gold result")
+    return f'<div class="sqe-ex" data-ex="{str(match).lower()}"><b>EX</b> {"✓" if match else "✗"} {text}</div>'
+
+
 def verdict_badge(transcript: dict[str, Any]) -> str:
     outcome = transcript.get("outcome")
     if outcome is None:
@@ -117,6 +127,7 @@ def transcript_html(transcript: dict[str, Any] | None, title: str | None = None,
     verdict = (
         f'<div class="sqe-verdict"><div>{verdict_badge(transcript)} '
         f'<b>answer:</b> <code>{esc(transcript.get("answer") if transcript.get("answer") is not None else "—")}</code></div>'
+        f"{execution_note(transcript)}"
         f'<div><b>total reward</b> {fmt_reward(transcript.get("total_reward"))} '
         f'<span class="sqe-muted">(operational {fmt_reward(breakdown.get("operational"))}, '
         f'progress {fmt_reward(breakdown.get("progress"))}, correctness {fmt_reward(breakdown.get("correctness"), False)})'
@@ -135,31 +146,6 @@ def transcript_html(transcript: dict[str, Any] | None, title: str | None = None,
         f'<div class="sqe-meta">{meta}</div>'
         f"{steps_table(steps)}{verdict}{gold}</div>"
     )
-
-
-def summary_rows(summary: dict[str, Any]) -> list[list[Any]]:
-    """Rows [policy, success, avg reward, avg steps, episodes] from a comparison summary record.
-
-    Accepts `{"random": {...}, "trained": {...}, "base": {...}}` (possibly nested under "policies")."""
-    source = summary.get("policies") if isinstance(summary.get("policies"), dict) else summary
-    rows = []
-    for name in ("random", "base", "trained"):
-        stats = source.get(name)
-        if isinstance(stats, dict):
-            success = as_float(stats.get("success_rate"))
-            reward = as_float(stats.get("avg_reward"))
-            steps = as_float(stats.get("avg_steps"))
-            label = name
-            if name == "base" and summary.get("base_label"):
-                label = f"base: {summary['base_label']}"
-            rows.append([
-                label,
-                f"{success:.0%}" if success is not None else "–",
-                f"{reward:.3f}" if reward is not None else "–",
-                f"{steps:.1f}" if steps is not None else "–",
-                stats.get("n_episodes", ""),
-            ])
-    return rows
 
 
 CSS = """

@@ -5,7 +5,9 @@
     python -m sqlenv data download spider --out ../shared/spider
     python -m sqlenv data list
     python -m sqlenv play --dataset builtin --split eval
+    python -m sqlenv data prepare spider --preset spider_dev        # Spider's own train / dev split
     python -m sqlenv eval --dataset builtin --split eval --policy oracle --episodes 50 --seed 0 [--json]
+    python -m sqlenv eval --dataset spider_dev --policy random --out runs/evaluations/random-spider-dev
     python -m sqlenv serve --dataset builtin --split train --host 127.0.0.1 --port 8000   # needs sqlenv[server]
 
 Wherever a dataset is named, `builtin`, a name prepared under `data/` ($SQLENV_DATA_DIR) or the path of a
@@ -57,6 +59,12 @@ def _port(text: str) -> int:
     return value
 
 
+def _episodes(text: str) -> int | str:
+    if text.strip().lower() == "all":
+        return "all"
+    return _positive_int(text)
+
+
 def _int(text: str) -> int:
     try:
         return int(text)
@@ -81,7 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     prepare.add_argument("--source", default=None,
                          help="Spider 1.0 directory (default: $SQLENV_SPIDER_DIR or ../shared/spider)")
     group = prepare.add_mutually_exclusive_group()
-    group.add_argument("--preset", choices=["spider10"], default=None, help="a named set of databases")
+    group.add_argument("--preset", choices=["spider10", "spider_dev"], default=None,
+                       help="spider10: 10 databases re-split 70/30; spider_dev: Spider's own split (train_spider.json "
+                            "for train, all of dev.json for eval)")
     group.add_argument("--db-ids", default=None, help="comma-separated Spider db ids, or 'all'")
     prepare.add_argument("--out", default=None, help="output directory (default: <data root>/<preset or 'spider'>)")
     prepare.add_argument("--seed", type=_int, default=0, help="split seed (default 0)")
@@ -106,11 +116,16 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--dataset", default="builtin", help="dataset name or path (default: builtin)")
     ev.add_argument("--split", default="eval", help="split (default: eval)")
     ev.add_argument("--policy", choices=["oracle", "random"], default="oracle", help="policy (default: oracle)")
-    ev.add_argument("--episodes", type=_positive_int, default=50, help="number of episodes (default 50)")
+    ev.add_argument("--episodes", type=_episodes, default=None,
+                    help="number of episodes drawn by seed, or 'all': every question of the split once (default 50; "
+                         "'all' on the eval split of datasets whose protocol scores all of it, such as spider_dev)")
     ev.add_argument("--seed", type=_int, default=0, help="episode i plays reset(seed=seed+i) (default 0)")
     ev.add_argument("--budget", type=_positive_int, default=15, help="step budget (default 15)")
     ev.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     ev.add_argument("--transcripts", default=None, help="also write every episode transcript to this JSONL file")
+    ev.add_argument("--out", default=None,
+                    help="save the evaluation (evaluation.json + episodes.jsonl) in this directory; under "
+                         "runs/evaluations/ the dashboard's Compare tab can add it as a column")
 
     # serve -----------------------------------------------------------------------------------------
     srv = commands.add_parser("serve", help="serve the environment over HTTP/WebSocket (OpenEnv; needs sqlenv[server])")
@@ -331,10 +346,16 @@ def _cmd_play(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
-    from sqlenv.evaluation import evaluate
+    from sqlenv.evaluation import all_questions, evaluate
     from sqlenv.policies import OraclePolicy, RandomPolicy
 
     env, info, split = _make_env(args.dataset, args.split, args.budget)
+    episodes = args.episodes
+    if episodes is None:  # the dataset's protocol: spider_dev scores every dev question, as published results do
+        protocol = (getattr(info, "meta", None) or {}).get("eval_episodes")
+        episodes = "all" if protocol == "all" and split == "eval" else 50
+    if args.out:
+        _check_eval_out(Path(args.out))
     policy = OraclePolicy() if args.policy == "oracle" else RandomPolicy(seed=args.seed)
     progress = None
     if not args.json and sys.stderr.isatty():
@@ -343,40 +364,79 @@ def _cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
             sys.stderr.flush()
             if done == total:
                 sys.stderr.write("\n")
-    result = evaluate(env, policy, n_episodes=args.episodes, seed=args.seed, progress_callback=progress)
+    if episodes == "all":
+        result = evaluate(env, policy, seed=args.seed, progress_callback=progress, question_ids=all_questions(env))
+    else:
+        result = evaluate(env, policy, n_episodes=episodes, seed=args.seed, progress_callback=progress)
     if args.transcripts:
         path = Path(args.transcripts)
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", encoding="utf-8") as fh:
             for ep in result.episodes:
                 fh.write(json.dumps(ep, default=str) + "\n")
+    question_order = "all" if episodes == "all" else "seeded"
+    if args.out:
+        from sqlenv.saved_evaluation import save_evaluation
+
+        try:
+            save_evaluation(result, args.out, dataset=info.name, split=split, step_budget=args.budget,
+                            question_order=question_order)
+        except (ValueError, OSError) as exc:
+            raise CLIError(_one_line(exc)) from None
     summary = result.to_dict(include_episodes=False)
-    summary.update({"dataset": info.name, "split": split, "step_budget": args.budget})
+    summary.update({"dataset": info.name, "split": split, "step_budget": args.budget,
+                    "question_order": question_order})
     if args.json:
         print(json.dumps(summary), file=out)
         return 0
-    print(f"dataset {info.name} · split {split} · policy {result.policy} · {result.n_episodes} episodes · "
-          f"seed {args.seed} · budget {args.budget}", file=out)
+    print(f"dataset {info.name} · split {split} · policy {result.policy} · {result.n_episodes} episodes"
+          f"{' (every question once)' if episodes == 'all' else ''} · seed {args.seed} · budget {args.budget}",
+          file=out)
+    ex = result.execution_accuracy
     rows = [
         ("success rate", f"{result.success_rate:.1%}"),
+        ("execution acc", f"{ex:.1%}" if ex is not None else "–"),
         ("avg reward", f"{result.avg_reward:.3f}"),
         ("avg steps", f"{result.avg_steps:.2f}"),
         ("outcomes", ", ".join(f"{k} {v}" for k, v in sorted(result.outcomes().items()))),
     ]
     for label, value in rows:
         print(f"  {label:<13} {value}", file=out)
-    by_diff: dict[str, list[bool]] = {}
-    for ep in result.episodes:
-        by_diff.setdefault(str(ep.get("difficulty")), []).append(bool(ep.get("correct")))
-    order = ["easy", "medium", "hard", "extra"]
-    parts = [f"{d} {sum(v)}/{len(v)}" for d, v in sorted(by_diff.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else 9, kv[0]))]
-    print(f"  {'by difficulty':<13} {', '.join(parts)}", file=out)
+    cells = summary["breakdown"]
+    print(_breakdown_table("hardness", {"all": cells["overall"], **cells["hardness"]}), file=out)
+    print(_breakdown_table("database", cells["database"]), file=out)
     if result.n_errors:
         first = next(ep for ep in result.episodes if ep.get("outcome") == "error")
         print(f"  {'errors':<13} {result.n_errors} (first: {first.get('error')})", file=out)
     if args.transcripts:
         print(f"  transcripts   {args.transcripts}", file=out)
+    if args.out:
+        print(f"  saved         {args.out}", file=out)
     return 0
+
+
+def _check_eval_out(path: Path) -> None:
+    """Refuse a bad --out before playing (an evaluation can take minutes)."""
+    from sqlenv.saved_evaluation import is_saved_evaluation
+
+    if path.exists() and not is_saved_evaluation(path) and (not path.is_dir() or any(path.iterdir())):
+        raise CLIError(f"{path} exists and is not a saved evaluation; choose another --out")
+
+
+def _pct(rate: float | None, ci: list | None) -> str:
+    if rate is None:
+        return "–"
+    return f"{rate:6.1%} [{ci[0]:.0%}–{ci[1]:.0%}]" if ci else f"{rate:6.1%}"
+
+
+def _breakdown_table(title: str, cells: dict) -> str:
+    """One line per cell: episodes, success and EX with their 95% intervals."""
+    width = max([len(title)] + [len(str(k)) for k in cells]) + 2
+    lines = [f"  {title:<{width}} {'episodes':>8}  {'success [95% CI]':<22} {'EX [95% CI]':<22}"]
+    for key, cell in cells.items():
+        lines.append(f"  {str(key):<{width}} {cell['n']:>8}  {_pct(cell['success_rate'], cell['success_ci']):<22} "
+                     f"{_pct(cell['execution_accuracy'], cell['execution_ci']):<22}")
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------------

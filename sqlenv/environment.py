@@ -16,6 +16,7 @@ from typing import Any, Iterable
 
 from sqlenv.dataset_dir import load_questions
 from sqlenv.datasets import resolve_dataset
+from sqlenv.execution import results_match
 from sqlenv.rewards import GoldProfile, RewardConfig, progress_score
 from sqlenv.sandbox import (Sandbox, SandboxError, SandboxSettings, _clean_for_display, cut_text,
                             has_top_level_order_by, normalize_sql)
@@ -107,6 +108,8 @@ class SQLEnvironment:
         self._answer: str | None = None
         self._correct = False
         self._outcome = "unfinished"
+        self._last_result = None  # the last successful QUERY's result: EX is scored on it when the episode ends
+        self._execution_match: bool | None = None
         self._tables: list[str] = []
         self._gold: GoldProfile | None = None
         self._gold_ordered = False
@@ -178,6 +181,7 @@ class SQLEnvironment:
             result = self.sandbox.execute(question.database_name, question.gold_sql)
             profile = GoldProfile.from_rows(result.rows, result.n_rows, self.reward_config.max_numbers)
             profile.columns = list(result.columns)
+            profile.rows = result.rows
         except SandboxError:
             profile = None  # no progress signal for this question, the episode still works
         with _GOLD_LOCK:
@@ -258,6 +262,7 @@ class SQLEnvironment:
                     if score > before:  # shaping rewards only a new best (it is 0 otherwise)
                         self._best_progress = score
                         progress = cfg.shaping(before, score)
+                self._last_result = res
                 summary = f"{res.n_rows} row{'s' if res.n_rows != 1 else ''}"
             except SandboxError as err:
                 error = str(err)
@@ -353,15 +358,30 @@ class SQLEnvironment:
         return self._outcome
 
     @property
+    def execution_match(self) -> bool | None:
+        """The episode's execution accuracy (`sqlenv.execution`): whether its last successful QUERY returned the
+        gold result. None until the episode is over (it would tell the agent whether its query is the gold one);
+        scored once then, not on every QUERY."""
+        if not self.state.done or self.question is None:
+            return None
+        if self._execution_match is None:
+            res, gold = self._last_result, self._gold
+            self._execution_match = res is not None and gold is not None and results_match(
+                res.rows, gold.rows, self._gold_ordered, pred_count=res.n_rows, gold_count=gold.n_rows)
+        return self._execution_match
+
+    @property
     def best_progress(self) -> float:
         """Best progress score reached by a QUERY in this episode (0..1)."""
         return self._best_progress
 
     # --------------------------------------------------------------------------------------- transcript
     def transcript(self, policy: str | None = None) -> dict[str, Any]:
-        """The current episode in the shared transcript format (see `sqlenv.transcript`)."""
+        """The current episode in the shared transcript format (see `sqlenv.transcript`); its `execution_match` is
+        None until the episode is over."""
         return make_transcript(self.question, policy=policy, seed=self._seed, steps=self._steps, answer=self._answer,
-                               correct=self._correct, outcome=self._outcome, reward_breakdown=self.reward_breakdown)
+                               correct=self._correct, outcome=self._outcome, reward_breakdown=self.reward_breakdown,
+                               execution_match=self.execution_match)
 
     def close(self) -> None:
         """Close the database connections."""

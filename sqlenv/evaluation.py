@@ -2,20 +2,26 @@
 
 `evaluate(env, policy, n_episodes, seed)` plays episode i on `env.reset(seed=seed + i)`, so two policies
 evaluated with the same seed face the same questions in the same order (the paired random-vs-trained
-comparison relies on it). Every episode becomes one transcript dict in the format of `sqlenv/transcript.py`,
-with the policy name and the episode's seed filled in. An episode that raises (a broken policy, a bug) is
-recorded as failed with outcome "error" and its message, and the run goes on.
+comparison relies on it). `evaluate(env, policy, seed=seed, question_ids=ids)` plays each listed question once,
+in order (`all_questions(env)`: a whole split, as published benchmarks are scored). Every episode becomes one
+transcript dict in the format of `sqlenv/transcript.py`, with the policy name and the episode's seed filled in.
+An episode that raises (a broken policy, a bug) is recorded as failed with outcome "error" and its message, and
+the run goes on.
+
+Results report answer success and execution accuracy (EX, `sqlenv.execution`), overall, per hardness and per
+database, each with its episode count and a 95% Wilson interval (`sqlenv.breakdown`).
 """
 
 from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
+from sqlenv.breakdown import breakdown, rate_cell
 from sqlenv.types import SQLAction
 
-__all__ = ["EvaluationResult", "evaluate"]
+__all__ = ["EvaluationResult", "evaluate", "all_questions"]
 
 ProgressCallback = Callable[[int, int, dict], None]
 
@@ -26,6 +32,8 @@ class EvaluationResult:
 
     Attributes:
         success_rate: fraction of episodes answered correctly (errors count as failures).
+        execution_accuracy (property): fraction of episodes whose last successful QUERY returned the gold result
+            (None when no transcript records it).
         explore_rate (property): fraction of episodes that looked at the data before answering.
         avg_reward: mean total episode reward (all three layers).
         avg_steps: mean number of steps per episode.
@@ -63,6 +71,17 @@ class EvaluationResult:
 
         return sum(map(looked, self.episodes)) / len(self.episodes) if self.episodes else 0.0
 
+    @property
+    def execution_accuracy(self) -> float | None:
+        """Fraction of episodes whose last successful QUERY's result equals the gold result (EX), over the
+        episodes that record it; None when none does (transcripts older than EX)."""
+        return rate_cell(self.episodes)["execution_accuracy"]
+
+    def breakdown(self) -> dict[str, Any]:
+        """Success and EX overall, per hardness and per database, with counts and 95% intervals
+        (`sqlenv.breakdown.breakdown`)."""
+        return breakdown(self.episodes)
+
     def outcomes(self) -> dict[str, int]:
         """How many episodes ended each way (correct, wrong_answer, budget_exhausted, ...)."""
         counts: dict[str, int] = {}
@@ -71,16 +90,21 @@ class EvaluationResult:
         return counts
 
     def to_dict(self, include_episodes: bool = True) -> dict[str, Any]:
+        cells = self.breakdown()
         data: dict[str, Any] = {
             "policy": self.policy,
             "seed": self.seed,
             "n_episodes": self.n_episodes,
             "success_rate": self.success_rate,
+            "success_ci": cells["overall"]["success_ci"],
+            "execution_accuracy": cells["overall"]["execution_accuracy"],
+            "execution_ci": cells["overall"]["execution_ci"],
             "avg_reward": self.avg_reward,
             "avg_steps": self.avg_steps,
             "explore_rate": self.explore_rate,
             "n_errors": self.n_errors,
             "outcomes": self.outcomes(),
+            "breakdown": cells,
         }
         if include_episodes:
             data["episodes"] = self.episodes
@@ -99,33 +123,53 @@ class EvaluationResult:
         )
 
 
+def all_questions(env: Any) -> list[str]:
+    """The ids of every question of `env`'s split, in file order: pass as `evaluate(..., question_ids=...)`."""
+    return [q.question_id for q in env.questions]
+
+
 def evaluate(
     env: Any,
     policy: Any,
-    n_episodes: int,
+    n_episodes: int | None = None,
     seed: int = 0,
     progress_callback: ProgressCallback | None = None,
+    *,
+    question_ids: Sequence[str] | None = None,
 ) -> EvaluationResult:
     """Play `n_episodes` episodes of `policy` on `env` and score them.
 
     Args:
         env: a `SQLEnvironment` (anything with reset/step/transcript/question/state).
         policy: an object following `sqlenv.policies.Policy` (`name`, `reset`, `act`).
-        n_episodes: how many episodes to play; episode i is `env.reset(seed=seed + i)`.
+        n_episodes: how many episodes to play; episode i is `env.reset(seed=seed + i)`. With `question_ids`
+            it defaults to their number (and may not exceed it).
         seed: the first episode's seed. Same seed, same questions, whatever the policy.
+        question_ids: play these questions, one episode each, in order: episode i is
+            `env.reset(seed=seed + i, question_id=question_ids[i])` (the seed still drives a random policy).
+            Default None: questions drawn by seed. `all_questions(env)` gives a whole split.
         progress_callback: called as `progress_callback(done, total, transcript)` after each episode,
             e.g. to drive a progress bar or stream transcripts to a UI.
 
     Returns:
         An `EvaluationResult`; its `episodes` are transcript dicts with `policy` and `seed` filled.
     """
+    if question_ids is not None:
+        question_ids = list(question_ids)
+        if n_episodes is None:
+            n_episodes = len(question_ids)
+        elif n_episodes > len(question_ids):
+            raise ValueError(f"n_episodes={n_episodes} is more than the {len(question_ids)} question_ids given")
+    if n_episodes is None:
+        raise ValueError("give n_episodes, or question_ids to play")
     if n_episodes < 0:
         raise ValueError(f"n_episodes must be >= 0, got {n_episodes}")
     name = getattr(policy, "name", type(policy).__name__)
     episodes: list[dict] = []
     for i in range(n_episodes):
         episode_seed = seed + i
-        transcript = _play_episode(env, policy, episode_seed)
+        question_id = question_ids[i] if question_ids is not None else None
+        transcript = _play_episode(env, policy, episode_seed, question_id)
         transcript["policy"] = name
         transcript["seed"] = episode_seed
         episodes.append(transcript)
@@ -203,6 +247,7 @@ def _error_transcript(env: Any, exc: BaseException) -> dict:
     transcript["steps"] = list(transcript.get("steps") or [])
     transcript["n_steps"] = len(transcript["steps"])
     transcript["correct"] = False
+    transcript["execution_match"] = False  # a failed episode fails both scores
     transcript["outcome"] = "error"
     transcript["error"] = message
     transcript["traceback"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]

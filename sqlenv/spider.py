@@ -7,7 +7,10 @@ A Spider directory has the official layout::
 
 `prepare_spider` turns (a subset of) it into a prepared dataset directory (see `sqlenv.datasets`) with
 splits `train` and `eval`: Spider's train and dev questions about the chosen databases are pooled and
-re-split ~70/30, stratified by database and hardness, so both splits cover every database. Gold answers
+re-split ~70/30, stratified by database and hardness, so both splits cover every database (`spider10`,
+`all`, a list of ids). The `spider_dev` preset keeps Spider's own split instead: `train` is
+`train_spider.json` (140 databases), `eval` is every `dev.json` question (1,034 on 20 databases that no
+training question touches), the protocol published Spider results use. Gold answers
 come from running the gold SQL read-only under a time limit; questions whose SQL fails are dropped and
 counted in `dataset.json`.
 
@@ -47,7 +50,10 @@ SPIDER10 = (
     "student_assessment", "concert_singer", "world_1", "car_1", "employee_hire_evaluation",
     "pets_1", "cre_Doc_Template_Mgt", "dog_kennels", "flight_2", "poker_player",
 )
-PRESETS: dict[str, tuple[str, ...]] = {"spider10": SPIDER10}
+#: Spider's own split (see the module docstring): its databases are those of train_spider.json and dev.json.
+SPIDER_DEV = "spider_dev"
+#: Named selections: a tuple of database ids (re-split ~70/30), or None for `spider_dev`'s own split.
+PRESETS: dict[str, tuple[str, ...] | None] = {"spider10": SPIDER10, SPIDER_DEV: None}
 
 QUESTION_FILES = ("train_spider.json", "dev.json")
 REQUIRED_FILES = ("tables.json", "train_spider.json", "dev.json")
@@ -103,12 +109,16 @@ def _db_path(source: Path, db_id: str) -> Path:
 
 
 def _select_databases(source: Path, db_ids: str | Sequence[str] | None, preset: str | None) -> tuple[list[str], bool]:
-    """The chosen db ids, and whether missing database files may be skipped (only for `all`)."""
+    """The chosen db ids, and whether missing database files may be skipped (`all` and `spider_dev`: a copy of
+    Spider may lack a few large databases; their questions are then dropped and counted)."""
     if preset is not None and db_ids is not None:
         raise SpiderError("give either db_ids or preset, not both")
     if preset is not None:
         if preset not in PRESETS:
             raise SpiderError(f"unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
+        if preset == SPIDER_DEV:
+            ids = {item["db_id"] for f in QUESTION_FILES for item in json.loads((source / f).read_text())}
+            return sorted(ids), True
         return list(PRESETS[preset]), False
     if db_ids is None:
         raise SpiderError("choose the databases: db_ids=[...] or 'all', or preset='spider10'")
@@ -228,9 +238,11 @@ def prepare_spider(
         out: the dataset directory to write (replaced if present; built in a temp dir, then renamed).
         db_ids: database ids to include — a list, a comma-separated string, or `"all"` (database files
             absent from `source` are then skipped and counted).
-        preset: instead of db_ids, a named selection: `"spider10"` (10 small databases, 676 questions).
+        preset: instead of db_ids, a named selection: `"spider10"` (10 small databases, 676 questions), or
+            `"spider_dev"` (Spider's own split: train_spider.json for `train`, all of dev.json for `eval`).
         seed: drives the train/eval re-split. Same seed, same split.
-        eval_fraction: share of each (database, hardness) stratum held out as `eval` (default 0.3).
+        eval_fraction: share of each (database, hardness) stratum held out as `eval` (default 0.3; not used by
+            `spider_dev`, whose split is Spider's).
         timeout_s: time limit per gold query (default 5 s, the sandbox's default).
         name: dataset name in `dataset.json` (default: the preset, else `out`'s folder name).
 
@@ -298,7 +310,10 @@ def prepare_spider(
     if not items:
         raise SpiderError(f"no usable questions for databases: {', '.join(chosen) or '(none)'}")
 
-    held = _stratified_eval(items, eval_fraction, random.Random(f"sqlenv-spider-split-{seed}"))
+    if preset == SPIDER_DEV:  # Spider's own split: dev.json is the eval split, whole
+        held = {item["question_id"] for item in items if item["question_id"].startswith("spider-dev-")}
+    else:
+        held = _stratified_eval(items, eval_fraction, random.Random(f"sqlenv-spider-split-{seed}"))
     splits: dict[str, list[dict]] = {"train": [], "eval": []}
     for item in items:
         item["split"] = "eval" if item["question_id"] in held else "train"
@@ -325,7 +340,10 @@ def prepare_spider(
             "dropped_reasons": dict(sorted(dropped.items())),
             "preset": preset,
             "seed": seed,
-            "eval_fraction": eval_fraction,
+            "eval_fraction": None if preset == SPIDER_DEV else eval_fraction,
+            "split_protocol": "spider" if preset == SPIDER_DEV else "stratified",
+            # Spider's dev protocol scores every eval question once: `python -m sqlenv eval` then does by default.
+            "eval_episodes": "all" if preset == SPIDER_DEV else None,
             "databases": used_dbs,
             "skipped_databases": skipped_dbs,
             "summary": {

@@ -8,12 +8,17 @@
             "terminated","truncated"}],
  "answer": str|null, "correct": bool,
  "outcome": "correct"|"wrong_answer"|"budget_exhausted"|"unfinished"|"error",
- "total_reward": float, "reward_breakdown": {"operational","progress","correctness","total"}, "n_steps": int}
+ "total_reward": float, "reward_breakdown": {"operational","progress","correctness","total"}, "n_steps": int,
+ "execution_match": bool|null}
 ```
 
 A step's `done` says the episode ended there; `terminated` (ANSWER) and `truncated` (the step budget ran out, or
 the connection to a server was lost) say how, as Gymnasium does. Transcripts written before those two keys
 existed still validate: `STEP_KEYS` lists what every transcript has.
+
+`execution_match` is the episode's execution accuracy (`sqlenv.execution`): whether the result of the agent's
+last successful QUERY equals the gold query's result. It is null while the episode runs, and absent from
+transcripts written before it existed (readers treat both as unknown).
 """
 
 from __future__ import annotations
@@ -39,9 +44,11 @@ def make_step(step: int, action_type: str, argument: str, observation: str, erro
 
 
 def make_transcript(question: Any, *, policy: str | None, seed: int | None, steps: list[dict[str, Any]],
-                    answer: str | None, correct: bool, outcome: str, reward_breakdown: Any) -> dict[str, Any]:
+                    answer: str | None, correct: bool, outcome: str, reward_breakdown: Any,
+                    execution_match: bool | None = None) -> dict[str, Any]:
     """One episode's transcript: `question` (a `sqlenv.types.Question`, or None when unknown) and the step records
-    (`make_step`; copied, so the transcript does not change with them). `reward_breakdown` has `to_dict()`."""
+    (`make_step`; copied, so the transcript does not change with them). `reward_breakdown` has `to_dict()`;
+    `execution_match` is the episode's EX (None: unknown, e.g. the episode still runs)."""
     q = question
     return {
         "question_id": q.question_id if q else None,
@@ -60,6 +67,7 @@ def make_transcript(question: Any, *, policy: str | None, seed: int | None, step
         "total_reward": sum(step["reward"] for step in steps),
         "reward_breakdown": reward_breakdown.to_dict(),
         "n_steps": len(steps),
+        "execution_match": execution_match,
     }
 
 

@@ -173,7 +173,10 @@ def parse_table(text: str) -> list[list]:
 
 # ------------------------------------------------------------------------------------------- matching
 
-def _multiset_equal(pred: Sequence, gold: Sequence, ordered: bool, equal) -> bool:
+def multiset_equal(pred: Sequence, gold: Sequence, ordered: bool, equal) -> bool:
+    """Whether `pred` and `gold` hold the same items (rows or values) under `equal(pred_item, gold_item)`: in
+    order when `ordered`, else as multisets. Exact keys pair most items at once; at most 500 items left over are
+    then paired with `equal`'s tolerance (more is never a match: the cost stays bounded)."""
     if len(pred) != len(gold):
         return False
     if ordered:
@@ -293,7 +296,7 @@ def _verify(predicted, gold, answer_type, gold_rows, ordered, gold_sql, columns)
             return False
         if pred_items and len(pred_items) == len(gold_items) + 1 and _is_header(pred_items[:1], columns):
             pred_items = pred_items[1:]
-        return _multiset_equal(pred_items, gold_items, False, cell_equal)
+        return multiset_equal(pred_items, gold_items, False, cell_equal)
 
     # table
     gold_table = [list(r) if isinstance(r, (list, tuple)) else [r] for r in (gold if gold_rows is None else gold_rows)]
@@ -305,7 +308,7 @@ def _verify(predicted, gold, answer_type, gold_rows, ordered, gold_sql, columns)
         pred_rows = [[i] for i in parse_list(text)]  # a one-column table written as a list
     if pred_rows and len(pred_rows) == len(gold_table) + 1 and _is_header(pred_rows[0], columns):
         pred_rows = pred_rows[1:]  # a header line copied from a QUERY result
-    return _multiset_equal(pred_rows, gold_table, ordered, _rows_equal)
+    return multiset_equal(pred_rows, gold_table, ordered, _rows_equal)
 
 
 def _flatten_gold_list(gold: Any) -> list:

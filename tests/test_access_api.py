@@ -229,7 +229,7 @@ def test_hostile_values_in_public_events_get_clear_messages_and_the_app_keeps_se
         dep = event(config, api, elem)
         for name, message in (("../outside-run", "Refused"), ("no-such-run", "No run named 'no-such-run'"),
                               (MEGABYTE, "Refused: invalid run name")):
-            result = call(password_app, dep, [name])
+            result = call(password_app, dep, [name, *default_inputs(config, dep)[1:]])
             text = json.dumps(result)
             assert message in text or "is not in the list of choices" in text, (api, name, text[:300])
             assert "SECRET" not in text

@@ -78,6 +78,35 @@ def test_eval_on_a_dataset_path(data_dir, tmp_path):
     assert json.loads(res.stdout)["success_rate"] == 1.0
 
 
+def test_eval_all_questions_and_saved_evaluation(data_dir, tmp_path):
+    from sqlenv.saved_evaluation import load_evaluation
+
+    out = tmp_path / "evaluations" / "oracle-eval"
+    res = _run(["eval", "--dataset", "builtin", "--split", "eval", "--policy", "oracle", "--episodes", "all",
+                "--out", str(out), "--json"], data_dir)
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    questions = _questions(data_dir)
+    assert data["n_episodes"] == len(questions) and data["question_order"] == "all"
+    assert data["success_rate"] == data["execution_accuracy"] == 1.0
+    assert sum(c["n"] for c in data["breakdown"]["hardness"].values()) == len(questions)
+    saved = load_evaluation(out)
+    assert [ep["question_id"] for ep in saved.episodes] == [q["question_id"] for q in questions]
+    assert saved.meta["summary"] == {k: v for k, v in data.items() if k not in ("dataset", "split", "step_budget",
+                                                                                 "question_order")}
+    assert (saved.meta["dataset"], saved.meta["split"], saved.meta["policy"]) == ("builtin", "eval", "oracle")
+    # saving again replaces it; a folder that is not a saved evaluation is refused before playing
+    res = _run(["eval", "--policy", "random", "--episodes", "3", "--seed", "4", "--out", str(out)], data_dir)
+    assert res.returncode == 0, res.stderr
+    assert "saved" in res.stdout and "execution acc" in res.stdout and "hardness" in res.stdout
+    again = load_evaluation(out)
+    assert again.meta["policy"] == "random" and [ep["seed"] for ep in again.episodes] == [4, 5, 6]
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "keep.txt").write_text("mine")
+    _assert_one_line_error(_run(["eval", "--out", str(tmp_path / "busy")], data_dir), "not a saved evaluation")
+    assert (tmp_path / "busy" / "keep.txt").read_text() == "mine"
+
+
 @pytest.mark.parametrize(
     "args, needles",
     [
@@ -86,6 +115,7 @@ def test_eval_on_a_dataset_path(data_dir, tmp_path):
         (["eval", "--dataset", "builtin", "--split", "validation"], ["validation"]),
         (["eval", "--episodes", "abc"], ["--episodes"]),
         (["eval", "--episodes", "0"], ["--episodes"]),
+        (["eval", "--episodes", "some"], ["--episodes"]),
         (["eval", "--policy", "genius"], ["--policy"]),
         (["eval", "--seed", "x"], ["--seed"]),
         (["eval", "--bogus"], ["--bogus"]),

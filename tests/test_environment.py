@@ -175,7 +175,8 @@ def test_transcript_format_and_text(env):
     validate_transcript(t)
     assert list(t) == ["question_id", "question", "database", "difficulty", "answer_type", "gold_sql", "gold_answer",
                        "policy", "seed", "steps", "answer", "correct", "outcome", "total_reward",
-                       "reward_breakdown", "n_steps"]
+                       "reward_breakdown", "n_steps", "execution_match"]
+    assert t["execution_match"] is True  # the oracle's last query is the gold query
     assert (t["policy"], t["seed"], t["outcome"], t["correct"], t["n_steps"]) == ("oracle", 3, "correct", True, 3)
     assert [s["action_type"] for s in t["steps"]] == ["DESCRIBE", "QUERY", "ANSWER"]
     step = t["steps"][1]

@@ -160,13 +160,17 @@ def test_runs_cli_table_and_errors(tmp_path):
     run.write_config({"model": "builtin:tiny", "dataset": "builtin", "eval_split": "eval"})
     run.write_status("completed", step=4, total_steps=4)
     run.append("evals", {"step": 4, "phase": "grpo", "split": "eval", "success_rate": 0.25})
-    run.append("comparison", {"kind": "summary", "trained": {"success_rate": 0.5}})
+    run.append("comparison", {"kind": "summary", "trained": {"success_rate": 0.5}})  # a run from before EX
     out = subprocess.run([sys.executable, "-m", "training.runs", "list", "--runs-dir", str(tmp_path)], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     header, line = out.stdout.splitlines()
     assert header.split()[:3] == ["run", "status", "steps"]
-    assert line.split() == ["done", "completed", "4/4", "builtin:tiny", "builtin", "50%"]
+    assert line.split() == ["done", "completed", "4/4", "builtin:tiny", "builtin", "50%", "-"]
+    run.append("comparison", {"kind": "summary", "trained": {"success_rate": 0.5, "execution_accuracy": 0.75}})
+    out = subprocess.run([sys.executable, "-m", "training.runs", "list", "--runs-dir", str(tmp_path)], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.splitlines()[1].split()[-2:] == ["50%", "75%"]
     for args in (["list", "--runs-dir", str(tmp_path / "missing")], ["lst"]):
         bad = subprocess.run([sys.executable, "-m", "training.runs", *args], cwd=REPO, capture_output=True,
                              text=True, timeout=120)

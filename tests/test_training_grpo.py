@@ -200,6 +200,12 @@ def test_run_training_end_to_end(tiny, tmp_path):
         assert pair["random"]["seed"] == pair["trained"]["seed"] == pair["seed"]
     assert set(summary[0]["random"]) >= {"success_rate", "avg_reward", "avg_steps"}
     assert summary[0]["trained"] and summary[0]["base"]
+    for who in ("random", "base", "trained"):  # EX and the breakdown beside success, on the same episodes
+        scores = summary[0][who]
+        assert isinstance(scores["execution_accuracy"], float) and scores["breakdown"]["overall"]["n"] == 2
+        assert scores["success_ci"][0] <= scores["success_rate"] <= scores["success_ci"][1]
+        assert all(isinstance(pair[who]["execution_match"], bool) for pair in pairs)
+    assert all(e["breakdown"]["overall"]["n"] == e["n_episodes"] and "execution_accuracy" in e for e in evals)
     assert (run.final_dir / "config.json").exists() and (run.final_dir / "tokenizer_config.json").exists()
     assert not (run.path / ".trainer").exists()
     kinds = {e for e, _ in events}

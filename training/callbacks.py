@@ -263,8 +263,8 @@ class RunCallback(TrainerCallback):
                 self.recorder.append("evals", {
                     "step": step, "phase": self.phase, "split": split, "success_rate": result.success_rate,
                     "avg_reward": result.avg_reward, "avg_steps": result.avg_steps,
-                    "explore_rate": result.explore_rate,
-                    "n_episodes": result.n_episodes, "time": time.time(),
+                    "explore_rate": result.explore_rate, "execution_accuracy": result.execution_accuracy,
+                    "n_episodes": result.n_episodes, "breakdown": result.breakdown(), "time": time.time(),
                 })
             except Exception:  # noqa: BLE001
                 logger.exception("eval on %s at step %s failed", split, step)

@@ -81,7 +81,9 @@ def progress_listener(total_hint: int) -> Listener:
             for who in ("random", "base", "trained"):
                 s = payload.get(who)
                 if s:
+                    ex = s.get("execution_accuracy")
                     print(f"[{elapsed:7.1f}s] {who:>8}: success={s['success_rate']:.2f} "
+                          f"EX={'-' if ex is None else f'{ex:.2f}'} "
                           f"reward={s['avg_reward']:.3f} steps={s['avg_steps']:.1f}", flush=True)
 
     return listener

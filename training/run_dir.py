@@ -7,9 +7,11 @@ Layout of ``runs/<run_id>/``::
                        and who writes it: pid, host, heartbeat_at (see `live_status`: a dead writer reads
                        `interrupted`)
     metrics.jsonl      one line per TRL log (plus "step" and "time")
-    evals.jsonl        {"step", "split", "success_rate", "avg_reward", "avg_steps", "n_episodes", "time"}
+    evals.jsonl        {"step", "split", "success_rate", "avg_reward", "avg_steps", "n_episodes", "time",
+                       "execution_accuracy", "breakdown": sqlenv.breakdown cells (runs before EX lack the last two)}
     transcripts.jsonl  {"step", "time", "transcript": <sqlenv transcript>}
-    comparison.jsonl   {"kind": "pair", ...} lines, then one {"kind": "summary", ...}
+    comparison.jsonl   {"kind": "pair", ...} lines, then one {"kind": "summary", ...} (each policy's scores with
+                       success_ci, execution_accuracy, execution_ci and breakdown since EX exists)
     grpo_config.json   the effective trl.GRPOConfig (sft_config.json: the warm start's SFTConfig)
     checkpoints/       sft/ and grpo/checkpoint-<step>/: resumable trainer state (removed once the run completes)
     warm_start/        the model as SFT left it, when SFT ran (GRPO's start, its KL reference, LoRA's base)
@@ -320,7 +322,7 @@ def list_runs(root: Path | None = None) -> list[dict[str, Any]]:
         return []
     rows = []
     for path in root.iterdir():
-        if not path.is_dir() or path.name.startswith(".") or path.name == "models":
+        if not path.is_dir() or path.name.startswith(".") or path.name in ("models", "evaluations"):
             continue
         if not RUN_ID_PATTERN.match(path.name):
             continue
@@ -340,6 +342,10 @@ def list_runs(root: Path | None = None) -> list[dict[str, Any]]:
         final_success = trained.get("success_rate") if isinstance(trained, dict) else None
         if final_success is None and final_eval:
             final_success = final_eval.get("success_rate")
+        # EX: recorded since execution accuracy exists (older runs read None)
+        final_execution = trained.get("execution_accuracy") if isinstance(trained, dict) else None
+        if final_execution is None and final_eval:
+            final_execution = final_eval.get("execution_accuracy")
         rows.append(
             {
                 "run_id": run.run_id,
@@ -351,6 +357,7 @@ def list_runs(root: Path | None = None) -> list[dict[str, Any]]:
                 "total_steps": status.get("total_steps"),
                 "eval_success": final_eval.get("success_rate") if final_eval else None,
                 "final_success": final_success,
+                "final_execution": final_execution,
                 "resumable": status.get("status") in RESUMABLE_STATUSES,
                 "checkpoint": has_checkpoint(run.path),
                 "started_at": status.get("started_at") or status.get("created_at"),

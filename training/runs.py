@@ -1,7 +1,7 @@
 """`python -m training.runs list [--runs-dir DIR] [--json]`: every run under the runs folder, newest first.
 
-Prints one line per run — id, status, GRPO step / total, model, dataset, final success (the trained model's success
-in the final comparison, else its last eval) — or, with `--json`, one JSON object per line with the same fields and
+Prints one line per run — id, status, GRPO step / total, model, dataset, final success and final EX (the trained
+model's answer success and execution accuracy in the final comparison, else its last eval; "-" before EX) — or, with `--json`, one JSON object per line with the same fields and
 more (`training.run_dir.list_runs`). A run whose process died reads `interrupted` (see
 `training.run_dir.live_status`), and `resumable` says whether `python -m training.train --resume` can continue it.
 """
@@ -17,16 +17,17 @@ from training.run_dir import default_runs_root, list_runs
 
 __all__ = ["main", "format_table"]
 
-COLUMNS = ("run", "status", "steps", "model", "dataset", "final success")
+COLUMNS = ("run", "status", "steps", "model", "dataset", "final success", "final EX")
 
 
 def _row(run: dict) -> tuple[str, ...]:
     step, total = run.get("step"), run.get("total_steps")
-    success = run.get("final_success")
+    success, execution = run.get("final_success"), run.get("final_execution")
     return (str(run.get("run_id")), str(run.get("status")),
             f"{step if step is not None else '?'}/{total if total is not None else '?'}",
             str(run.get("model", "?")), str(run.get("dataset", "?")),
-            f"{success:.0%}" if isinstance(success, (int, float)) else "-")
+            f"{success:.0%}" if isinstance(success, (int, float)) else "-",
+            f"{execution:.0%}" if isinstance(execution, (int, float)) else "-")
 
 
 def format_table(runs: list[dict]) -> str:

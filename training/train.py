@@ -481,10 +481,13 @@ def _comparison(recorder: RunRecorder, model: Any, tokenizer: Any, plan: Any, n:
             pair["base"] = base_episodes[i]
         recorder.append("comparison", pair)
 
-    def scores(result: Any) -> dict[str, float]:
+    def scores(result: Any) -> dict[str, Any]:
+        cells = result.breakdown()
         return {"success_rate": result.success_rate, "avg_reward": result.avg_reward,
                 "avg_steps": result.avg_steps, "explore_rate": result.explore_rate,
-                "n_episodes": result.n_episodes}
+                "n_episodes": result.n_episodes, "success_ci": cells["overall"]["success_ci"],
+                "execution_accuracy": cells["overall"]["execution_accuracy"],
+                "execution_ci": cells["overall"]["execution_ci"], "breakdown": cells}
 
     summary = {"kind": "summary", "split": config.eval_split, "n_episodes": n, "seed": config.seed,
                "random": scores(random_result), "trained": scores(trained),

@@ -213,6 +213,39 @@ def test_compare_shows_random_vs_trained_for_the_run(dashboard, page, screenshot
     screenshot(page, "compare")
 
 
+def test_compare_adds_a_saved_evaluation_column(dashboard, builtin, page, screenshot):
+    """A run's tables by policy and hardness, and a column added from a saved evaluation on the same questions."""
+    from sqlenv.environment import SQLEnvironment
+    from sqlenv.evaluation import evaluate
+    from sqlenv.policies import OraclePolicy, RandomPolicy
+    from sqlenv.saved_evaluation import save_evaluation
+    from training.run_dir import RunDir
+
+    with SQLEnvironment(builtin.questions_path("eval"), builtin.db_dir) as env:
+        randoms = evaluate(env, RandomPolicy(seed=7), n_episodes=6, seed=7)
+        oracle = evaluate(env, OraclePolicy(), n_episodes=6, seed=7)
+    run = RunDir.create(dashboard["runs"], "cmp-columns")  # a finished run's comparison, as train.py writes it
+    run.write_config({"model": "builtin:tiny", "dataset": "builtin", "eval_split": "eval"})
+    run.write_status("completed", step=1, total_steps=1)
+    for i, (r, t) in enumerate(zip(randoms.episodes, randoms.episodes)):
+        run.append("comparison", {"kind": "pair", "index": i, "seed": 7 + i, "question_id": r["question_id"],
+                                  "random": r, "trained": t})
+    save_evaluation(oracle, dashboard["runs"] / "evaluations" / "oracle-6", dataset="builtin", split="eval",
+                    step_budget=15, question_order="seeded")
+    page.goto(dashboard["url"])
+    open_tab(page, "Compare")
+    pick(page, "compare-run", "cmp-columns")
+    page.wait_for_function("() => document.querySelector('#compare-hardness')?.innerText.includes('random EX')")
+    pick(page, "compare-add", "evaluation: oracle-6")
+    page.wait_for_function("() => document.querySelector('#compare-summary')?.innerText.includes('evaluation: oracle-6')")
+    summary = page.locator("#compare-summary").inner_text()
+    assert "100%" in summary and "EX 95% CI" in summary
+    hardness = page.locator("#compare-hardness").inner_text()
+    assert "evaluation: oracle-6 EX" in hardness and "100%" in hardness
+    assert page.locator("#compare-database").inner_text().count("%") >= 3
+    screenshot(page, "compare_columns")
+
+
 def test_runs_lists_the_run_and_survives_broken_ones(dashboard, page, screenshot):
     run_id = dashboard.get("run_id")
     if not run_id:

@@ -97,6 +97,9 @@ def test_transcript_html_escapes_and_shows_layers_and_verdict():
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert "prog +0.150" in page and "wrong answer" in page and "SELECT 1" in page
     assert "no transcript" in transcript_html(None)
+    assert "sqe-ex" not in page  # a transcript from before EX: nothing claimed
+    assert 'data-ex="true"' in transcript_html({**TRANSCRIPT, "execution_match": True})
+    assert 'data-ex="false"' in transcript_html({**TRANSCRIPT, "execution_match": False})
 
 
 def test_run_cache_refuses_names_outside_runs(tmp_path):
