@@ -6,6 +6,7 @@
     python -m sqlenv data list
     python -m sqlenv play --dataset builtin --split eval
     python -m sqlenv eval --dataset builtin --split eval --policy oracle --episodes 50 --seed 0 [--json]
+    python -m sqlenv eval --policy openai --base-url http://127.0.0.1:8000/v1 --model NAME --concurrency 8
     python -m sqlenv serve --dataset builtin --split train --host 127.0.0.1 --port 8000   # needs sqlenv[server]
 
 Wherever a dataset is named, `builtin`, a name prepared under `data/` ($SQLENV_DATA_DIR) or the path of a
@@ -19,6 +20,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
@@ -54,6 +56,37 @@ def _port(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"expected a port number from 0 to 65535, got {text!r}")
+    return value
+
+
+def _nonnegative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = _float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def _nonnegative_float(text: str) -> float:
+    value = _float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
     return value
 
 
@@ -105,12 +138,27 @@ def build_parser() -> argparse.ArgumentParser:
     ev = commands.add_parser("eval", help="evaluate a baseline policy")
     ev.add_argument("--dataset", default="builtin", help="dataset name or path (default: builtin)")
     ev.add_argument("--split", default="eval", help="split (default: eval)")
-    ev.add_argument("--policy", choices=["oracle", "random"], default="oracle", help="policy (default: oracle)")
+    ev.add_argument("--policy", choices=["oracle", "random", "openai"], default="oracle",
+                    help="policy (default: oracle); openai: a model behind an OpenAI-compatible endpoint")
     ev.add_argument("--episodes", type=_positive_int, default=50, help="number of episodes (default 50)")
     ev.add_argument("--seed", type=_int, default=0, help="episode i plays reset(seed=seed+i) (default 0)")
     ev.add_argument("--budget", type=_positive_int, default=15, help="step budget (default 15)")
     ev.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     ev.add_argument("--transcripts", default=None, help="also write every episode transcript to this JSONL file")
+    endpoint = ev.add_argument_group("--policy openai (needs sqlenv[openai])")
+    endpoint.add_argument("--base-url", default=None, help="the API root, e.g. http://127.0.0.1:8000/v1")
+    endpoint.add_argument("--model", default=None, help="the model name the endpoint serves")
+    endpoint.add_argument("--api-key-env", default="OPENAI_API_KEY",
+                          help="environment variable holding the API key (default OPENAI_API_KEY; unset = no key)")
+    endpoint.add_argument("--concurrency", type=_positive_int, default=1,
+                          help="episodes in flight at once, each with its own environment (default 1)")
+    endpoint.add_argument("--timeout", type=_positive_float, default=60.0,
+                          help="seconds per request before it is retried (default 60)")
+    endpoint.add_argument("--max-retries", type=_nonnegative_int, default=2,
+                          help="retries of a failed request, with exponential backoff (default 2)")
+    endpoint.add_argument("--temperature", type=_nonnegative_float, default=0.0,
+                          help="sampling temperature (default 0: greedy)")
+    endpoint.add_argument("--max-tokens", type=_positive_int, default=512, help="most tokens per turn (default 512)")
 
     # serve -----------------------------------------------------------------------------------------
     srv = commands.add_parser("serve", help="serve the environment over HTTP/WebSocket (OpenEnv; needs sqlenv[server])")
@@ -142,6 +190,14 @@ def _resolve(name_or_path: str):
 
 
 def _make_env(dataset: str, split: str | None, budget: int):
+    make_env, info, split = _env_factory(dataset, split, budget)
+    return make_env(), info, split
+
+
+def _env_factory(dataset: str, split: str | None, budget: int):
+    """(a function returning a new environment on the split, dataset info, split), bad input checked once."""
+    from functools import partial
+
     from sqlenv.environment import SQLEnvironment
 
     info = _resolve(dataset)
@@ -154,7 +210,7 @@ def _make_env(dataset: str, split: str | None, budget: int):
         raise CLIError(_one_line(exc)) from None
     if not Path(questions_path).exists():
         raise CLIError(f"dataset {info.name!r} has no split {split!r} (missing {questions_path})")
-    return SQLEnvironment(questions_path=questions_path, db_dir=info.db_dir, step_budget=budget), info, split
+    return partial(SQLEnvironment, questions_path=questions_path, db_dir=info.db_dir, step_budget=budget), info, split
 
 
 def _one_line(exc: BaseException) -> str:
@@ -334,8 +390,8 @@ def _cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     from sqlenv.evaluation import evaluate
     from sqlenv.policies import OraclePolicy, RandomPolicy
 
-    env, info, split = _make_env(args.dataset, args.split, args.budget)
-    policy = OraclePolicy() if args.policy == "oracle" else RandomPolicy(seed=args.seed)
+    endpoint = _endpoint_settings(args)  # bad flags before the dataset is opened
+    make_env, info, split = _env_factory(args.dataset, args.split, args.budget)
     progress = None
     if not args.json and sys.stderr.isatty():
         def progress(done: int, total: int, _t: dict) -> None:
@@ -343,7 +399,18 @@ def _cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
             sys.stderr.flush()
             if done == total:
                 sys.stderr.write("\n")
-    result = evaluate(env, policy, n_episodes=args.episodes, seed=args.seed, progress_callback=progress)
+    wall_s = 0.0
+    if endpoint is not None:
+        started = time.perf_counter()
+        result = _evaluate_endpoint(endpoint, make_env, args, progress)
+        wall_s = time.perf_counter() - started
+    else:
+        policy = OraclePolicy() if args.policy == "oracle" else RandomPolicy(seed=args.seed)
+        env = make_env()
+        try:
+            result = evaluate(env, policy, n_episodes=args.episodes, seed=args.seed, progress_callback=progress)
+        finally:
+            env.close()
     if args.transcripts:
         path = Path(args.transcripts)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -352,6 +419,9 @@ def _cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
                 fh.write(json.dumps(ep, default=str) + "\n")
     summary = result.to_dict(include_episodes=False)
     summary.update({"dataset": info.name, "split": split, "step_budget": args.budget})
+    if endpoint is not None:
+        summary.update({"endpoint": endpoint.describe(), "concurrency": args.concurrency,
+                        "usage": _total_usage(result.episodes, wall_s)})
     if args.json:
         print(json.dumps(summary), file=out)
         return 0
@@ -371,12 +441,66 @@ def _cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     order = ["easy", "medium", "hard", "extra"]
     parts = [f"{d} {sum(v)}/{len(v)}" for d, v in sorted(by_diff.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else 9, kv[0]))]
     print(f"  {'by difficulty':<13} {', '.join(parts)}", file=out)
+    if endpoint is not None:
+        usage = summary["usage"]
+        print(f"  {'usage':<13} {usage['requests']} requests, {usage['prompt_tokens']} prompt + "
+              f"{usage['completion_tokens']} completion tokens, {usage['latency_s_per_request']:.3f} s per request, "
+              f"{usage['episodes_per_s']:.2f} episodes/s", file=out)
+        if usage["requests"] and not usage["tool_calls"]:
+            print(f"  {'warning':<13} the model made no tool calls; its text was read as actions", file=out)
     if result.n_errors:
         first = next(ep for ep in result.episodes if ep.get("outcome") == "error")
         print(f"  {'errors':<13} {result.n_errors} (first: {first.get('error')})", file=out)
     if args.transcripts:
         print(f"  transcripts   {args.transcripts}", file=out)
     return 0
+
+
+def _endpoint_settings(args: argparse.Namespace):
+    """The `--policy openai` settings from the flags (None for the other policies); bad flags are CLIErrors."""
+    endpoint_flags = ("base_url", "model")
+    if args.policy != "openai":
+        given = [f"--{name.replace('_', '-')}" for name in endpoint_flags if getattr(args, name) is not None]
+        if args.concurrency != 1:
+            given.append("--concurrency")
+        if given:
+            raise CLIError(f"{', '.join(given)} only appl{'y' if len(given) > 1 else 'ies'} to --policy openai")
+        return None
+    missing = [f"--{name.replace('_', '-')}" for name in endpoint_flags if not getattr(args, name)]
+    if missing:
+        raise CLIError(f"--policy openai needs {' and '.join(missing)}")
+    from sqlenv.openai_policy import EndpointSettings
+
+    try:
+        return EndpointSettings(base_url=args.base_url, model=args.model, api_key_env=args.api_key_env,
+                                timeout=args.timeout, max_retries=args.max_retries, temperature=args.temperature,
+                                max_tokens=args.max_tokens)
+    except ValueError as exc:
+        raise CLIError(_one_line(exc)) from None
+
+
+def _evaluate_endpoint(endpoint: Any, make_env: Any, args: argparse.Namespace, progress: Any):
+    """Play the episodes with `OpenAIPolicy`, `--concurrency` at a time; an unusable endpoint is a CLIError."""
+    from sqlenv.concurrent_evaluation import evaluate_concurrently
+    from sqlenv.openai_policy import EndpointError, OpenAIPolicy
+
+    try:
+        return evaluate_concurrently(make_env, lambda: OpenAIPolicy(endpoint), n_episodes=args.episodes,
+                                     seed=args.seed, concurrency=args.concurrency, progress_callback=progress)
+    except EndpointError as exc:
+        raise CLIError(_one_line(exc)) from None
+
+
+def _total_usage(episodes: list[dict], wall_s: float) -> dict[str, Any]:
+    """Requests, tokens and latency summed over the episodes' "usage"; seconds per request and episodes per second
+    of the whole evaluation (`wall_s`, all workers together)."""
+    keys = ("requests", "prompt_tokens", "completion_tokens", "total_tokens", "tool_calls", "text_turns")
+    total: dict[str, Any] = {key: sum(int((ep.get("usage") or {}).get(key, 0)) for ep in episodes) for key in keys}
+    latency = sum(float((ep.get("usage") or {}).get("latency_s", 0.0)) for ep in episodes)
+    total["latency_s_per_request"] = round(latency / total["requests"], 4) if total["requests"] else 0.0
+    total["wall_s"] = round(wall_s, 4)
+    total["episodes_per_s"] = round(len(episodes) / wall_s, 4) if wall_s > 0 else 0.0
+    return total
 
 
 # ---------------------------------------------------------------------------------------------------
