@@ -9,6 +9,10 @@
  "outcome": "correct"|"wrong_answer"|"budget_exhausted"|"unfinished"|"error",
  "total_reward": float, "reward_breakdown": {"operational","progress","correctness","total"}, "n_steps": int}
 ```
+
+Optional keys: "error" and "traceback" (outcome "error"); "wall_s" (seconds the episode took) and, for policies
+that count it (`sqlenv.openai_policy.OpenAIPolicy`), "usage": {"requests","prompt_tokens","completion_tokens",
+"total_tokens","tool_calls","text_turns","latency_s"}, both added by `sqlenv.concurrent_evaluation`.
 """
 
 from __future__ import annotations
