@@ -216,3 +216,34 @@ def test_model_that_cannot_call_tools_is_one_line_exit_2(tmp_path):
     with ServerProcess(command=_server_command("builtin:tiny", "--served-name", "tiny", "--no-tool-calling")) as proc:
         res = _eval(_openai_args(proc.url, "tiny", "--episodes", "3", "--concurrency", "2"), tmp_path, key=None)
     _assert_one_line_exit_2(res, "model 'tiny'", "cannot call tools")
+
+
+@pytest.mark.slow
+def test_server_answers_bad_requests_with_openai_errors(server):
+    """The test server is a real endpoint: bad bodies get 400/401/404 in OpenAI's error shape, not a crash."""
+    import urllib.error
+    import urllib.request
+
+    def post(body, key=SECRET, raw=None):
+        data = raw if raw is not None else json.dumps(body).encode()
+        request = urllib.request.Request(server.url + "/v1/chat/completions", data=data, method="POST",
+                                         headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    ok = {"model": "tiny-sft", "messages": [{"role": "user", "content": "Question: how many artists?"}],
+          "max_tokens": 8}
+    status, body = post(ok)
+    assert status == 200 and body["choices"][0]["message"]["role"] == "assistant"
+    assert body["usage"]["prompt_tokens"] > 0 and 1 <= body["usage"]["completion_tokens"] <= 8
+    for bad, code in [(dict(ok, stream=True), 400), (dict(ok, messages=[]), 400), (dict(ok, messages="hi"), 400),
+                      (dict(ok, messages=[{"role": "robot", "content": "x"}]), 400), (dict(ok, max_tokens=0), 400),
+                      (dict(ok, max_tokens=10**6), 400), (dict(ok, tools=[{"type": "nope"}]), 400),
+                      (dict(ok, model="other"), 404)]:
+        status, body = post(bad)
+        assert status == code and body["error"]["message"], (bad, status, body)
+    assert post(None, raw=b"{not json")[0] == 400
+    assert post(ok, key="wrong")[0] == 401

@@ -58,12 +58,13 @@ class ChatModel:
         tokenizer: its tokenizer (a chat template with tool support, e.g. Qwen3's or the tiny model's).
         name: the model name clients ask for (`model` in a request; default "default" accepts any name).
         max_batch: most requests decoded together (default 16).
+        max_pending: most requests waiting for a batch (default 256); more are answered 429.
         tool_calling: accept requests with tools (default True). False answers them with 400, as vLLM does when
             started without `--enable-auto-tool-choice`: an endpoint whose model cannot call tools.
     """
 
     def __init__(self, model: Any, tokenizer: Any, name: str = "default", max_batch: int = 16,
-                 tool_calling: bool = True):
+                 max_pending: int = 256, tool_calling: bool = True):
         from training.chat import ChatRenderer
 
         self.model = model.eval()
@@ -71,6 +72,7 @@ class ChatModel:
         self.name = name
         self.max_batch = max_batch
         self.tool_calling = tool_calling
+        self.max_pending = max_pending
         # Tools come with each request; the renderer is only used for its template, kwargs and EOS ids.
         self.renderer = ChatRenderer(tokenizer, tools=[], chat_template_kwargs={"enable_thinking": False})
         limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
@@ -98,12 +100,12 @@ class ChatModel:
         tools = [_tool_schema(t) for t in _list(body, "tools", required=False)]
         if tools and not self.tool_calling:
             raise RequestError("tool calling is not enabled on this server (started with --no-tool-calling)")
-        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 256
+        max_tokens = next((body[k] for k in ("max_completion_tokens", "max_tokens") if body.get(k) is not None), 256)
         temperature = body.get("temperature")
         temperature = 1.0 if temperature is None else temperature
-        if not isinstance(max_tokens, int) or max_tokens < 1:
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise RequestError(f"max_tokens must be a positive integer, got {max_tokens!r}")
-        if not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
             raise RequestError(f"temperature must be a number from 0 to 2, got {temperature!r}")
         try:
             ids = self._render(messages, tools)
@@ -112,6 +114,9 @@ class ChatModel:
         if len(ids) + max_tokens > self.context_tokens:
             raise RequestError(f"This model's maximum context length is {self.context_tokens} tokens; the messages "
                                f"take {len(ids)} and max_tokens asks for {max_tokens} more")
+        if self._queue.qsize() >= self.max_pending:  # bounded: clients retry a 429 with backoff
+            raise RequestError(f"the server has {self.max_pending} requests waiting; try again", 429,
+                               "rate_limit_error")
         job = _Job(ids, int(max_tokens), float(temperature))
         self._queue.put(job)
         outer: Future = Future()
@@ -178,7 +183,8 @@ class ChatModel:
             # One generation has one temperature; the longest max_tokens of the batch bounds it.
             key = waiting[0].temperature
             batch = [job for job in waiting if job.temperature == key][: self.max_batch]
-            waiting = [job for job in waiting if job not in batch]
+            taken = {id(job) for job in batch}
+            waiting = [job for job in waiting if id(job) not in taken]
             try:
                 new = generate_new_tokens(self.model, [job.ids for job in batch], pad,
                                           max(job.max_tokens for job in batch), sample=key > 0,
