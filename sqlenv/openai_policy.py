@@ -174,7 +174,8 @@ class OpenAIPolicy:
         return action
 
     def episode_usage(self) -> dict[str, Any]:
-        """This episode's requests, prompt/completion/total tokens, tool calls, text turns and latency (seconds)."""
+        """This episode's requests (chat completions asked for; the client's own retries are inside one), the
+        prompt/completion/total tokens the endpoint reported, tool calls, text turns and the seconds spent waiting."""
         usage = dict(self._usage)
         usage["latency_s"] = round(usage["latency_s"], 4)
         return usage
@@ -237,7 +238,7 @@ class OpenAIPolicy:
                               f"(HTTP 404: {self._clean(exc)})") from None
         except openai.BadRequestError as exc:
             text = self._clean(exc)
-            if "tool" in text.lower():
+            if _about_tools(text):
                 raise self._fatal(f"model {s.model!r} at {redact_url(s.base_url)} cannot call tools: {text}") from None
             raise RuntimeError(f"the endpoint rejected the request (HTTP 400): {text}") from None
         except openai.APIStatusError as exc:
@@ -262,6 +263,15 @@ class OpenAIPolicy:
         text = " ".join((str(exc).strip() or type(exc).__name__).split())
         key = self.settings.api_key
         return text.replace(key, "***") if key else text
+
+
+def _about_tools(message: str) -> bool:
+    """Whether a 400 says the endpoint cannot take tools (vLLM without `--enable-auto-tool-choice`, a model without
+    tool support), not that the conversation outgrew the context, which fails only its episode."""
+    text = message.lower()
+    if "context" in text or "too long" in text:
+        return False
+    return "tool" in text or "function call" in text or "function_call" in text
 
 
 def _empty_usage() -> dict[str, Any]:

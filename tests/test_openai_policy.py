@@ -126,6 +126,18 @@ def test_endpoint_settings_check_their_values():
     assert "pw" not in json.dumps(described)
 
 
+def test_which_refusals_mean_the_model_cannot_call_tools():
+    """A 400 about tools stops the run; one about the context length fails only its episode (real messages)."""
+    from sqlenv.openai_policy import _about_tools
+
+    assert _about_tools('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
+    assert _about_tools("registry.ollama.ai/library/gemma:2b does not support tools")
+    assert _about_tools("tool calling is not enabled on this server (started with --no-tool-calling)")
+    assert not _about_tools("This model's maximum context length is 4096 tokens. However, you requested 5120 tokens "
+                            "(4608 in the messages, 512 in the completion). Please reduce the length of the messages.")
+    assert not _about_tools("temperature must be a number from 0 to 2")
+
+
 def test_unreachable_endpoint_is_one_line_exit_2(tmp_path):
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     started = time.monotonic()
