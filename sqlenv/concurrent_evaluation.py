@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from sqlenv.evaluation import EvaluationResult, play_episode
 
@@ -24,10 +24,12 @@ __all__ = ["evaluate_concurrently"]
 def evaluate_concurrently(
     make_env: Callable[[], Any],
     make_policy: Callable[[], Any],
-    n_episodes: int,
+    n_episodes: int | None = None,
     seed: int = 0,
     concurrency: int = 1,
     progress_callback: Callable[[int, int, dict], None] | None = None,
+    *,
+    question_ids: Sequence[str] | None = None,
 ) -> EvaluationResult:
     """Play `n_episodes` episodes with up to `concurrency` in flight and score them like `evaluate`.
 
@@ -35,11 +37,14 @@ def evaluate_concurrently(
         make_env: returns a new environment (a `SQLEnvironment` or anything with its interface); called once
             per worker, in the worker's thread, and closed when the worker ends.
         make_policy: returns a new policy (`sqlenv.policies.Policy`); called once per worker.
-        n_episodes: how many episodes; episode i is `env.reset(seed=seed + i)`, whichever worker plays it.
+        n_episodes: how many episodes; episode i is `env.reset(seed=seed + i)`, whichever worker plays it. With
+            `question_ids` it defaults to their number (and may not exceed it).
         seed: the first episode's seed (default 0). Same seed, same questions as `evaluate`.
         concurrency: episodes in flight at once (default 1); also the number of environments open.
         progress_callback: called as `progress_callback(done, total, transcript)` after each episode, from one
             thread at a time, in completion order.
+        question_ids: play these questions, one episode each: episode i is `question_ids[i]` (with seed
+            `seed + i`), as `evaluate(..., question_ids=...)` plays them; default None: questions drawn by seed.
 
     Returns:
         An `EvaluationResult` whose episodes are in episode order, each with "wall_s" (seconds the episode took)
@@ -49,6 +54,14 @@ def evaluate_concurrently(
         The first worker's `fatal_error` (e.g. `sqlenv.openai_policy.EndpointError`), or any exception raised by
         `make_env` / `make_policy`, after every worker has stopped.
     """
+    if question_ids is not None:
+        question_ids = list(question_ids)
+        if n_episodes is None:
+            n_episodes = len(question_ids)
+        elif n_episodes > len(question_ids):
+            raise ValueError(f"n_episodes={n_episodes} is more than the {len(question_ids)} question_ids given")
+    if n_episodes is None:
+        raise ValueError("give n_episodes, or question_ids to play")
     if n_episodes < 0:
         raise ValueError(f"n_episodes must be >= 0, got {n_episodes}")
     if concurrency < 1:
@@ -80,7 +93,8 @@ def evaluate_concurrently(
                 state["name"] = state["name"] or getattr(policy, "name", type(policy).__name__)
             while (i := take()) is not None:
                 started = time.perf_counter()
-                transcript = play_episode(env, policy, seed + i)
+                transcript = play_episode(env, policy, seed + i,
+                                          question_id=question_ids[i] if question_ids is not None else None)
                 fatal = getattr(policy, "fatal_error", None)
                 if fatal is not None:  # this episode and every later one would fail the same way
                     fail(fatal)

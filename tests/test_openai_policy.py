@@ -116,6 +116,19 @@ def test_concurrent_evaluation_plays_the_episodes_evaluate_plays(builtin):
     assert all(e["wall_s"] >= 0 for e in result.episodes)
 
 
+def test_concurrent_evaluation_plays_listed_questions_in_order(builtin):
+    from sqlenv.datasets import load_questions
+
+    ids = [q.question_id for q in load_questions(builtin.questions_path("eval"))][5:12]
+    result = evaluate_concurrently(lambda: SQLEnvironment.from_dataset(builtin.root, "eval"), OraclePolicy,
+                                   seed=0, concurrency=3, question_ids=ids)
+    assert [e["question_id"] for e in result.episodes] == ids and result.success_rate == 1.0
+    with pytest.raises(ValueError, match="more than the 7 question_ids"):
+        evaluate_concurrently(SQLEnvironment, OraclePolicy, n_episodes=8, question_ids=ids)
+    with pytest.raises(ValueError, match="concurrency must be >= 1"):
+        evaluate_concurrently(SQLEnvironment, OraclePolicy, n_episodes=1, concurrency=0)
+
+
 def test_endpoint_settings_check_their_values():
     for bad in ({"base_url": "ftp://x/v1"}, {"base_url": "localhost:8000"}, {"model": " "}, {"timeout": 0},
                 {"max_retries": -1}, {"max_tokens": 0}):
