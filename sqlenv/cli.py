@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--budget", type=_positive_int, default=15, help="step budget (default 15)")
 
     # eval ------------------------------------------------------------------------------------------
-    ev = commands.add_parser("eval", help="evaluate a baseline policy")
+    ev = commands.add_parser("eval", help="evaluate a baseline policy or a model behind an OpenAI-compatible endpoint")
     ev.add_argument("--dataset", default="builtin", help="dataset name or path (default: builtin)")
     ev.add_argument("--split", default="eval", help="split (default: eval)")
     ev.add_argument("--policy", choices=["oracle", "random", "openai"], default="oracle",
