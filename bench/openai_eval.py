@@ -111,14 +111,16 @@ def main() -> None:
                 row = run_eval(settings, args.dataset, args.split, args.budget, args.episodes, args.seed, level)
                 rows.append(row)
                 print(f"concurrency {level:>3}: {row['episodes_per_s']:7.2f} episodes/s  "
-                      f"{row['requests_per_s']:7.2f} requests/s  {row['latency_s_per_request'] * 1000:7.1f} ms/request  "
+                      f"{row['requests_per_s']:7.2f} requests/s  "
+                      f"{row['latency_s_per_request'] * 1000:7.1f} ms/request  "
                       f"{row['avg_steps']:.2f} steps/episode  {row['tool_calls']} tool calls  {row['errors']} errors")
     print(f"load after: {_load()}")
     low, high = rows[0], rows[-1]
+    ratio = round(high["episodes_per_s"] / low["episodes_per_s"], 3) if low["episodes_per_s"] else None
     print(json.dumps({"bench": "openai_eval", "model": args.model, "sft_steps": args.sft_steps,
                       "episodes": args.episodes, "budget": args.budget, "max_tokens": args.max_tokens,
                       "server_threads": args.threads, "device": args.device or "auto", "results": rows,
-                      "ratio": round(high["episodes_per_s"] / low["episodes_per_s"], 3) if low["episodes_per_s"] else None,
+                      "ratio": ratio,
                       "ratio_between": [low["concurrency"], high["concurrency"]]}))
 
 

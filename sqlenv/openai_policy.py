@@ -35,10 +35,10 @@ __all__ = ["EndpointError", "EndpointSettings", "OpenAIPolicy", "TOOLS", "redact
 
 
 def _tool(name: str, description: str, argument: str, argument_description: str) -> dict[str, Any]:
+    properties = {argument: {"type": "string", "description": argument_description}}
     return {"type": "function", "function": {
         "name": name, "description": description,
-        "parameters": {"type": "object", "properties": {argument: {"type": "string", "description": argument_description}},
-                       "required": [argument]}}}
+        "parameters": {"type": "object", "properties": properties, "required": [argument]}}}
 
 
 #: The tools in OpenAI's format: what `transformers.utils.get_json_schema` makes of `SQLEnvTRL`'s tool methods

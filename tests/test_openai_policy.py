@@ -80,7 +80,8 @@ def _openai_args(url: str, model: str = "tiny-sft", *extra: str) -> list[str]:
 def _assert_one_line_exit_2(res, *needles):
     assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("sqlenv") and "error:" in lines[0] and "Traceback" not in res.stderr, res.stderr
+    assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert lines[0].startswith("sqlenv") and "error:" in lines[0], res.stderr
     for needle in needles:
         assert needle in lines[0], lines[0]
 

@@ -153,9 +153,10 @@ class ChatModel:
         for call in parsed.get("tool_calls") or []:
             function = call.get("function", call) if isinstance(call, dict) else {}
             arguments = function.get("arguments", {})
+            if not isinstance(arguments, str):
+                arguments = json.dumps(arguments)  # OpenAI's wire format: the arguments as JSON text
             calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-                          "function": {"name": str(function.get("name", "")),
-                                       "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments)}})
+                          "function": {"name": str(function.get("name", "")), "arguments": arguments}})
         if calls:
             message["tool_calls"] = calls
             finish = "tool_calls"
