@@ -402,7 +402,7 @@ def _cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     wall_s = 0.0
     if endpoint is not None:
         started = time.perf_counter()
-        result = _evaluate_endpoint(endpoint, make_env, args, progress)
+        result = _evaluate_endpoint(endpoint, make_env, args.episodes, args.seed, args.concurrency, progress)
         wall_s = time.perf_counter() - started
     else:
         policy = OraclePolicy() if args.policy == "oracle" else RandomPolicy(seed=args.seed)
@@ -479,14 +479,16 @@ def _endpoint_settings(args: argparse.Namespace):
         raise CLIError(_one_line(exc)) from None
 
 
-def _evaluate_endpoint(endpoint: Any, make_env: Any, args: argparse.Namespace, progress: Any):
-    """Play the episodes with `OpenAIPolicy`, `--concurrency` at a time; an unusable endpoint is a CLIError."""
+def _evaluate_endpoint(endpoint: Any, make_env: Any, n_episodes: int | None, seed: int, concurrency: int,
+                       progress: Any, question_ids: list[str] | None = None):
+    """Play the episodes with `OpenAIPolicy`, `concurrency` at a time (episode i: seed + i, or `question_ids[i]`);
+    an unusable endpoint is a CLIError."""
     from sqlenv.concurrent_evaluation import evaluate_concurrently
     from sqlenv.openai_policy import EndpointError, OpenAIPolicy
 
     try:
-        return evaluate_concurrently(make_env, lambda: OpenAIPolicy(endpoint), n_episodes=args.episodes,
-                                     seed=args.seed, concurrency=args.concurrency, progress_callback=progress)
+        return evaluate_concurrently(make_env, lambda: OpenAIPolicy(endpoint), n_episodes=n_episodes, seed=seed,
+                                     concurrency=concurrency, progress_callback=progress, question_ids=question_ids)
     except EndpointError as exc:
         raise CLIError(_one_line(exc)) from None
 
