@@ -159,6 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     endpoint.add_argument("--temperature", type=_nonnegative_float, default=0.0,
                           help="sampling temperature (default 0: greedy)")
     endpoint.add_argument("--max-tokens", type=_positive_int, default=512, help="most tokens per turn (default 512)")
+    endpoint.add_argument("--tool-schemas", choices=["training", "openai"], default="training",
+                          help="training (default): the tool schemas exactly as training renders them; openai: "
+                               "without their non-standard 'return' entry, for endpoints that refuse it")
 
     # serve -----------------------------------------------------------------------------------------
     srv = commands.add_parser("serve", help="serve the environment over HTTP/WebSocket (OpenEnv; needs sqlenv[server])")
@@ -474,7 +477,7 @@ def _endpoint_settings(args: argparse.Namespace):
     try:
         return EndpointSettings(base_url=args.base_url, model=args.model, api_key_env=args.api_key_env,
                                 timeout=args.timeout, max_retries=args.max_retries, temperature=args.temperature,
-                                max_tokens=args.max_tokens)
+                                max_tokens=args.max_tokens, tool_schemas=args.tool_schemas)
     except ValueError as exc:
         raise CLIError(_one_line(exc)) from None
 

@@ -31,25 +31,33 @@ from urllib.parse import urlsplit, urlunsplit
 
 from sqlenv.types import SQLAction, SQLObservation
 
-__all__ = ["EndpointError", "EndpointSettings", "OpenAIPolicy", "TOOLS", "redact_url"]
+__all__ = ["EndpointError", "EndpointSettings", "OpenAIPolicy", "TOOLS", "OPENAI_TOOLS", "redact_url"]
 
 
 def _tool(name: str, description: str, argument: str, argument_description: str) -> dict[str, Any]:
     properties = {argument: {"type": "string", "description": argument_description}}
     return {"type": "function", "function": {
         "name": name, "description": description,
-        "parameters": {"type": "object", "properties": properties, "required": [argument]}}}
+        "parameters": {"type": "object", "properties": properties, "required": [argument]},
+        "return": {"type": "string"}}}
 
 
-#: The tools in OpenAI's format: what `transformers.utils.get_json_schema` makes of `SQLEnvTRL`'s tool methods
-#: (`training.trl_env.tool_schemas()`, in TRL's order) without its non-standard "return" key. Spelled out so this
-#: module needs no transformers; tests/test_openai_policy.py checks the two agree.
+#: The tools exactly as training renders them: what `transformers.utils.get_json_schema` makes of `SQLEnvTRL`'s tool
+#: methods (`training.trl_env.tool_schemas()`, in TRL's order), spelled out so this module needs no transformers;
+#: tests/test_openai_policy.py checks the two agree. Exactness matters: the tiny model's tokenizer learned the
+#: rendered tool block as a few tokens, and one changed character makes it hundreds the model has never seen.
 TOOLS: list[dict[str, Any]] = [
     _tool("answer", "Submit the final answer; this ends the episode.", "value",
           "The answer in the format of the system prompt."),
     _tool("describe", "Show the columns of a table (types, keys) and its row count.", "table_name", "A table name."),
     _tool("query", "Run one read-only SQLite SELECT statement.", "sql", "The SELECT statement."),
     _tool("sample", "Show the first rows of a table.", "table_name", "A table name."),
+]
+
+#: `TOOLS` in OpenAI's own function format: without the "return" entry that `get_json_schema` adds, for endpoints
+#: that validate function schemas strictly (`EndpointSettings(tool_schemas="openai")`, `--tool-schemas openai`).
+OPENAI_TOOLS: list[dict[str, Any]] = [
+    {"type": "function", "function": {k: v for k, v in tool["function"].items() if k != "return"}} for tool in TOOLS
 ]
 
 
@@ -84,6 +92,9 @@ class EndpointSettings:
         max_retries: retries of a failed request, with the client's exponential backoff (default 2).
         temperature: sampling temperature (default 0.0: greedy, so evaluations repeat).
         max_tokens: most tokens per model turn (default 512).
+        tool_schemas: "training" (default): the tool schemas exactly as training renders them (`TOOLS`), what a
+            model trained here knows, accepted by servers that hand them to the chat template (vLLM, `transformers
+            serve`); "openai": without the non-standard "return" entry (`OPENAI_TOOLS`), for strict endpoints.
     """
 
     base_url: str
@@ -93,6 +104,7 @@ class EndpointSettings:
     max_retries: int = 2
     temperature: float = 0.0
     max_tokens: int = 512
+    tool_schemas: str = "training"
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.base_url)
@@ -106,6 +118,13 @@ class EndpointSettings:
             raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.tool_schemas not in ("training", "openai"):
+            raise ValueError(f"tool_schemas must be 'training' or 'openai', got {self.tool_schemas!r}")
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        """The tool schemas sent with every request (see `tool_schemas`)."""
+        return TOOLS if self.tool_schemas == "training" else OPENAI_TOOLS
 
     @property
     def api_key(self) -> str | None:
@@ -124,7 +143,7 @@ class EndpointSettings:
     def describe(self) -> dict[str, Any]:
         """What may be stored beside a result: the endpoint without credentials, never the key."""
         return {"base_url": redact_url(self.base_url), "model": self.model, "temperature": self.temperature,
-                "max_tokens": self.max_tokens}
+                "max_tokens": self.max_tokens, "tool_schemas": self.tool_schemas}
 
 
 class OpenAIPolicy:
@@ -222,7 +241,7 @@ class OpenAIPolicy:
         started = time.perf_counter()
         try:
             response = self.client.chat.completions.create(
-                model=s.model, messages=self.messages, tools=TOOLS, temperature=s.temperature,
+                model=s.model, messages=self.messages, tools=s.tools, temperature=s.temperature,
                 max_tokens=s.max_tokens)
         except openai.APITimeoutError:
             raise self._fatal(f"no answer from {redact_url(s.base_url)} within {s.timeout:g} s "

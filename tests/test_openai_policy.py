@@ -21,7 +21,7 @@ from serverproc import REPO, ServerProcess, free_port
 from sqlenv.concurrent_evaluation import evaluate_concurrently
 from sqlenv.environment import SQLEnvironment
 from sqlenv.evaluation import evaluate
-from sqlenv.openai_policy import TOOLS, EndpointSettings, OpenAIPolicy, redact_url
+from sqlenv.openai_policy import OPENAI_TOOLS, TOOLS, EndpointSettings, OpenAIPolicy, redact_url
 from sqlenv.policies import OraclePolicy
 from sqlenv.types import DIFFICULTIES
 
@@ -90,9 +90,11 @@ def _assert_one_line_exit_2(res, *needles):
 def test_tools_are_the_tools_training_renders():
     from training.trl_env import tool_schemas
 
-    trained = [{"type": s["type"], "function": {k: v for k, v in s["function"].items() if k != "return"}}
-               for s in tool_schemas()]
-    assert TOOLS == trained
+    assert TOOLS == tool_schemas()
+    assert OPENAI_TOOLS == [{"type": "function", "function": {k: v for k, v in t["function"].items() if k != "return"}}
+                            for t in tool_schemas()]
+    assert EndpointSettings("http://h/v1", "m").tools == TOOLS
+    assert EndpointSettings("http://h/v1", "m", tool_schemas="openai").tools == OPENAI_TOOLS
 
 
 def test_concurrent_evaluation_plays_the_episodes_evaluate_plays(builtin):
@@ -132,7 +134,7 @@ def test_concurrent_evaluation_plays_listed_questions_in_order(builtin):
 
 def test_endpoint_settings_check_their_values():
     for bad in ({"base_url": "ftp://x/v1"}, {"base_url": "localhost:8000"}, {"model": " "}, {"timeout": 0},
-                {"max_retries": -1}, {"max_tokens": 0}):
+                {"max_retries": -1}, {"max_tokens": 0}, {"tool_schemas": "xml"}):
         with pytest.raises(ValueError):
             EndpointSettings(**{"base_url": "http://127.0.0.1:1/v1", "model": "m", **bad})
     assert redact_url("https://user:pw@host:8443/v1") == "https://host:8443/v1"
@@ -186,7 +188,7 @@ def test_eval_against_a_served_model(server, tmp_path):
     assert summary["n_episodes"] == 8 and summary["n_errors"] == 0, summary
     assert summary["policy"] == "openai:tiny-sft" and summary["concurrency"] == 3
     assert summary["endpoint"] == {"base_url": server.url + "/v1", "model": "tiny-sft", "temperature": 0.0,
-                                   "max_tokens": 48}
+                                   "max_tokens": 48, "tool_schemas": "training"}
     usage = summary["usage"]
     assert usage["requests"] >= 8 and usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
     assert usage["tool_calls"] > 0, "the warm-started model should answer in tool calls"
