@@ -7,7 +7,7 @@ in this process, after a short warm-up. By default the model is the built-in tin
 `--sft-steps` (a few seconds), so that it answers in tool calls and ends episodes as a trained model does; an
 untrained model would write `--max-tokens` of noise every turn.
 
-    python bench/openai_eval.py [--episodes 48] [--concurrency 1,8] [--model builtin:tiny] [--sft-steps 120]
+    python bench/openai_eval.py [--episodes 200] [--concurrency 1,8] [--model builtin:tiny] [--sft-steps 400]
                                 [--threads 1] [--device cpu]
 
 Figures per concurrency: episodes/s, requests/s, mean request latency and the mean episode's steps; the last line
@@ -75,11 +75,11 @@ def run_eval(settings: EndpointSettings, dataset: str, split: str, budget: int, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes", type=int, default=48, help="episodes per concurrency (default 48)")
+    parser.add_argument("--episodes", type=int, default=200, help="episodes per concurrency (default 200)")
     parser.add_argument("--concurrency", default="1,8", help="comma-separated values (default 1,8)")
     parser.add_argument("--model", default="builtin:tiny", help="served model (default builtin:tiny, warm-started)")
-    parser.add_argument("--sft-steps", type=int, default=120,
-                        help="SFT steps of the built-in tiny model before serving it (default 120; 0 = untrained)")
+    parser.add_argument("--sft-steps", type=int, default=400,
+                        help="SFT steps of the built-in tiny model before serving it (default 400: it describes, queries and answers; 0 = untrained)")
     parser.add_argument("--dataset", default="builtin")
     parser.add_argument("--split", default="eval")
     parser.add_argument("--budget", type=int, default=6, help="step budget (default 6)")
