@@ -90,6 +90,16 @@ def _nonnegative_float(text: str) -> float:
     return value
 
 
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
+    return value
+
+
 def _int(text: str) -> int:
     try:
         return int(text)
@@ -162,6 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
     endpoint.add_argument("--tool-schemas", choices=["training", "openai"], default="training",
                           help="training (default): the tool schemas exactly as training renders them; openai: "
                                "without their non-standard 'return' entry, for endpoints that refuse it")
+    endpoint.add_argument("--chat-template-kwargs", type=_json_object, default=None,
+                          help="""JSON template variables sent with each request, e.g. '{"enable_thinking": false}' """
+                               "(vLLM, transformers serve; default: none)")
 
     # serve -----------------------------------------------------------------------------------------
     srv = commands.add_parser("serve", help="serve the environment over HTTP/WebSocket (OpenEnv; needs sqlenv[server])")
@@ -477,7 +490,8 @@ def _endpoint_settings(args: argparse.Namespace):
     try:
         return EndpointSettings(base_url=args.base_url, model=args.model, api_key_env=args.api_key_env,
                                 timeout=args.timeout, max_retries=args.max_retries, temperature=args.temperature,
-                                max_tokens=args.max_tokens, tool_schemas=args.tool_schemas)
+                                max_tokens=args.max_tokens, tool_schemas=args.tool_schemas,
+                                chat_template_kwargs=args.chat_template_kwargs)
     except ValueError as exc:
         raise CLIError(_one_line(exc)) from None
 

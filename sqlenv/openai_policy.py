@@ -95,6 +95,9 @@ class EndpointSettings:
         tool_schemas: "training" (default): the tool schemas exactly as training renders them (`TOOLS`), what a
             model trained here knows, accepted by servers that hand them to the chat template (vLLM, `transformers
             serve`); "openai": without the non-standard "return" entry (`OPENAI_TOOLS`), for strict endpoints.
+        chat_template_kwargs: template variables sent with each request as `chat_template_kwargs` (vLLM,
+            `transformers serve` and `training.openai_server` read it), e.g. `{"enable_thinking": False}` to render
+            Qwen3's turns as training does. Default None: nothing is sent (hosted APIs refuse unknown fields).
     """
 
     base_url: str
@@ -105,6 +108,7 @@ class EndpointSettings:
     temperature: float = 0.0
     max_tokens: int = 512
     tool_schemas: str = "training"
+    chat_template_kwargs: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.base_url)
@@ -120,6 +124,8 @@ class EndpointSettings:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if self.tool_schemas not in ("training", "openai"):
             raise ValueError(f"tool_schemas must be 'training' or 'openai', got {self.tool_schemas!r}")
+        if self.chat_template_kwargs is not None and not isinstance(self.chat_template_kwargs, dict):
+            raise ValueError(f"chat_template_kwargs must be a JSON object, got {self.chat_template_kwargs!r}")
 
     @property
     def tools(self) -> list[dict[str, Any]]:
@@ -143,7 +149,8 @@ class EndpointSettings:
     def describe(self) -> dict[str, Any]:
         """What may be stored beside a result: the endpoint without credentials, never the key."""
         return {"base_url": redact_url(self.base_url), "model": self.model, "temperature": self.temperature,
-                "max_tokens": self.max_tokens, "tool_schemas": self.tool_schemas}
+                "max_tokens": self.max_tokens, "tool_schemas": self.tool_schemas,
+                "chat_template_kwargs": self.chat_template_kwargs}
 
 
 class OpenAIPolicy:
@@ -238,11 +245,12 @@ class OpenAIPolicy:
         import openai
 
         s = self.settings
+        extra = {"extra_body": {"chat_template_kwargs": s.chat_template_kwargs}} if s.chat_template_kwargs else {}
         started = time.perf_counter()
         try:
             response = self.client.chat.completions.create(
                 model=s.model, messages=self.messages, tools=s.tools, temperature=s.temperature,
-                max_tokens=s.max_tokens)
+                max_tokens=s.max_tokens, **extra)
         except openai.APITimeoutError:
             raise self._fatal(f"no answer from {redact_url(s.base_url)} within {s.timeout:g} s "
                               f"({s.max_retries} retries)") from None

@@ -170,6 +170,8 @@ def test_unreachable_endpoint_is_one_line_exit_2(tmp_path):
     (["--policy", "oracle", "--concurrency", "4"], "--concurrency only applies to --policy openai"),
     (["--policy", "random", "--base-url", "http://127.0.0.1:1/v1"], "--base-url only applies"),
     (["--policy", "openai", "--base-url", "http://h/v1", "--model", "m", "--timeout", "0"], "expected a number > 0"),
+    (["--policy", "openai", "--base-url", "http://h/v1", "--model", "m", "--chat-template-kwargs", "[1]"],
+     "expected a JSON object"),
 ])
 def test_bad_endpoint_flags_are_one_line_exit_2(tmp_path, args, needle):
     _assert_one_line_exit_2(_eval(args, tmp_path), needle)
@@ -188,7 +190,7 @@ def test_eval_against_a_served_model(server, tmp_path):
     assert summary["n_episodes"] == 8 and summary["n_errors"] == 0, summary
     assert summary["policy"] == "openai:tiny-sft" and summary["concurrency"] == 3
     assert summary["endpoint"] == {"base_url": server.url + "/v1", "model": "tiny-sft", "temperature": 0.0,
-                                   "max_tokens": 48, "tool_schemas": "training"}
+                                   "max_tokens": 48, "tool_schemas": "training", "chat_template_kwargs": None}
     usage = summary["usage"]
     assert usage["requests"] >= 8 and usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
     assert usage["tool_calls"] > 0, "the warm-started model should answer in tool calls"
@@ -274,4 +276,8 @@ def test_server_answers_bad_requests_with_openai_errors(server):
         status, body = post(bad)
         assert status == code and body["error"]["message"], (bad, status, body)
     assert post(None, raw=b"{not json")[0] == 400
+    assert post(dict(ok, chat_template_kwargs="x"))[0] == 400
+    thinking = post(dict(ok, chat_template_kwargs={"enable_thinking": True}))
+    assert thinking[0] == 200  # the template's thinking opener is left out: another prompt, fewer tokens
+    assert thinking[1]["usage"]["prompt_tokens"] < post(ok)[1]["usage"]["prompt_tokens"]
     assert post(ok, key="wrong")[0] == 401

@@ -107,8 +107,11 @@ class ChatModel:
             raise RequestError(f"max_tokens must be a positive integer, got {max_tokens!r}")
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
             raise RequestError(f"temperature must be a number from 0 to 2, got {temperature!r}")
+        template_kwargs = body.get("chat_template_kwargs") or {}
+        if not isinstance(template_kwargs, dict):
+            raise RequestError("chat_template_kwargs must be an object")
         try:
-            ids = self._render(messages, tools)
+            ids = self._render(messages, tools, template_kwargs)
         except Exception as exc:  # noqa: BLE001 - a template that cannot render this conversation is the caller's
             raise RequestError(f"cannot render the messages: {type(exc).__name__}: {exc}") from None
         if len(ids) + max_tokens > self.context_tokens:
@@ -130,11 +133,14 @@ class ChatModel:
         job.future.add_done_callback(finish)
         return outer
 
-    def _render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
+    def _render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                template_kwargs: dict[str, Any]) -> list[int]:
         r = self.renderer
+        # The request's template variables over training's defaults (thinking off), as vLLM merges them.
+        variables = {**r.chat_template_kwargs, **template_kwargs}
         ids = self.tokenizer.apply_chat_template(messages, tools=tools or None, chat_template=r.chat_template,
                                                  add_generation_prompt=True, tokenize=True, return_dict=False,
-                                                 **r.chat_template_kwargs)
+                                                 **variables)
         return list(ids)
 
     def _response(self, job: _Job, new: list[int], tools: list[dict[str, Any]], model: str) -> dict[str, Any]:
