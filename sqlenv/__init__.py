@@ -38,6 +38,9 @@ _EXPORTS = {
     "EvaluationResult": "sqlenv.evaluation",
     "RandomPolicy": "sqlenv.policies",
     "OraclePolicy": "sqlenv.policies",
+    "OpenAIPolicy": "sqlenv.openai_policy",
+    "EndpointSettings": "sqlenv.openai_policy",
+    "evaluate_concurrently": "sqlenv.concurrent_evaluation",
     "render_transcript_text": "sqlenv.transcript",
 }
 

@@ -8,6 +8,7 @@
     python -m sqlenv data prepare spider --preset spider_dev        # Spider's own train / dev split
     python -m sqlenv eval --dataset builtin --split eval --policy oracle --episodes 50 --seed 0 [--json]
     python -m sqlenv eval --dataset spider_dev --policy random --out runs/evaluations/random-spider-dev
+    python -m sqlenv eval --policy openai --base-url http://127.0.0.1:8000/v1 --model NAME --concurrency 8
     python -m sqlenv serve --dataset builtin --split train --host 127.0.0.1 --port 8000   # needs sqlenv[server]
 
 Wherever a dataset is named, `builtin`, a name prepared under `data/` ($SQLENV_DATA_DIR) or the path of a
@@ -21,6 +22,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
@@ -63,6 +65,47 @@ def _episodes(text: str) -> int | str:
     if text.strip().lower() == "all":
         return "all"
     return _positive_int(text)
+
+
+def _nonnegative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = _float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def _nonnegative_float(text: str) -> float:
+    value = _float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
+    return value
 
 
 def _int(text: str) -> int:
@@ -112,10 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--budget", type=_positive_int, default=15, help="step budget (default 15)")
 
     # eval ------------------------------------------------------------------------------------------
-    ev = commands.add_parser("eval", help="evaluate a baseline policy")
+    ev = commands.add_parser("eval", help="evaluate a baseline policy or a model behind an OpenAI-compatible endpoint")
     ev.add_argument("--dataset", default="builtin", help="dataset name or path (default: builtin)")
     ev.add_argument("--split", default="eval", help="split (default: eval)")
-    ev.add_argument("--policy", choices=["oracle", "random"], default="oracle", help="policy (default: oracle)")
+    ev.add_argument("--policy", choices=["oracle", "random", "openai"], default="oracle",
+                    help="policy (default: oracle); openai: a model behind an OpenAI-compatible endpoint")
     ev.add_argument("--episodes", type=_episodes, default=None,
                     help="number of episodes drawn by seed, or 'all': every question of the split once (default 50; "
                          "'all' on the eval split of datasets whose protocol scores all of it, such as spider_dev)")
@@ -126,6 +170,26 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--out", default=None,
                     help="save the evaluation (evaluation.json + episodes.jsonl) in this directory; under "
                          "runs/evaluations/ the dashboard's Compare tab can add it as a column")
+    endpoint = ev.add_argument_group("--policy openai (needs sqlenv[openai])")
+    endpoint.add_argument("--base-url", default=None, help="the API root, e.g. http://127.0.0.1:8000/v1")
+    endpoint.add_argument("--model", default=None, help="the model name the endpoint serves")
+    endpoint.add_argument("--api-key-env", default="OPENAI_API_KEY",
+                          help="environment variable holding the API key (default OPENAI_API_KEY; unset = no key)")
+    endpoint.add_argument("--concurrency", type=_positive_int, default=1,
+                          help="episodes in flight at once, each with its own environment (default 1)")
+    endpoint.add_argument("--timeout", type=_positive_float, default=60.0,
+                          help="seconds per request before it is retried (default 60)")
+    endpoint.add_argument("--max-retries", type=_nonnegative_int, default=2,
+                          help="retries of a failed request, with exponential backoff (default 2)")
+    endpoint.add_argument("--temperature", type=_nonnegative_float, default=0.0,
+                          help="sampling temperature (default 0: greedy)")
+    endpoint.add_argument("--max-tokens", type=_positive_int, default=512, help="most tokens per turn (default 512)")
+    endpoint.add_argument("--tool-schemas", choices=["training", "openai"], default="training",
+                          help="training (default): the tool schemas exactly as training renders them; openai: "
+                               "without their non-standard 'return' entry, for endpoints that refuse it")
+    endpoint.add_argument("--chat-template-kwargs", type=_json_object, default=None,
+                          help="""JSON template variables sent with each request, e.g. '{"enable_thinking": false}' """
+                               "(vLLM, transformers serve; default: none)")
 
     # serve -----------------------------------------------------------------------------------------
     srv = commands.add_parser("serve", help="serve the environment over HTTP/WebSocket (OpenEnv; needs sqlenv[server])")
@@ -157,6 +221,14 @@ def _resolve(name_or_path: str):
 
 
 def _make_env(dataset: str, split: str | None, budget: int):
+    make_env, info, split = _env_factory(dataset, split, budget)
+    return make_env(), info, split
+
+
+def _env_factory(dataset: str, split: str | None, budget: int):
+    """(a function returning a new environment on the split, dataset info, split), bad input checked once."""
+    from functools import partial
+
     from sqlenv.environment import SQLEnvironment
 
     info = _resolve(dataset)
@@ -169,7 +241,7 @@ def _make_env(dataset: str, split: str | None, budget: int):
         raise CLIError(_one_line(exc)) from None
     if not Path(questions_path).exists():
         raise CLIError(f"dataset {info.name!r} has no split {split!r} (missing {questions_path})")
-    return SQLEnvironment(questions_path=questions_path, db_dir=info.db_dir, step_budget=budget), info, split
+    return partial(SQLEnvironment, questions_path=questions_path, db_dir=info.db_dir, step_budget=budget), info, split
 
 
 def _one_line(exc: BaseException) -> str:
@@ -349,14 +421,14 @@ def _cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     from sqlenv.evaluation import all_questions, evaluate
     from sqlenv.policies import OraclePolicy, RandomPolicy
 
-    env, info, split = _make_env(args.dataset, args.split, args.budget)
+    endpoint = _endpoint_settings(args)  # bad flags before the dataset is opened
+    make_env, info, split = _env_factory(args.dataset, args.split, args.budget)
     episodes = args.episodes
     if episodes is None:  # the dataset's protocol: spider_dev scores every dev question, as published results do
         protocol = (getattr(info, "meta", None) or {}).get("eval_episodes")
         episodes = "all" if protocol == "all" and split == "eval" else 50
     if args.out:
         _check_eval_out(Path(args.out))
-    policy = OraclePolicy() if args.policy == "oracle" else RandomPolicy(seed=args.seed)
     progress = None
     if not args.json and sys.stderr.isatty():
         def progress(done: int, total: int, _t: dict) -> None:
@@ -364,10 +436,28 @@ def _cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
             sys.stderr.flush()
             if done == total:
                 sys.stderr.write("\n")
-    if episodes == "all":
-        result = evaluate(env, policy, seed=args.seed, progress_callback=progress, question_ids=all_questions(env))
-    else:
-        result = evaluate(env, policy, n_episodes=episodes, seed=args.seed, progress_callback=progress)
+    env = make_env()
+    try:
+        question_ids = all_questions(env) if episodes == "all" else None
+        n_episodes = None if episodes == "all" else episodes
+        wall_s = 0.0
+        if endpoint is not None:
+            started = time.perf_counter()
+            result = _evaluate_endpoint(endpoint, make_env, n_episodes, args.seed, args.concurrency, progress,
+                                        question_ids)
+            wall_s = time.perf_counter() - started
+        else:
+            policy = OraclePolicy() if args.policy == "oracle" else RandomPolicy(seed=args.seed)
+            if question_ids is not None:
+                result = evaluate(env, policy, seed=args.seed, progress_callback=progress, question_ids=question_ids)
+            else:
+                result = evaluate(env, policy, n_episodes=n_episodes, seed=args.seed, progress_callback=progress)
+    finally:
+        env.close()
+    served = {}
+    if endpoint is not None:  # what was evaluated, and how fast; never the key
+        served = {"endpoint": endpoint.describe(), "concurrency": args.concurrency,
+                  "usage": _total_usage(result.episodes, wall_s)}
     if args.transcripts:
         path = Path(args.transcripts)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -380,12 +470,12 @@ def _cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
 
         try:
             save_evaluation(result, args.out, dataset=info.name, split=split, step_budget=args.budget,
-                            question_order=question_order)
+                            question_order=question_order, extra=served)
         except (ValueError, OSError) as exc:
             raise CLIError(_one_line(exc)) from None
     summary = result.to_dict(include_episodes=False)
     summary.update({"dataset": info.name, "split": split, "step_budget": args.budget,
-                    "question_order": question_order})
+                    "question_order": question_order, **served})
     if args.json:
         print(json.dumps(summary), file=out)
         return 0
@@ -405,6 +495,13 @@ def _cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     cells = summary["breakdown"]
     print(_breakdown_table("hardness", {"all": cells["overall"], **cells["hardness"]}), file=out)
     print(_breakdown_table("database", cells["database"]), file=out)
+    if endpoint is not None:
+        usage = summary["usage"]
+        print(f"  {'usage':<13} {usage['requests']} requests, {usage['prompt_tokens']} prompt + "
+              f"{usage['completion_tokens']} completion tokens, {usage['latency_s_per_request']:.3f} s per request, "
+              f"{usage['episodes_per_s']:.2f} episodes/s", file=out)
+        if usage["requests"] and not usage["tool_calls"]:
+            print(f"  {'warning':<13} the model made no tool calls; its text was read as actions", file=out)
     if result.n_errors:
         first = next(ep for ep in result.episodes if ep.get("outcome") == "error")
         print(f"  {'errors':<13} {result.n_errors} (first: {first.get('error')})", file=out)
@@ -437,6 +534,56 @@ def _breakdown_table(title: str, cells: dict) -> str:
         lines.append(f"  {str(key):<{width}} {cell['n']:>8}  {_pct(cell['success_rate'], cell['success_ci']):<22} "
                      f"{_pct(cell['execution_accuracy'], cell['execution_ci']):<22}")
     return "\n".join(lines)
+
+
+def _endpoint_settings(args: argparse.Namespace):
+    """The `--policy openai` settings from the flags (None for the other policies); bad flags are CLIErrors."""
+    endpoint_flags = ("base_url", "model")
+    if args.policy != "openai":
+        given = [f"--{name.replace('_', '-')}" for name in endpoint_flags if getattr(args, name) is not None]
+        if args.concurrency != 1:
+            given.append("--concurrency")
+        if given:
+            raise CLIError(f"{', '.join(given)} only appl{'y' if len(given) > 1 else 'ies'} to --policy openai")
+        return None
+    missing = [f"--{name.replace('_', '-')}" for name in endpoint_flags if not getattr(args, name)]
+    if missing:
+        raise CLIError(f"--policy openai needs {' and '.join(missing)}")
+    from sqlenv.openai_policy import EndpointSettings
+
+    try:
+        return EndpointSettings(base_url=args.base_url, model=args.model, api_key_env=args.api_key_env,
+                                timeout=args.timeout, max_retries=args.max_retries, temperature=args.temperature,
+                                max_tokens=args.max_tokens, tool_schemas=args.tool_schemas,
+                                chat_template_kwargs=args.chat_template_kwargs)
+    except ValueError as exc:
+        raise CLIError(_one_line(exc)) from None
+
+
+def _evaluate_endpoint(endpoint: Any, make_env: Any, n_episodes: int | None, seed: int, concurrency: int,
+                       progress: Any, question_ids: list[str] | None = None):
+    """Play the episodes with `OpenAIPolicy`, `concurrency` at a time (episode i: seed + i, or `question_ids[i]`);
+    an unusable endpoint is a CLIError."""
+    from sqlenv.concurrent_evaluation import evaluate_concurrently
+    from sqlenv.openai_policy import EndpointError, OpenAIPolicy
+
+    try:
+        return evaluate_concurrently(make_env, lambda: OpenAIPolicy(endpoint), n_episodes=n_episodes, seed=seed,
+                                     concurrency=concurrency, progress_callback=progress, question_ids=question_ids)
+    except EndpointError as exc:
+        raise CLIError(_one_line(exc)) from None
+
+
+def _total_usage(episodes: list[dict], wall_s: float) -> dict[str, Any]:
+    """Requests, tokens and latency summed over the episodes' "usage"; seconds per request and episodes per second
+    of the whole evaluation (`wall_s`, all workers together)."""
+    keys = ("requests", "prompt_tokens", "completion_tokens", "total_tokens", "tool_calls", "text_turns")
+    total: dict[str, Any] = {key: sum(int((ep.get("usage") or {}).get(key, 0)) for ep in episodes) for key in keys}
+    latency = sum(float((ep.get("usage") or {}).get("latency_s", 0.0)) for ep in episodes)
+    total["latency_s_per_request"] = round(latency / total["requests"], 4) if total["requests"] else 0.0
+    total["wall_s"] = round(wall_s, 4)
+    total["episodes_per_s"] = round(len(episodes) / wall_s, 4) if wall_s > 0 else 0.0
+    return total
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -19,6 +19,10 @@ existed still validate: `STEP_KEYS` lists what every transcript has.
 `execution_match` is the episode's execution accuracy (`sqlenv.execution`): whether the result of the agent's
 last successful QUERY equals the gold query's result. It is null while the episode runs, and absent from
 transcripts written before it existed (readers treat both as unknown).
+
+Optional keys: "error" and "traceback" (outcome "error"); "wall_s" (seconds the episode took) and, for policies
+that count it (`sqlenv.openai_policy.OpenAIPolicy`), "usage": {"requests","prompt_tokens","completion_tokens",
+"total_tokens","tool_calls","text_turns","latency_s"}, both added by `sqlenv.concurrent_evaluation`.
 """
 
 from __future__ import annotations
