@@ -183,8 +183,9 @@ def test_eval_against_a_served_model(server, tmp_path):
     """N episodes complete through real tool calls, each with its hardness, token usage and latency; the key the
     run used (the server refuses any other) is in no file the run wrote, nor in its output or the server's log."""
     out = tmp_path / "out"
+    saved = out / "evaluations" / "tiny-sft"
     res = _eval(_openai_args(server.url, "tiny-sft", "--episodes", "8", "--concurrency", "3", "--json",
-                             "--transcripts", str(out / "transcripts.jsonl")), tmp_path)
+                             "--transcripts", str(out / "transcripts.jsonl"), "--out", str(saved)), tmp_path)
     assert res.returncode == 0, res.stderr
     summary = json.loads(res.stdout)
     assert summary["n_episodes"] == 8 and summary["n_errors"] == 0, summary
@@ -204,6 +205,13 @@ def test_eval_against_a_served_model(server, tmp_path):
         assert e["usage"]["latency_s"] > 0 and e["wall_s"] >= e["usage"]["latency_s"] - 1e-3
         by_hardness[e["difficulty"]] = by_hardness.get(e["difficulty"], 0) + 1
     assert sum(by_hardness.values()) == 8
+    cells = summary["breakdown"]["hardness"]  # the per-hardness table, with each cell's count and interval
+    assert {k: c["n"] for k, c in cells.items()} == by_hardness
+    assert all(len(c["success_ci"]) == 2 for c in cells.values())
+    # Saved as a Compare column: the endpoint and its usage recorded, the episodes beside them.
+    record = json.loads((saved / "evaluation.json").read_text())
+    assert record["endpoint"]["model"] == "tiny-sft" and record["concurrency"] == 3 and record["n_episodes"] == 8
+    assert len((saved / "episodes.jsonl").read_text().splitlines()) == 8
 
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert written, "the run wrote its transcripts"
