@@ -1,10 +1,10 @@
 """`OpenAIPolicy`: any chat model behind an OpenAI-compatible endpoint (vLLM, `transformers serve`, a hosted API,
 `python -m training.openai_server`) playing SQLEnv through the same four tools the trained model calls.
 
-The model reads what GRPO's model reads (`training.prompts`: the system prompt, the first user turn, the tool
+The model reads what GRPO's model reads (`sqlenv.prompts`: the system prompt, the first user turn, the tool
 results) and calls `describe` / `sample` / `query` / `answer` (`TOOLS`, the JSON schemas TRL builds from
 `training.trl_env.SQLEnvTRL`'s methods). A turn without a tool call is read as `ACTION: argument` text, as every
-model path here reads it (`training.actions.parse_model_output`), so the environment answers with an error
+model path here reads it (`sqlenv.model_output.parse_model_output`), so the environment answers with an error
 observation instead of the run crashing.
 
     settings = EndpointSettings(base_url="http://127.0.0.1:8000/v1", model="Qwen/Qwen3-0.6B")
@@ -17,7 +17,7 @@ from an environment variable only and is never part of a transcript, a result or
 make every further request pointless (unreachable, key refused, unknown model, tools not supported) raise
 `EndpointError` and are kept in `fatal_error`, so `sqlenv.concurrent_evaluation` stops the run with one line.
 
-No ML imports: `training.prompts` and `training.actions` are plain text and standard library.
+No ML imports: `sqlenv.prompts` and `sqlenv.model_output` are plain text and the standard library.
 """
 
 from __future__ import annotations
@@ -177,14 +177,14 @@ class OpenAIPolicy:
 
     # ------------------------------------------------------------------------------------------- protocol
     def reset(self, env: Any, observation: SQLObservation) -> None:
-        from training.prompts import initial_messages
+        from sqlenv.prompts import initial_messages
 
         self.messages = initial_messages(observation)
         self._pending, self._awaiting = [], None
         self._usage = _empty_usage()
 
     def act(self, env: Any, observation: SQLObservation) -> SQLAction:
-        from training.prompts import format_tool_result
+        from sqlenv.prompts import format_tool_result
 
         if self._awaiting is not None:
             if self._awaiting == "text":  # the model wrote its action as text: the result comes back as the user
@@ -209,8 +209,8 @@ class OpenAIPolicy:
     # ------------------------------------------------------------------------------------------- requests
     def _next_turn(self) -> list[tuple[str | None, SQLAction]]:
         """Ask the model for its next turn; the actions in it, each with its tool call id (None for text)."""
-        from training.actions import parse_model_output
-        from training.prompts import tool_call_to_action
+        from sqlenv.model_output import parse_model_output
+        from sqlenv.prompts import tool_call_to_action
 
         message = self._complete()
         calls = list(getattr(message, "tool_calls", None) or [])

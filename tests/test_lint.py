@@ -72,3 +72,25 @@ def test_no_import_cycles():
         assert _cycles(graph) == [], package
     # The checker itself sees a cycle (so the assertion above can fail).
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+
+
+def test_layers_import_downwards_only():
+    """bench -> dashboard -> training -> sqlenv: no module of a lower layer imports a higher one (function-local
+    imports included), so `sqlenv` runs without the training stack and `training` without the dashboard."""
+    import ast
+
+    higher = {"sqlenv": ("training", "dashboard", "bench", "app"), "training": ("dashboard", "bench", "app"),
+              "dashboard": ("bench",)}
+    upward = []
+    for package, forbidden in higher.items():
+        for path in (REPO_ROOT / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    names = [node.module]
+                elif isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                else:
+                    continue
+                upward += [f"{path.relative_to(REPO_ROOT)} imports {n}" for n in names
+                           if n.split(".")[0] in forbidden]
+    assert upward == []

@@ -35,7 +35,7 @@ def test_oracle_conversation_matches_what_grpo_renders(conversations, tiny):
     """The SFT text starts with exactly the prompt TRL renders in GRPO: train row + reset() text, bound tools."""
     from trl.chat_template_utils import qwen3_training_chat_template
 
-    from training.prompts import FINAL_MESSAGE
+    from sqlenv.prompts import FINAL_MESSAGE
     from training.trl_env import SQLEnvTRL, tool_methods, train_rows
 
     _, tokenizer = _load(tiny)

@@ -9,9 +9,9 @@ import pytest
 
 from sqlenv.datasets import load_questions
 from sqlenv.types import SQLAction, SQLObservation
-from training import prompts
+from sqlenv import prompts
 from training.rewards import REWARD_FUNCS, reward_correctness, reward_operational, reward_progress
-from training.actions import parse_model_output
+from sqlenv.model_output import parse_model_output
 from training.trl_env import POST_EPISODE_PENALTY, SQLEnvTRL, tool_methods, tool_schemas, train_rows
 from sqlenv.verifier import format_answer
 

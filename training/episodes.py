@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from sqlenv.types import SQLAction, SQLObservation
-from training.actions import message_actions
+from sqlenv.model_output import message_actions
 from training.chat import ChatRenderer
 from training.decoding import generate_new_tokens
-from training.prompts import episode_over_message, fit_context
+from sqlenv.prompts import episode_over_message, fit_context
 
 __all__ = ["Episode", "StepFn", "play_batched"]
 

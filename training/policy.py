@@ -3,7 +3,7 @@
 It follows the sqlenv Policy protocol (`name`, `reset(env, observation)`, `act(env, observation)`), so
 `sqlenv.evaluation.evaluate` plays it like the random and oracle policies, and renders the conversation
 exactly as GRPO does (`training.chat.ChatRenderer`: chat template with the tool schemas, tool results
-appended as TRL appends them). Over-long conversations are trimmed by `training.prompts.fit_context`.
+appended as TRL appends them). Over-long conversations are trimmed by `sqlenv.prompts.fit_context`.
 
 `evaluate_model(...)` plays many episodes at once (one `generate` per turn for all of them) with the same
 seeding as `evaluate` — episode i is `env.reset(seed=seed + i)` — so its transcripts pair with the random
@@ -15,11 +15,11 @@ from __future__ import annotations
 from typing import Any
 
 from sqlenv.types import SQLAction, SQLObservation
-from training.actions import message_actions
+from sqlenv.model_output import message_actions
 from training.chat import ChatRenderer
 from training.decoding import generate_new_tokens
 from training.episodes import Episode, play_batched
-from training.prompts import format_tool_result, initial_messages
+from sqlenv.prompts import format_tool_result, initial_messages
 
 __all__ = ["ModelPolicy", "evaluate_model", "play_model_episodes"]
 
@@ -75,7 +75,7 @@ class ModelPolicy:
         return action
 
     def _next_turn(self, observation: SQLObservation) -> list[tuple[str, SQLAction]]:
-        from training.prompts import fit_context
+        from sqlenv.prompts import fit_context
 
         if self._results:
             self.messages.extend(self._results)

@@ -24,7 +24,7 @@ from typing import Any
 from sqlenv.types import SQLAction, SQLObservation
 from training.chat import ChatRenderer
 from training.episodes import Episode, play_batched
-from training.prompts import initial_messages
+from sqlenv.prompts import initial_messages
 
 __all__ = ["BatchedRollout", "QUESTION_ID_KEY", "prompt_question_id", "rollout_rows"]
 

@@ -223,7 +223,7 @@ def teacher_conversations(
 
     from sqlenv.policies import MISTAKES, OraclePolicy
     from training.plan import EpisodeSource
-    from training.prompts import FINAL_MESSAGE, action_to_tool_call
+    from sqlenv.prompts import FINAL_MESSAGE, action_to_tool_call
     from training.trl_env import SQLEnvTRL, tool_methods, train_rows
     from transformers.utils import get_json_schema
 

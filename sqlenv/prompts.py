@@ -1,6 +1,7 @@
-"""What the model reads: the system prompt, the first user turn, tool results, and the context budget.
+"""What a language-model agent reads: the system prompt, the first user turn, tool results, and the context budget.
 
-One place renders every piece of text the policy sees, so GRPO (both rollout paths), SFT warm-start, evals and
+Plain text and the standard library, so both layers use it: training (GRPO, SFT, evals) and `sqlenv`'s own
+policies for models behind an endpoint (`sqlenv.openai_policy`). One place renders every piece of text the policy sees, so GRPO (both rollout paths), SFT warm-start, evals and
 the dashboard's traces all show the model the same conversation:
 
     messages = initial_messages(env.reset(question_id=qid))      # [system, user]

@@ -1,7 +1,7 @@
 """The action in a model turn: a Qwen3 tool call, or `ACTION: argument` text, parsed into a `SQLAction`.
 
-Used by every path that plays the model (the batched rollout, evals, traces); TRL's own tool loop parses tool
-calls itself (`trl.chat_template_utils.parse_response`), and `message_actions` reads the message it returns.
+Used by every path that plays a model (the batched rollout, evals, traces, `sqlenv.openai_policy`); plain text and
+the standard library. TRL's own tool loop parses tool calls itself (`trl.chat_template_utils.parse_response`), and `message_actions` reads the message it returns.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from sqlenv.types import ACTION_TYPES, SQLAction
-from training.prompts import TOOL_FOR_ACTION, tool_call_to_action
+from sqlenv.prompts import TOOL_FOR_ACTION, tool_call_to_action
 
 __all__ = ["parse_model_output", "message_actions"]
 
