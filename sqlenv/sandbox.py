@@ -9,7 +9,12 @@ Model-written SQL runs here, so the executor is defensive in depth (Datasette-st
 3. The database is opened through a `file:...?mode=ro` URI with `PRAGMA query_only=1`.
 4. An authorizer callback allows only reads, functions and recursive CTEs (no ATTACH, PRAGMA, writes).
 5. A progress handler aborts any statement that runs past `timeout_s`.
-6. Rows are fetched in batches and at most `max_scoring_rows` are held; values and texts are cut.
+6. SQLite's own limits (`Connection.setlimit`) bound what one virtual-machine step can cost, so the progress
+   handler's checks come often enough: short values (an `instr` over two of them is well under a millisecond),
+   small programs, shallow expressions, few compound SELECTs, no ATTACH.
+7. Temporary tables, sorts and CTE queues live in memory (`temp_store = MEMORY`), under SQLite's process-wide
+   hard heap limit: a query writes no temporary file, and one that needs too much memory fails alone.
+8. Rows are fetched in batches and at most `max_scoring_rows` are held; values and texts are cut.
 
 When SQLite refuses a query, the full text check (`check_sql`, on sqlglot's tokens) runs to say why in
 words the agent can act on ("Only one SQL statement is allowed per QUERY", "... DELETE is not"). Repeated
@@ -43,8 +48,11 @@ class SandboxSettings:
     Args:
         timeout_s: Wall-clock seconds one statement may run before it is interrupted (default 5.0).
             Checked by SQLite's progress handler, so runaway recursive CTEs and huge cross joins stop.
-        progress_interval: SQLite virtual-machine instructions between two time checks (default 4000).
-            Smaller reacts faster to the deadline; larger costs less per query.
+        progress_interval: SQLite virtual-machine instructions between two time checks (default 1000).
+            Smaller reacts faster to the deadline; larger costs less per query. A statement overshoots its deadline
+            by at most this many instructions, each bounded by the limits below (about 0.4 ms for the costliest,
+            an `instr`/`replace` over two `max_value_bytes` strings): well under a second. One check costs a
+            Python call, ~1% of a plain scan at this interval.
         max_display_rows: Result rows shown in a QUERY observation (default 20); the rest are counted as
             "(N more rows)".
         sample_rows: Rows shown by SAMPLE (default 5).
@@ -56,8 +64,20 @@ class SandboxSettings:
         max_observation_chars: Longest observation text (default 2000); longer text is cut with a marker.
         max_cell_chars: Longest single value shown in a result cell (default 80).
         max_sql_chars: Longest SQL text accepted (default 20_000); longer arguments get an error.
-        max_value_bytes: SQLite's SQLITE_LIMIT_LENGTH for the connection (default 1_000_000): no string or
-            blob built by a query (e.g. `zeroblob`, `group_concat`) may exceed it.
+        max_value_bytes: SQLite's SQLITE_LIMIT_LENGTH for the connection (default 10_000): no string, blob or
+            row built or read by a query (e.g. `zeroblob`, `group_concat`) may exceed it. It bounds the cost of one
+            function call, which runs inside one VM instruction out of the time check's reach: `instr` and
+            `replace` are quadratic in it (1 MB strings took 3 s a call). Spider's longest value is 213 bytes.
+        max_program_ops: SQLite's SQLITE_LIMIT_VDBE_OP (default 4_000): most instructions in one prepared
+            statement, so a query cannot line up thousands of costly calls between two time checks (CTEs
+            copied into every reference, long select lists). Spider's gold queries need at most 131.
+        max_expr_depth: SQLite's SQLITE_LIMIT_EXPR_DEPTH (default 100; Spider's gold SQL nests a few levels).
+        max_compound_selects: SQLite's SQLITE_LIMIT_COMPOUND_SELECT (default 20): terms in one UNION/EXCEPT chain.
+        max_function_args: SQLite's SQLITE_LIMIT_FUNCTION_ARG (default 32).
+        max_heap_bytes: SQLite's hard heap limit (default 512 MiB), where temporary tables, sorts and CTE queues
+            live (`temp_store = MEMORY`: no temporary files). A query that needs more fails with "out of memory";
+            the memory is given back at once. The limit is process-wide (SQLite has one heap) and can only be
+            lowered: the smallest limit of any sandbox in the process holds.
         max_like_pattern_chars: SQLite's SQLITE_LIMIT_LIKE_PATTERN_LENGTH (default 500), which bounds the
             cost of one LIKE/GLOB comparison (it runs inside one VM instruction, out of the time check's reach).
         max_result_bytes: Most bytes of result rows held for scoring (default 32_000_000, estimated per batch);
@@ -69,7 +89,7 @@ class SandboxSettings:
     """
 
     timeout_s: float = 5.0
-    progress_interval: int = 4000
+    progress_interval: int = 1000
     max_display_rows: int = 20
     sample_rows: int = 5
     max_scoring_rows: int = 10_000
@@ -78,7 +98,12 @@ class SandboxSettings:
     max_observation_chars: int = 2000
     max_cell_chars: int = 80
     max_sql_chars: int = 20_000
-    max_value_bytes: int = 1_000_000
+    max_value_bytes: int = 10_000
+    max_program_ops: int = 4_000
+    max_expr_depth: int = 100
+    max_compound_selects: int = 20
+    max_function_args: int = 32
+    max_heap_bytes: int = 512 * 1024 * 1024
     max_result_bytes: int = 32_000_000
     max_like_pattern_chars: int = 500
     max_open_databases: int = 64
@@ -89,7 +114,8 @@ class SandboxSettings:
             raise ValueError(f"SandboxSettings.timeout_s must be > 0, got {self.timeout_s}")
         for name in ("progress_interval", "max_display_rows", "sample_rows", "max_scoring_rows", "fetch_batch_rows",
                      "max_observation_chars", "max_cell_chars", "max_sql_chars", "max_value_bytes",
-                     "max_result_bytes", "max_like_pattern_chars", "max_open_databases"):
+                     "max_result_bytes", "max_like_pattern_chars", "max_open_databases", "max_program_ops",
+                     "max_expr_depth", "max_compound_selects", "max_function_args", "max_heap_bytes"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"SandboxSettings.{name} must be >= 1, got {getattr(self, name)}")
 
@@ -389,6 +415,27 @@ def _sample_row_bytes(chunk: list) -> float:
     return (_row_bytes(chunk[0]) + _row_bytes(chunk[len(chunk) // 2]) + _row_bytes(chunk[-1])) / 3
 
 
+def _connection_limits(settings: SandboxSettings) -> dict[int, int]:
+    """SQLite's own limits for a sandbox connection (`Connection.setlimit`), from the settings."""
+    return {
+        sqlite3.SQLITE_LIMIT_LENGTH: settings.max_value_bytes,
+        sqlite3.SQLITE_LIMIT_SQL_LENGTH: 4 * settings.max_sql_chars + 64,  # UTF-8 bytes of the longest SQL text
+        sqlite3.SQLITE_LIMIT_VDBE_OP: settings.max_program_ops,
+        sqlite3.SQLITE_LIMIT_EXPR_DEPTH: settings.max_expr_depth,
+        sqlite3.SQLITE_LIMIT_COMPOUND_SELECT: settings.max_compound_selects,
+        sqlite3.SQLITE_LIMIT_FUNCTION_ARG: settings.max_function_args,
+        sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH: settings.max_like_pattern_chars,
+        sqlite3.SQLITE_LIMIT_ATTACHED: 0,
+    }
+
+
+def _lower_heap_limit(conn: sqlite3.Connection, limit: int) -> None:
+    """Set SQLite's process-wide hard heap limit to `limit` bytes unless a lower one is already set."""
+    current = conn.execute("PRAGMA hard_heap_limit").fetchone()[0]
+    if current == 0 or current > limit:
+        conn.execute(f"PRAGMA hard_heap_limit = {int(limit)}")
+
+
 class _DecodeError(Exception):
     pass
 
@@ -412,10 +459,13 @@ class _Database:
                                cached_statements=max(0, settings.statement_cache_size))
         try:
             conn.execute("PRAGMA query_only = 1")
+            # Sorts, temporary tables and CTE queues in memory, under the heap limit: never a temporary file
+            # (one ORDER BY over a CTE of blobs wrote 336 MB in 2 s to disk).
+            conn.execute("PRAGMA temp_store = MEMORY")
+            _lower_heap_limit(conn, settings.max_heap_bytes)
             self.tables: dict[str, TableInfo] = self._read_schema(conn)
-            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, settings.max_value_bytes)
-            conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-            conn.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, settings.max_like_pattern_chars)
+            for limit, value in _connection_limits(settings).items():
+                conn.setlimit(limit, value)
             conn.set_authorizer(_authorizer)
         except Exception:
             conn.close()
@@ -635,7 +685,11 @@ class Sandbox:
                 raise SandboxError(f"SQL error: {err}") from None
             except sqlite3.Error as err:
                 raise SandboxError(self._sqlite_message(err)) from None
-            except (ValueError, OverflowError, UnicodeError, MemoryError) as err:
+            except MemoryError:  # SQLITE_NOMEM: the heap limit, or a program past max_program_ops
+                raise SandboxError(f"Query too large or needs too much memory (limits: {settings.max_program_ops} "
+                                   f"SQLite instructions, {settings.max_heap_bytes // 2**20} MiB); simplify it."
+                                   ) from None
+            except (ValueError, OverflowError, UnicodeError) as err:
                 raise SandboxError(f"SQL error: {_clean_for_display(str(err), 160)}") from None
             finally:
                 db.deadline = float("inf")
