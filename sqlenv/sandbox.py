@@ -8,10 +8,12 @@ Model-written SQL runs here, so the executor is defensive in depth (Datasette-st
    anything ("You can only execute one statement at a time").
 3. The database is opened through a `file:...?mode=ro` URI with `PRAGMA query_only=1`.
 4. An authorizer callback allows only reads, functions and recursive CTEs (no ATTACH, PRAGMA, writes).
-5. A progress handler aborts any statement that runs past `timeout_s`.
-6. SQLite's own limits (`Connection.setlimit`) bound what one virtual-machine step can cost, so the progress
-   handler's checks come often enough: short values (an `instr` over two of them is well under a millisecond),
-   small programs, shallow expressions, few compound SELECTs, no ATTACH.
+5. A statement that runs past `timeout_s` is interrupted: a watchdog thread calls `Connection.interrupt()` at
+   its deadline (SQLite stops at its next jump, even while this process's threads fight over the interpreter
+   lock), and a progress handler checks the clock too.
+6. SQLite's own limits (`Connection.setlimit`) bound what runs between two such checks: short values (an
+   `instr` over two of them is well under a millisecond), small programs, shallow expressions, few compound
+   SELECTs, no ATTACH.
 7. Temporary tables, sorts and CTE queues live in memory (`temp_store = MEMORY`), under SQLite's process-wide
    hard heap limit: a query writes no temporary file, and one that needs too much memory fails alone.
 8. Rows are fetched in batches and at most `max_scoring_rows` are held; values and texts are cut.
@@ -26,10 +28,12 @@ Database names come from question files, so they are validated and resolved to s
 from __future__ import annotations
 
 import functools
+import heapq
 import re
 import sqlite3
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,11 +52,10 @@ class SandboxSettings:
     Args:
         timeout_s: Wall-clock seconds one statement may run before it is interrupted (default 5.0).
             Checked by SQLite's progress handler, so runaway recursive CTEs and huge cross joins stop.
-        progress_interval: SQLite virtual-machine instructions between two time checks (default 1000).
-            Smaller reacts faster to the deadline; larger costs less per query. A statement overshoots its deadline
-            by at most this many instructions, each bounded by the limits below (about 0.4 ms for the costliest,
-            an `instr`/`replace` over two `max_value_bytes` strings): well under a second. One check costs a
-            Python call, ~1% of a plain scan at this interval.
+        progress_interval: SQLite virtual-machine instructions between two clock checks of the progress handler
+            (default 4000), the second line behind the watchdog's interrupt at the deadline. Either stops a
+            statement at its next jump; what runs until then is bounded by the limits below (the costliest
+            call, an `instr`/`replace` over two `max_value_bytes` strings, takes about 0.4 ms).
         max_display_rows: Result rows shown in a QUERY observation (default 20); the rest are counted as
             "(N more rows)".
         sample_rows: Rows shown by SAMPLE (default 5).
@@ -89,7 +92,7 @@ class SandboxSettings:
     """
 
     timeout_s: float = 5.0
-    progress_interval: int = 1000
+    progress_interval: int = 4000
     max_display_rows: int = 20
     sample_rows: int = 5
     max_scoring_rows: int = 10_000
@@ -436,6 +439,54 @@ def _lower_heap_limit(conn: sqlite3.Connection, limit: int) -> None:
         conn.execute(f"PRAGMA hard_heap_limit = {int(limit)}")
 
 
+class _Watchdog:
+    """One daemon thread per process that interrupts statements at their deadlines (`sqlite3_interrupt`).
+
+    The progress handler alone checks the clock only when SQLite calls back into Python, which needs the
+    interpreter lock: with many sessions' statements running at once (each releases the lock inside SQLite)
+    those checks were late by seconds on a loaded machine. The interrupt flag is read by SQLite itself at
+    every jump, with no lock to take."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Any]] = []
+        self._count = 0
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, db: "_Database", deadline: float) -> None:
+        with self._wake:
+            self._count += 1
+            heapq.heappush(self._heap, (deadline, self._count, weakref.ref(db)))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="sqlenv-sandbox-watchdog", daemon=True)
+                self._thread.start()
+            if self._heap[0][1] == self._count:  # a new earliest deadline: wake up sooner
+                self._wake.notify()
+
+    # Deadlines due within this many seconds are handled in one wake-up: thousands of short statements a second
+    # cost a few dozen wake-ups, not one each (a late interrupt is late by at most this much).
+    GRANULARITY_S = 0.05
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._heap or self._heap[0][0] > time.monotonic():
+                    self._wake.wait(None if not self._heap
+                                    else self._heap[0][0] - time.monotonic() + self.GRANULARITY_S)
+                due = []
+                now = time.monotonic()
+                while self._heap and self._heap[0][0] <= now:
+                    deadline, _, ref = heapq.heappop(self._heap)
+                    due.append((deadline, ref))
+            for deadline, ref in due:  # statements that ended long ago have another deadline (or none): skipped
+                db = ref()
+                if db is not None and db.deadline == deadline:
+                    db.interrupt_if_due(deadline)
+
+
+_WATCHDOG = _Watchdog()
+
+
 class _DecodeError(Exception):
     pass
 
@@ -472,11 +523,33 @@ class _Database:
             raise
         self.conn = conn
         self.deadline = float("inf")
+        self.deadline_lock = threading.Lock()  # the watchdog interrupts only the statement whose deadline passed
         conn.set_progress_handler(self._on_progress, max(1, settings.progress_interval))
         self.row_counts: dict[str, int] = {}
 
     def _on_progress(self) -> int:
         return 1 if time.monotonic() > self.deadline else 0  # non-zero interrupts the statement
+
+    def start_statement(self, timeout_s: float) -> float:
+        """Arm the time limit of the statement about to run; returns its start time."""
+        start = time.monotonic()
+        with self.deadline_lock:
+            self.deadline = start + timeout_s
+        _WATCHDOG.watch(self, self.deadline)
+        return start
+
+    def end_statement(self) -> None:
+        with self.deadline_lock:
+            self.deadline = float("inf")
+
+    def interrupt_if_due(self, deadline: float) -> None:
+        """(The watchdog.) Interrupt the running statement if it is the one armed with `deadline`."""
+        with self.deadline_lock:
+            if self.deadline == deadline:
+                try:
+                    self.conn.interrupt()
+                except sqlite3.ProgrammingError:  # closed meanwhile
+                    pass
 
     @staticmethod
     def _read_schema(conn: sqlite3.Connection) -> dict[str, TableInfo]:
@@ -633,8 +706,7 @@ class Sandbox:
     def _run_once(self, db: _Database, sql: str, max_rows: int) -> QueryResult:
         settings = self.settings
         with self._lock:
-            start = time.monotonic()
-            db.deadline = start + settings.timeout_s
+            start = db.start_statement(settings.timeout_s)
             cursor = None
             try:
                 cursor = db.conn.execute(sql)
@@ -692,7 +764,7 @@ class Sandbox:
             except (ValueError, OverflowError, UnicodeError) as err:
                 raise SandboxError(f"SQL error: {_clean_for_display(str(err), 160)}") from None
             finally:
-                db.deadline = float("inf")
+                db.end_statement()
                 if cursor is not None:
                     try:
                         cursor.close()
