@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -98,33 +99,36 @@ class Tally:
                 self.slowest = f"{who}: {what[:120]}"
 
 
-async def honest(url: str, questions: list, index: int, deadline: float, budget: "Budget", tally: Tally) -> None:
+async def honest(client: SQLEnvClient, plan, index: int, deadline: float, budget: "Budget", tally: Tally) -> None:
+    """Oracle episodes on one session until `deadline`: the questions of `plan` (a list, or a random draw)."""
     rng = random.Random(index)
-    async with SQLEnvClient(base_url=url, message_timeout_s=120.0) as client:
-        while time.monotonic() < deadline and budget.take():
-            question = rng.choice(questions)
-            try:
-                result = await client.reset(question_id=question.question_id)
+    pending = list(plan) if isinstance(plan, list) else None
+    while time.monotonic() < deadline and budget.take():
+        if pending is not None and not pending:
+            return
+        question = pending.pop() if pending is not None else rng.choice(plan[0])
+        try:
+            result = await client.reset(question_id=question.question_id)
+            tally.requests += 1
+            observation = result.observation.to_core()
+            policy = OraclePolicy()
+            seat = type("Seat", (), {"question": question})()
+            policy.reset(seat, observation)
+            while not observation.done:
+                action = policy.act(seat, observation)
+                started = time.monotonic()
+                result = await client.step(WireAction.from_core(action))
+                tally.step_time("honest", time.monotonic() - started, f"{action.action_type} {action.argument}")
                 tally.requests += 1
+                tally.honest_steps += 1
                 observation = result.observation.to_core()
-                policy = OraclePolicy()
-                seat = type("Seat", (), {"question": question})()
-                policy.reset(seat, observation)
-                while not observation.done:
-                    action = policy.act(seat, observation)
-                    started = time.monotonic()
-                    result = await client.step(WireAction.from_core(action))
-                    tally.step_time("honest", time.monotonic() - started, f"{action.action_type} {action.argument}")
-                    tally.requests += 1
-                    tally.honest_steps += 1
-                    observation = result.observation.to_core()
-                tally.honest_episodes += 1
-                if result.observation.metadata.get("outcome") != "correct":
-                    tally.honest_errors.append(f"honest {index}: {question.question_id} ended "
-                                               f"{result.observation.metadata.get('outcome')}")
-            except Exception as exc:  # noqa: BLE001 - the figure is "0 honest errors"
-                tally.honest_errors.append(f"honest {index}: {type(exc).__name__}: {str(exc)[:200]}")
-                return
+            tally.honest_episodes += 1
+            if result.observation.metadata.get("outcome") != "correct":
+                tally.honest_errors.append(f"honest {index}: {question.question_id} ended "
+                                           f"{result.observation.metadata.get('outcome')}")
+        except Exception as exc:  # noqa: BLE001 - the figure is "0 honest errors"
+            tally.honest_errors.append(f"honest {index}: {type(exc).__name__}: {str(exc)[:200]}")
+            return
 
 
 def _http(url: str, body: bytes, timeout: float = 30.0) -> int:
@@ -212,18 +216,29 @@ async def watch(url: str, pid: int, deadline: float, tally: Tally, rss: list) ->
 
 
 async def soak(server: ServerProcess, questions: list, args: argparse.Namespace, tally: Tally) -> dict:
+    """Warm up, then soak. The honest sessions stay open throughout (as a trainer's do); in the warm-up each
+    plays one episode per database while every hostile session attacks twice, so the RSS measured after it
+    includes the caches and the allocator's high-water mark that the attack mix reaches; growth past it is a
+    leak."""
     rss: list[float] = []
-    # Warm-up: every honest session plays one episode per database first (connections opened, caches filled).
-    warm_deadline = time.monotonic() + min(60.0, args.duration / 5)
     warm = Tally()
-    await asyncio.gather(*(honest(server.url, questions, i, warm_deadline, Budget(3), warm)
-                           for i in range(args.honest)))
-    rss_after_warmup = _rss_mb(server.proc.pid)
-    deadline = time.monotonic() + args.duration
-    budget = Budget(args.max_requests)
-    await asyncio.gather(watch(server.url, server.proc.pid, deadline, tally, rss),
-                         *(honest(server.url, questions, i, deadline, budget, tally) for i in range(args.honest)),
-                         *(hostile(server.url, server.port, i, deadline, budget, tally) for i in range(args.hostile)))
+    per_database = list({q.database_name: q for q in questions}.values())
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(SQLEnvClient(base_url=server.url, message_timeout_s=120.0))
+                   for _ in range(args.honest)]
+        warm_deadline = time.monotonic() + 300.0
+        await asyncio.gather(*(honest(c, list(per_database), i, warm_deadline, Budget(10_000), warm)
+                               for i, c in enumerate(clients)),
+                             *(hostile(server.url, server.port, i, time.monotonic() + 60.0, Budget(2), warm)
+                               for i in range(args.hostile)))
+        await asyncio.to_thread(server.wait_sessions, args.honest, 30.0)
+        rss_after_warmup = _rss_mb(server.proc.pid)
+        deadline = time.monotonic() + args.duration
+        budget = Budget(args.max_requests)
+        await asyncio.gather(watch(server.url, server.proc.pid, deadline, tally, rss),
+                             *(honest(c, (questions,), i, deadline, budget, tally) for i, c in enumerate(clients)),
+                             *(hostile(server.url, server.port, i, deadline, budget, tally)
+                               for i in range(args.hostile)))
     return {"rss_after_warmup": rss_after_warmup, "rss_samples": rss, "warmup_errors": warm.honest_errors}
 
 

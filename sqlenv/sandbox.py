@@ -433,10 +433,12 @@ def _connection_limits(settings: SandboxSettings) -> dict[int, int]:
 
 
 def _lower_heap_limit(conn: sqlite3.Connection, limit: int) -> None:
-    """Set SQLite's process-wide hard heap limit to `limit` bytes unless a lower one is already set."""
+    """Set SQLite's process-wide hard heap limit to `limit` bytes unless a lower one is already set, and the soft
+    limit to half of it: past the soft limit SQLite gives back page-cache memory before allocations fail."""
     current = conn.execute("PRAGMA hard_heap_limit").fetchone()[0]
     if current == 0 or current > limit:
         conn.execute(f"PRAGMA hard_heap_limit = {int(limit)}")
+        conn.execute(f"PRAGMA soft_heap_limit = {int(limit) // 2}")
 
 
 class _Watchdog:
@@ -596,6 +598,9 @@ class Sandbox:
             path = resolve_database_path(self.db_dir, name)
             try:
                 db = _Database(path, self.settings)
+            except MemoryError:  # the process-wide heap limit, reached by other statements right now
+                raise SandboxError(f"Cannot open database {name!r} now: the sandbox is out of memory; "
+                                   "try again.") from None
             except (sqlite3.Error, OSError) as err:
                 raise SandboxError(f"Cannot open database {name!r}: {err}") from None
             self._dbs[name] = db
