@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import os
 import re
 import sqlite3
 import threading
@@ -450,6 +451,10 @@ class _Watchdog:
     every jump, with no lock to take."""
 
     def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        """Empty and threadless: at start, and in a forked child (which inherits no threads)."""
         self._heap: list[tuple[float, int, Any]] = []
         self._count = 0
         self._wake = threading.Condition()
@@ -487,6 +492,8 @@ class _Watchdog:
 
 
 _WATCHDOG = _Watchdog()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_WATCHDOG._reset)
 
 
 class _DecodeError(Exception):

@@ -377,3 +377,31 @@ def test_one_query_writes_no_temporary_file(toy, tmp_path):
     assert result["peak_temp_bytes"] == 0, result
     assert result["error"] and ("too much memory" in result["error"] or "timed out" in result["error"]), result
     assert list(temp.iterdir()) == []
+
+
+def test_the_watchdog_stops_statements_without_the_progress_handler(toy):
+    """The deadline holds even where the progress handler never runs (it needs the interpreter lock, which many
+    sessions' threads fight over): a watchdog thread interrupts each statement, here eight at once."""
+    import threading
+
+    sandbox = Sandbox(toy[1], SandboxSettings(timeout_s=0.5, progress_interval=2_000_000_000))
+    runaway = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r"
+    sandboxes = [Sandbox(toy[1], sandbox.settings) for _ in range(8)]
+    outcomes: list[tuple[float, str]] = []
+
+    def run(box):
+        start = time.monotonic()
+        try:
+            box.execute("music", runaway)
+            outcomes.append((time.monotonic() - start, "finished"))
+        except SandboxError as err:
+            outcomes.append((time.monotonic() - start, str(err)))
+
+    threads = [threading.Thread(target=run, args=(box,)) for box in sandboxes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(outcomes) == 8 and all("timed out" in message for _, message in outcomes), outcomes
+    assert max(elapsed for elapsed, _ in outcomes) <= 0.5 + 1.0, outcomes
+    assert sandboxes[0].execute("music", "SELECT count(*) FROM singer").rows == [(30,)]  # no stale interrupt
