@@ -254,3 +254,17 @@ def test_push_goes_as_far_as_the_network_and_reports_it(tmp_path, monkeypatch):
     message = str(err.value)
     assert message.startswith("Could not push run-a to alice/sqlenv-runs:")
     assert "Connect" in message or "connect" in message or "Offline" in message, message
+
+
+def test_a_malformed_proxy_setting_stops_the_app_with_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "SQLENV_ADMIN_PASSWORD": "pw", "SQLENV_PROXY_HOPS": "two", "SQLENV_RUNS_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "app.py", "--port", "0"], cwd=repo, env=env, capture_output=True,
+                          text=True, timeout=120)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "SQLENV_PROXY_HOPS" in lines[0], done.stderr[-1000:]
