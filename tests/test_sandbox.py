@@ -397,7 +397,7 @@ def test_the_watchdog_stops_statements_without_the_progress_handler(toy):
         except SandboxError as err:
             outcomes.append((time.monotonic() - start, str(err)))
 
-    threads = [threading.Thread(target=run, args=(box,)) for box in sandboxes]
+    threads = [threading.Thread(target=run, args=(box,), daemon=True) for box in sandboxes]  # a regression fails, not hangs
     for thread in threads:
         thread.start()
     for thread in threads:
