@@ -20,7 +20,9 @@ Who the owner is (`AccessPolicy.mode`, resolved once at start by `AccessPolicy.f
 - ``"password"``: `SQLENV_ADMIN_PASSWORD` is set (self-hosting, or a Space secret). The owner types it under
   "Owner login"; the server answers with a signed token (an expiry time and its HMAC under a key drawn at
   start) that the browser keeps in localStorage (`gr.BrowserState`), so a reload stays logged in. Every owner
-  event sends the token and the server checks it. Tokens die with the process (a restart logs the owner out).
+  event sends the token and the server checks it. Tokens die with the process (a restart logs the owner out),
+  and "Log out" revokes the page's token for good (a copy of it kept elsewhere is refused from then on).
+  Wrong passwords are throttled per client address (`LoginThrottle`), so a guesser locks out only itself.
 - ``"oauth"``: on a HuggingFace Space with `hf_oauth: true` in the README front matter ("Sign in with Hugging
   Face", Gradio's `gr.LoginButton`). Owners are `SQLENV_ADMIN_USERS` (comma-separated Hub user or
   organization names), by default the Space's author (`SPACE_AUTHOR_NAME`). A member of an owner
@@ -40,6 +42,7 @@ import os
 import secrets
 import threading
 import time
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -50,10 +53,15 @@ PASSWORD_ENV = "SQLENV_ADMIN_PASSWORD"
 USERS_ENV = "SQLENV_ADMIN_USERS"
 # A logged-in owner's token lasts this long (seconds); then the owner types the password again.
 TOKEN_TTL_S = 12 * 3600
-# Wrong passwords are refused for everyone once this many arrive within LOGIN_WINDOW_S: a guesser gets a few
-# tries a minute, whoever they are. A long random password is the real defence.
+# A client's logins are refused once this many of its passwords were wrong within LOGIN_WINDOW_S: a guesser gets
+# a few tries a minute per address and locks out nobody else. A long random password is the real defence.
 MAX_LOGIN_FAILURES = 5
 LOGIN_WINDOW_S = 60.0
+# Most client addresses the throttle remembers (the oldest are forgotten first): bounded memory under a flood.
+MAX_THROTTLED_CLIENTS = 10_000
+# Reverse proxies in front of the app whose X-Forwarded-For entries are trusted (the client address is the
+# entry that many hops from the right); 0 = none: the TCP peer is the client.
+PROXY_HOPS_ENV = "SQLENV_PROXY_HOPS"
 OWNER_ROLES = ("admin", "write")  # roles in an owner organization that count as owner
 HOW_TO_ENABLE = (
     "To turn them on, set <code>SQLENV_ADMIN_PASSWORD</code> (on a Space: a secret in its settings) and log in "
@@ -87,20 +95,30 @@ class AccessPolicy:
         password: the owner's password (password mode only).
         owners: Hub user or organization names allowed in oauth mode (lower case).
         reason: one sentence for the page saying why the mode is what it is.
+        proxy_hops: reverse proxies in front of the app whose `X-Forwarded-For` entries are trusted (default 0:
+            the TCP peer is the client). Used only to tell clients apart for login throttling; set it (env
+            `SQLENV_PROXY_HOPS`) to the number of proxies that append to that header, never more: a client can
+            write any entries of its own to the left of theirs.
     """
 
     mode: str = "open"
     password: str | None = field(default=None, repr=False)
     owners: tuple[str, ...] = ()
     reason: str = ""
+    proxy_hops: int = 0
     # Signs password-mode tokens; drawn once per process, so tokens never outlive the server.
     _token_key: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False, compare=False)
+    # Tokens revoked by Log out, as signature -> expiry: checked by `token_valid` until they expire anyway.
+    _revoked: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+    _revoked_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"unknown access mode {self.mode!r}; expected one of {MODES}")
         if self.mode == "password" and not self.password:
             raise ValueError("password mode needs a password")
+        if not isinstance(self.proxy_hops, int) or self.proxy_hops < 0:
+            raise ValueError(f"proxy_hops must be a non-negative integer, got {self.proxy_hops!r}")
 
     @classmethod
     def from_env(cls, host: str | None = "127.0.0.1", env: Mapping[str, str] | None = None) -> "AccessPolicy":
@@ -110,8 +128,12 @@ class AccessPolicy:
         env = os.environ if env is None else env
         password = env.get(PASSWORD_ENV) or None
         space = env.get("SPACE_ID") or None
+        hops_text = (env.get(PROXY_HOPS_ENV) or "0").strip()
+        if not hops_text.isdigit():
+            raise ValueError(f"{PROXY_HOPS_ENV} must be a non-negative integer, got {hops_text!r}")
         if password:
-            return cls("password", password=password, reason=f"{PASSWORD_ENV} is set: the owner logs in with it.")
+            return cls("password", password=password, reason=f"{PASSWORD_ENV} is set: the owner logs in with it.",
+                       proxy_hops=int(hops_text))
         # Gradio serves the real Hub login only where it sees a Space (SYSTEM=spaces with SPACE_ID, as every
         # Space sets); elsewhere its login button would impersonate the machine's own Hub account.
         if space and env.get("OAUTH_CLIENT_ID") and env.get("SYSTEM") == "spaces":
@@ -144,7 +166,30 @@ class AccessPolicy:
         expires, _, signature = token.partition(".")
         if not expires.isdigit() or int(expires) < (time.time() if now is None else now):
             return False
-        return hmac.compare_digest(signature, self._sign(expires))
+        return hmac.compare_digest(signature, self._sign(expires)) and signature not in self._revoked
+
+    def revoke(self, token: Any, now: float | None = None) -> bool:
+        """Refuse `token` from now on (Log out). Only a valid token is remembered, until it would expire anyway,
+        so the list holds at most the owner's own logins of the last TOKEN_TTL_S. True when it was revoked."""
+        now = time.time() if now is None else now
+        if not self.token_valid(token, now=now):
+            return False
+        expires, _, signature = token.partition(".")
+        with self._revoked_lock:
+            for old in [s for s, e in self._revoked.items() if e < now]:
+                del self._revoked[old]
+            self._revoked[signature] = int(expires)
+        return True
+
+    def client_address(self, peer: str | None, forwarded_for: str | None) -> str:
+        """The address a request comes from, for throttling: the TCP `peer`, or with `proxy_hops` trusted proxies
+        the `X-Forwarded-For` entry added by the outermost of them (entries further left are the client's own
+        words). "unknown" when there is neither."""
+        if self.proxy_hops and forwarded_for:
+            entries = [e.strip() for e in forwarded_for.split(",")[-64:] if e.strip()]
+            if len(entries) >= self.proxy_hops:
+                return entries[-self.proxy_hops][:64]
+        return (peer or "unknown")[:64]
 
     # --- oauth mode -------------------------------------------------------------------------------------
     def profile_allowed(self, profile: Mapping[str, Any] | None) -> bool:
@@ -178,26 +223,46 @@ class AccessPolicy:
 
 
 class LoginThrottle:
-    """Counts wrong passwords; refuses logins for everyone while MAX_LOGIN_FAILURES are within the window."""
+    """Counts wrong passwords per client; refuses a client's logins while it has MAX_LOGIN_FAILURES within the
+    window. Other clients (the owner) log in as usual.
 
-    def __init__(self, max_failures: int = MAX_LOGIN_FAILURES, window_s: float = LOGIN_WINDOW_S):
+    Args:
+        max_failures: wrong passwords a client may send within `window_s` (default 5).
+        window_s: the sliding window in seconds (default 60).
+        max_clients: most clients remembered (default 10_000); past it the least recently failed is forgotten,
+            so a flood from many addresses costs bounded memory.
+    """
+
+    def __init__(self, max_failures: int = MAX_LOGIN_FAILURES, window_s: float = LOGIN_WINDOW_S,
+                 max_clients: int = MAX_THROTTLED_CLIENTS):
         self.max_failures = max_failures
         self.window_s = window_s
-        self._failures: list[float] = []
+        self.max_clients = max_clients
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def wait_s(self, now: float | None = None) -> float:
-        """Seconds until a login may be tried again (0 when it may now)."""
+    def wait_s(self, client: str = "", now: float | None = None) -> float:
+        """Seconds until `client` may try a login again (0 when it may now)."""
         now = time.monotonic() if now is None else now
         with self._lock:
-            self._failures = [t for t in self._failures if now - t < self.window_s]
-            if len(self._failures) < self.max_failures:
+            times = self._failures.get(client)
+            while times and now - times[0] >= self.window_s:
+                times.popleft()
+            if not times:
+                self._failures.pop(client, None)
                 return 0.0
-            return self.window_s - (now - self._failures[0])
+            if len(times) < self.max_failures:
+                return 0.0
+            return self.window_s - (now - times[0])
 
-    def failed(self, now: float | None = None) -> None:
+    def failed(self, client: str = "", now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
         with self._lock:
-            self._failures.append(time.monotonic() if now is None else now)
+            times = self._failures.pop(client, None) or deque(maxlen=self.max_failures)
+            times.append(now)
+            self._failures[client] = times  # most recent last
+            while len(self._failures) > self.max_clients:
+                self._failures.popitem(last=False)
 
 
 class OwnerGate:
@@ -333,21 +398,24 @@ class OwnerGate:
         if self.policy.mode != "password":
             return
 
-        def login(password):
-            wait = self.throttle.wait_s()
+        def login(password, request: gr.Request):
+            client = policy.client_address(getattr(getattr(request, "client", None), "host", None),
+                                           (getattr(request, "headers", None) or {}).get("x-forwarded-for"))
+            wait = self.throttle.wait_s(client)
             if wait > 0:
                 return ["", *self._page(False, f"Too many wrong passwords: try again in {wait:.0f} s.")]
             if not policy.password_matches(password):
-                self.throttle.failed()
+                self.throttle.failed(client)
                 return ["", *self._page(False, "Wrong password.")]
             return [policy.issue_token(), *self._page(True)]
 
-        def logout():
+        def logout(token):
+            policy.revoke(token)  # a copy of the token kept elsewhere stops working too
             return ["", *self._page(False, "Logged out.")]
 
         self._login.click(login, inputs=[self._password], outputs=[self.token, *outputs], show_progress="hidden",
                           api_visibility="private")
         self._password.submit(login, inputs=[self._password], outputs=[self.token, *outputs],
                               show_progress="hidden", api_visibility="private")
-        self._logout.click(logout, inputs=None, outputs=[self.token, *outputs], show_progress="hidden",
+        self._logout.click(logout, inputs=[self.token], outputs=[self.token, *outputs], show_progress="hidden",
                            api_visibility="private")

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from dashboard import compare_tab, play_tab, runs_tab, train_tab
 from dashboard.access import AccessPolicy, OwnerGate
@@ -101,6 +102,26 @@ def tune_queue(demo: gr.Blocks) -> None:
 # The app takes no files: Gradio refuses uploads larger than this, so visitors cannot fill its temp folder.
 MAX_UPLOAD_BYTES = 1
 
+
+class RefuseUploads:
+    """ASGI middleware: every `POST .../upload` (Gradio's `/gradio_api/upload`) is answered 403 before its body is
+    read. The app has no file inputs, yet Gradio's upload route takes files from anyone (1-byte files, 1000 a
+    request, as many requests as sent) and serves them back at `/gradio_api/file=`; `MAX_UPLOAD_BYTES` alone
+    bounds only their size."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope.get("method") == "POST" \
+                and scope.get("path", "").rstrip("/").endswith("/upload"):
+            body = b"This app takes no files."
+            await send({"type": "http.response.start", "status": 403,
+                        "headers": [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)
+
 # After every queued event Gradio rebuilds a pandas summary of the last GRADIO_ANALYTICS_MAX_EVENTS (10,000)
 # events for its monitoring page, which this app does not open: with many visitors playing that was the
 # server's largest cost beside training (bench/visitors.py). Keep 100 events and summarize every 1,000.
@@ -117,7 +138,7 @@ def launch(demo: gr.Blocks, host: str, port: int, prevent_thread_lock: bool = Fa
     return demo.launch(
         server_name=host, server_port=port, prevent_thread_lock=prevent_thread_lock, css=CSS,
         theme=THEME, show_error=True, footer_links=[], allowed_paths=[str(plotly_js)] if plotly_js else None,
-        max_file_size=MAX_UPLOAD_BYTES,
+        max_file_size=MAX_UPLOAD_BYTES, app_kwargs={"middleware": [Middleware(RefuseUploads)]},
     )
 
 
@@ -126,7 +147,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.config is not None and not args.config.is_file():
         print(f"app.py: --config {args.config}: no such file", file=sys.stderr)
         raise SystemExit(2)
-    access = AccessPolicy.from_env(args.host)
+    try:
+        access = AccessPolicy.from_env(args.host)
+    except ValueError as exc:  # a malformed owner setting (SQLENV_PROXY_HOPS): one line, exit 2
+        print(f"app.py: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     print(f"[dashboard] training controls: {access.mode} ({access.reason})", file=sys.stderr)
     ctx = AppContext.create(runs_root=choose_runs_root(args.runs_dir), data_root=args.data_dir,
                             default_config=args.config, access=access,

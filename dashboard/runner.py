@@ -10,6 +10,11 @@ visitor's request would take the interpreter lock from the training loop, step f
 bench/visitors.py: 20 visitors slowed a tiny run by a third or more through the lock alone, while the app used
 little CPU). The child sends each record's event back through a queue (pages waiting for news wake up), and
 the stop flag is shared with it; its memory (and GPU memory) is all given back when it exits.
+
+The child dies with the app: it watches its parent (`multiprocessing.parent_process()`, whose sentinel pipe
+reads EOF when the parent is gone, `kill -9` included) and then stops its run as Stop would (the run ends
+`stopped`, weights saved, resumable), or exits within `PARENT_GONE_GRACE_S` whatever it is doing (the run then
+reads `interrupted`). With nobody reading its events it drops them rather than wait on the full pipe at exit.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import multiprocessing
+import os
 import queue
 import sys
 import threading
@@ -286,12 +292,40 @@ class TrainingFailed(RuntimeError):
 # cannot be used in a forked child.
 _SPAWN = multiprocessing.get_context("spawn")
 _END = "__end__"
+# Seconds a training child whose app died has to stop cleanly (finish its step, save weights) before it exits.
+PARENT_GONE_GRACE_S = 120.0
 
 
-def _train_in_child(config: Any, run_path: Path, stop_event: Any, events: Any) -> None:
+def _watch_parent(stop_event: Any, events: Any, parent_gone: threading.Event, trained: threading.Event,
+                  grace_s: float) -> None:
+    """(A daemon thread of the child.) Wait for the parent's end; then stop the run and end the process as soon
+    as the run has ended, or `grace_s` seconds later whatever it is doing."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+    parent.join()  # returns when the parent's sentinel pipe reads EOF: the parent exited or was killed
+    parent_gone.set()
+    print("[training] the dashboard is gone: stopping this run", file=sys.stderr, flush=True)
+    events.cancel_join_thread()  # nobody reads the pipe any more: never wait on it at exit
+    stop_event.set()
+    # The child holds the pipe's read end too, so a writer blocked on a full pipe would wait for ever: once the
+    # run has written its end, leave without flushing; if it has not ended in time, its status reads
+    # "interrupted" (its pid is gone) and it resumes from its last checkpoint.
+    os._exit(0 if trained.wait(grace_s) else 3)
+
+
+def _train_in_child(config: Any, run_path: Path, stop_event: Any, events: Any,
+                    grace_s: float = PARENT_GONE_GRACE_S) -> None:
     """The child process: run the training entry point (config None: resume the run in `run_path`), sending each
-    record's event to the parent, then (_END, None) or (_END, the error message)."""
+    record's event to the parent, then (_END, None) or (_END, the error message). If the parent dies, the run is
+    stopped (see `_watch_parent`)."""
+    parent_gone, trained = threading.Event(), threading.Event()
+    threading.Thread(target=_watch_parent, args=(stop_event, events, parent_gone, trained, grace_s),
+                     name="watch-parent", daemon=True).start()
+
     def listener(event: str, payload: dict) -> None:
+        if parent_gone.is_set():
+            return  # nobody reads them: do not pile events up in memory
         try:
             payload = json.loads(json.dumps(payload, default=str))  # plain data crosses the process line
         except (TypeError, ValueError):
@@ -310,5 +344,7 @@ def _train_in_child(config: Any, run_path: Path, stop_event: Any, events: Any) -
         traceback.print_exc()
         events.put((_END, f"{type(exc).__name__}: {exc}"))
     finally:
+        trained.set()
         events.close()
-        events.join_thread()  # everything sent reaches the parent before the process exits
+        if not parent_gone.is_set():
+            events.join_thread()  # everything sent reaches the parent before the process exits

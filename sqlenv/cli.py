@@ -201,6 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="step budget when a reset asks for none (default 15)")
     srv.add_argument("--max-sessions", type=_positive_int, default=64,
                      help="most concurrent WebSocket sessions (default 64)")
+    srv.add_argument("--session-timeout", type=_positive_float, default=600.0,
+                     help="seconds an idle session is kept before the server closes it (default 600)")
     srv.add_argument("--web", action="store_true", help="also serve OpenEnv's playground page at /web")
     srv.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="warning",
                      help="uvicorn log level (default warning)")
@@ -605,7 +607,7 @@ def _cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     except ValueError as exc:
         raise CLIError(_one_line(exc)) from None
     serve(config, host=args.host, port=args.port, max_sessions=args.max_sessions, web=args.web,
-          log_level=args.log_level)
+          log_level=args.log_level, session_timeout_s=args.session_timeout)
     return 0
 
 

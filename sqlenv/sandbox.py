@@ -8,8 +8,15 @@ Model-written SQL runs here, so the executor is defensive in depth (Datasette-st
    anything ("You can only execute one statement at a time").
 3. The database is opened through a `file:...?mode=ro` URI with `PRAGMA query_only=1`.
 4. An authorizer callback allows only reads, functions and recursive CTEs (no ATTACH, PRAGMA, writes).
-5. A progress handler aborts any statement that runs past `timeout_s`.
-6. Rows are fetched in batches and at most `max_scoring_rows` are held; values and texts are cut.
+5. A statement that runs past `timeout_s` is interrupted: a watchdog thread calls `Connection.interrupt()` at
+   its deadline (SQLite stops at its next jump, even while this process's threads fight over the interpreter
+   lock), and a progress handler checks the clock too.
+6. SQLite's own limits (`Connection.setlimit`) bound what runs between two such checks: short values (an
+   `instr` over two of them is well under a millisecond), small programs, shallow expressions, few compound
+   SELECTs, no ATTACH.
+7. Temporary tables, sorts and CTE queues live in memory (`temp_store = MEMORY`), under SQLite's process-wide
+   hard heap limit: a query writes no temporary file, and one that needs too much memory fails alone.
+8. Rows are fetched in batches and at most `max_scoring_rows` are held; values and texts are cut.
 
 When SQLite refuses a query, the full text check (`check_sql`, on sqlglot's tokens) runs to say why in
 words the agent can act on ("Only one SQL statement is allowed per QUERY", "... DELETE is not"). Repeated
@@ -21,10 +28,13 @@ Database names come from question files, so they are validated and resolved to s
 from __future__ import annotations
 
 import functools
+import heapq
+import os
 import re
 import sqlite3
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,8 +53,10 @@ class SandboxSettings:
     Args:
         timeout_s: Wall-clock seconds one statement may run before it is interrupted (default 5.0).
             Checked by SQLite's progress handler, so runaway recursive CTEs and huge cross joins stop.
-        progress_interval: SQLite virtual-machine instructions between two time checks (default 4000).
-            Smaller reacts faster to the deadline; larger costs less per query.
+        progress_interval: SQLite virtual-machine instructions between two clock checks of the progress handler
+            (default 4000), the second line behind the watchdog's interrupt at the deadline. Either stops a
+            statement at its next jump; what runs until then is bounded by the limits below (the costliest
+            call, an `instr`/`replace` over two `max_value_bytes` strings, takes about 0.4 ms).
         max_display_rows: Result rows shown in a QUERY observation (default 20); the rest are counted as
             "(N more rows)".
         sample_rows: Rows shown by SAMPLE (default 5).
@@ -56,8 +68,20 @@ class SandboxSettings:
         max_observation_chars: Longest observation text (default 2000); longer text is cut with a marker.
         max_cell_chars: Longest single value shown in a result cell (default 80).
         max_sql_chars: Longest SQL text accepted (default 20_000); longer arguments get an error.
-        max_value_bytes: SQLite's SQLITE_LIMIT_LENGTH for the connection (default 1_000_000): no string or
-            blob built by a query (e.g. `zeroblob`, `group_concat`) may exceed it.
+        max_value_bytes: SQLite's SQLITE_LIMIT_LENGTH for the connection (default 10_000): no string, blob or
+            row built or read by a query (e.g. `zeroblob`, `group_concat`) may exceed it. It bounds the cost of one
+            function call, which runs inside one VM instruction out of the time check's reach: `instr` and
+            `replace` are quadratic in it (1 MB strings took 3 s a call). Spider's longest value is 213 bytes.
+        max_program_ops: SQLite's SQLITE_LIMIT_VDBE_OP (default 4_000): most instructions in one prepared
+            statement, so a query cannot line up thousands of costly calls between two time checks (CTEs
+            copied into every reference, long select lists). Spider's gold queries need at most 131.
+        max_expr_depth: SQLite's SQLITE_LIMIT_EXPR_DEPTH (default 100; Spider's gold SQL nests a few levels).
+        max_compound_selects: SQLite's SQLITE_LIMIT_COMPOUND_SELECT (default 20): terms in one UNION/EXCEPT chain.
+        max_function_args: SQLite's SQLITE_LIMIT_FUNCTION_ARG (default 32).
+        max_heap_bytes: SQLite's hard heap limit (default 512 MiB), where temporary tables, sorts and CTE queues
+            live (`temp_store = MEMORY`: no temporary files). A query that needs more fails with "out of memory";
+            the memory is given back at once. The limit is process-wide (SQLite has one heap) and can only be
+            lowered: the smallest limit of any sandbox in the process holds.
         max_like_pattern_chars: SQLite's SQLITE_LIMIT_LIKE_PATTERN_LENGTH (default 500), which bounds the
             cost of one LIKE/GLOB comparison (it runs inside one VM instruction, out of the time check's reach).
         max_result_bytes: Most bytes of result rows held for scoring (default 32_000_000, estimated per batch);
@@ -78,7 +102,12 @@ class SandboxSettings:
     max_observation_chars: int = 2000
     max_cell_chars: int = 80
     max_sql_chars: int = 20_000
-    max_value_bytes: int = 1_000_000
+    max_value_bytes: int = 10_000
+    max_program_ops: int = 4_000
+    max_expr_depth: int = 100
+    max_compound_selects: int = 20
+    max_function_args: int = 32
+    max_heap_bytes: int = 512 * 1024 * 1024
     max_result_bytes: int = 32_000_000
     max_like_pattern_chars: int = 500
     max_open_databases: int = 64
@@ -89,7 +118,8 @@ class SandboxSettings:
             raise ValueError(f"SandboxSettings.timeout_s must be > 0, got {self.timeout_s}")
         for name in ("progress_interval", "max_display_rows", "sample_rows", "max_scoring_rows", "fetch_batch_rows",
                      "max_observation_chars", "max_cell_chars", "max_sql_chars", "max_value_bytes",
-                     "max_result_bytes", "max_like_pattern_chars", "max_open_databases"):
+                     "max_result_bytes", "max_like_pattern_chars", "max_open_databases", "max_program_ops",
+                     "max_expr_depth", "max_compound_selects", "max_function_args", "max_heap_bytes"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"SandboxSettings.{name} must be >= 1, got {getattr(self, name)}")
 
@@ -389,6 +419,83 @@ def _sample_row_bytes(chunk: list) -> float:
     return (_row_bytes(chunk[0]) + _row_bytes(chunk[len(chunk) // 2]) + _row_bytes(chunk[-1])) / 3
 
 
+def _connection_limits(settings: SandboxSettings) -> dict[int, int]:
+    """SQLite's own limits for a sandbox connection (`Connection.setlimit`), from the settings."""
+    return {
+        sqlite3.SQLITE_LIMIT_LENGTH: settings.max_value_bytes,
+        sqlite3.SQLITE_LIMIT_SQL_LENGTH: 4 * settings.max_sql_chars + 64,  # UTF-8 bytes of the longest SQL text
+        sqlite3.SQLITE_LIMIT_VDBE_OP: settings.max_program_ops,
+        sqlite3.SQLITE_LIMIT_EXPR_DEPTH: settings.max_expr_depth,
+        sqlite3.SQLITE_LIMIT_COMPOUND_SELECT: settings.max_compound_selects,
+        sqlite3.SQLITE_LIMIT_FUNCTION_ARG: settings.max_function_args,
+        sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH: settings.max_like_pattern_chars,
+        sqlite3.SQLITE_LIMIT_ATTACHED: 0,
+    }
+
+
+def _lower_heap_limit(conn: sqlite3.Connection, limit: int) -> None:
+    """Set SQLite's process-wide hard heap limit to `limit` bytes unless a lower one is already set, and the soft
+    limit to half of it: past the soft limit SQLite gives back page-cache memory before allocations fail."""
+    current = conn.execute("PRAGMA hard_heap_limit").fetchone()[0]
+    if current == 0 or current > limit:
+        conn.execute(f"PRAGMA hard_heap_limit = {int(limit)}")
+        conn.execute(f"PRAGMA soft_heap_limit = {int(limit) // 2}")
+
+
+class _Watchdog:
+    """One daemon thread per process that interrupts statements at their deadlines (`sqlite3_interrupt`).
+
+    The progress handler alone checks the clock only when SQLite calls back into Python, which needs the
+    interpreter lock: with many sessions' statements running at once (each releases the lock inside SQLite)
+    those checks were late by seconds on a loaded machine. The interrupt flag is read by SQLite itself at
+    every jump, with no lock to take."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        """Empty and threadless: at start, and in a forked child (which inherits no threads)."""
+        self._heap: list[tuple[float, int, Any]] = []
+        self._count = 0
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, db: "_Database", deadline: float) -> None:
+        with self._wake:
+            self._count += 1
+            heapq.heappush(self._heap, (deadline, self._count, weakref.ref(db)))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="sqlenv-sandbox-watchdog", daemon=True)
+                self._thread.start()
+            if self._heap[0][1] == self._count:  # a new earliest deadline: wake up sooner
+                self._wake.notify()
+
+    # Deadlines due within this many seconds are handled in one wake-up: thousands of short statements a second
+    # cost a few dozen wake-ups, not one each (a late interrupt is late by at most this much).
+    GRANULARITY_S = 0.05
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._heap or self._heap[0][0] > time.monotonic():
+                    self._wake.wait(None if not self._heap
+                                    else self._heap[0][0] - time.monotonic() + self.GRANULARITY_S)
+                due = []
+                now = time.monotonic()
+                while self._heap and self._heap[0][0] <= now:
+                    deadline, _, ref = heapq.heappop(self._heap)
+                    due.append((deadline, ref))
+            for deadline, ref in due:  # statements that ended long ago have another deadline (or none): skipped
+                db = ref()
+                if db is not None and db.deadline == deadline:
+                    db.interrupt_if_due(deadline)
+
+
+_WATCHDOG = _Watchdog()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_WATCHDOG._reset)
+
+
 class _DecodeError(Exception):
     pass
 
@@ -412,21 +519,46 @@ class _Database:
                                cached_statements=max(0, settings.statement_cache_size))
         try:
             conn.execute("PRAGMA query_only = 1")
+            # Sorts, temporary tables and CTE queues in memory, under the heap limit: never a temporary file
+            # (one ORDER BY over a CTE of blobs wrote 336 MB in 2 s to disk).
+            conn.execute("PRAGMA temp_store = MEMORY")
+            _lower_heap_limit(conn, settings.max_heap_bytes)
             self.tables: dict[str, TableInfo] = self._read_schema(conn)
-            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, settings.max_value_bytes)
-            conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-            conn.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, settings.max_like_pattern_chars)
+            for limit, value in _connection_limits(settings).items():
+                conn.setlimit(limit, value)
             conn.set_authorizer(_authorizer)
         except Exception:
             conn.close()
             raise
         self.conn = conn
         self.deadline = float("inf")
+        self.deadline_lock = threading.Lock()  # the watchdog interrupts only the statement whose deadline passed
         conn.set_progress_handler(self._on_progress, max(1, settings.progress_interval))
         self.row_counts: dict[str, int] = {}
 
     def _on_progress(self) -> int:
         return 1 if time.monotonic() > self.deadline else 0  # non-zero interrupts the statement
+
+    def start_statement(self, timeout_s: float) -> float:
+        """Arm the time limit of the statement about to run; returns its start time."""
+        start = time.monotonic()
+        with self.deadline_lock:
+            self.deadline = start + timeout_s
+        _WATCHDOG.watch(self, self.deadline)
+        return start
+
+    def end_statement(self) -> None:
+        with self.deadline_lock:
+            self.deadline = float("inf")
+
+    def interrupt_if_due(self, deadline: float) -> None:
+        """(The watchdog.) Interrupt the running statement if it is the one armed with `deadline`."""
+        with self.deadline_lock:
+            if self.deadline == deadline:
+                try:
+                    self.conn.interrupt()
+                except sqlite3.ProgrammingError:  # closed meanwhile
+                    pass
 
     @staticmethod
     def _read_schema(conn: sqlite3.Connection) -> dict[str, TableInfo]:
@@ -473,6 +605,9 @@ class Sandbox:
             path = resolve_database_path(self.db_dir, name)
             try:
                 db = _Database(path, self.settings)
+            except MemoryError:  # the process-wide heap limit, reached by other statements right now
+                raise SandboxError(f"Cannot open database {name!r} now: the sandbox is out of memory; "
+                                   "try again.") from None
             except (sqlite3.Error, OSError) as err:
                 raise SandboxError(f"Cannot open database {name!r}: {err}") from None
             self._dbs[name] = db
@@ -583,8 +718,7 @@ class Sandbox:
     def _run_once(self, db: _Database, sql: str, max_rows: int) -> QueryResult:
         settings = self.settings
         with self._lock:
-            start = time.monotonic()
-            db.deadline = start + settings.timeout_s
+            start = db.start_statement(settings.timeout_s)
             cursor = None
             try:
                 cursor = db.conn.execute(sql)
@@ -635,10 +769,14 @@ class Sandbox:
                 raise SandboxError(f"SQL error: {err}") from None
             except sqlite3.Error as err:
                 raise SandboxError(self._sqlite_message(err)) from None
-            except (ValueError, OverflowError, UnicodeError, MemoryError) as err:
+            except MemoryError:  # SQLITE_NOMEM: the heap limit, or a program past max_program_ops
+                raise SandboxError(f"Query too large or needs too much memory (limits: {settings.max_program_ops} "
+                                   f"SQLite instructions, {settings.max_heap_bytes // 2**20} MiB); simplify it."
+                                   ) from None
+            except (ValueError, OverflowError, UnicodeError) as err:
                 raise SandboxError(f"SQL error: {_clean_for_display(str(err), 160)}") from None
             finally:
-                db.deadline = float("inf")
+                db.end_statement()
                 if cursor is not None:
                     try:
                         cursor.close()

@@ -71,13 +71,43 @@ def test_password_tokens_are_signed_expire_and_die_with_the_process():
     assert "correct horse" not in repr(policy)
 
 
-def test_login_throttle_refuses_everyone_after_a_burst_of_failures():
+def test_login_throttle_refuses_only_the_client_that_guessed():
+    """Five wrong passwords a minute from anyone used to block every login, the owner's too (finding 5)."""
     throttle = LoginThrottle(max_failures=3, window_s=60)
     for t in (0.0, 1.0, 2.0):
-        assert throttle.wait_s(now=t) == 0
-        throttle.failed(now=t)
-    assert throttle.wait_s(now=3.0) == pytest.approx(57.0)
-    assert throttle.wait_s(now=61.0) == 0  # the first failure left the window
+        assert throttle.wait_s("203.0.113.9", now=t) == 0
+        throttle.failed("203.0.113.9", now=t)
+    assert throttle.wait_s("203.0.113.9", now=3.0) == pytest.approx(57.0)
+    assert throttle.wait_s("198.51.100.1", now=3.0) == 0  # the owner, elsewhere, is not locked out
+    assert throttle.wait_s("203.0.113.9", now=61.0) == 0  # the first failure left the window
+    flood = LoginThrottle(max_failures=1, window_s=60, max_clients=100)
+    for i in range(1000):  # many addresses: the memory stays bounded, the newest are remembered
+        flood.failed(f"10.0.{i // 256}.{i % 256}", now=0.0)
+    assert len(flood._failures) == 100 and flood.wait_s("10.0.3.231", now=1.0) > 0
+
+
+def test_client_address_trusts_only_the_configured_proxies():
+    direct = AccessPolicy.from_env("0.0.0.0", env={"SQLENV_ADMIN_PASSWORD": "pw"})
+    assert direct.client_address("192.0.2.7", "203.0.113.1") == "192.0.2.7"  # no proxy: the header is words
+    proxied = AccessPolicy.from_env("0.0.0.0", env={"SQLENV_ADMIN_PASSWORD": "pw", "SQLENV_PROXY_HOPS": "1"})
+    assert proxied.client_address("10.0.0.1", "6.6.6.6, 203.0.113.1") == "203.0.113.1"  # the proxy's entry
+    assert proxied.client_address("10.0.0.1", None) == "10.0.0.1"
+    assert proxied.client_address(None, "") == "unknown"
+    with pytest.raises(ValueError, match="SQLENV_PROXY_HOPS"):
+        AccessPolicy.from_env("0.0.0.0", env={"SQLENV_ADMIN_PASSWORD": "pw", "SQLENV_PROXY_HOPS": "-1"})
+
+
+def test_a_revoked_token_is_refused_until_it_would_have_expired():
+    """Log out used to leave the token valid for up to 12 h (finding 6)."""
+    policy = AccessPolicy.from_env("0.0.0.0", env={"SQLENV_ADMIN_PASSWORD": "correct horse"})
+    token, other = policy.issue_token(now=1000.0), policy.issue_token(now=1001.0)
+    assert policy.revoke(token, now=1002.0)
+    assert not policy.token_valid(token, now=1003.0) and not policy.is_owner(token=token)
+    assert policy.token_valid(other, now=1003.0)  # another login (another device) stays valid
+    assert not policy.revoke("9999999999." + "0" * 64) and not policy.revoke(None)  # only real tokens are kept
+    later = policy.issue_token(now=1000.0 + TOKEN_TTL_S + 10)
+    policy.revoke(later, now=1000.0 + TOKEN_TTL_S + 20)  # expired entries are dropped on the next revocation
+    assert list(policy._revoked) == [later.split(".")[1]]
 
 
 # --------------------------------------------------------------------------------------------- oauth
@@ -224,3 +254,17 @@ def test_push_goes_as_far_as_the_network_and_reports_it(tmp_path, monkeypatch):
     message = str(err.value)
     assert message.startswith("Could not push run-a to alice/sqlenv-runs:")
     assert "Connect" in message or "connect" in message or "Offline" in message, message
+
+
+def test_a_malformed_proxy_setting_stops_the_app_with_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "SQLENV_ADMIN_PASSWORD": "pw", "SQLENV_PROXY_HOPS": "two", "SQLENV_RUNS_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "app.py", "--port", "0"], cwd=repo, env=env, capture_output=True,
+                          text=True, timeout=120)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "SQLENV_PROXY_HOPS" in lines[0], done.stderr[-1000:]

@@ -71,6 +71,47 @@ def login(app, password=PASSWORD):
     return result["output"][0]  # the token the page keeps in localStorage
 
 
+# ------------------------------------------------------------------------------- issue 20: findings 5, 6, 7
+def test_log_out_revokes_the_token(password_app):
+    """A token issued before Log out used to stop a run afterwards (valid up to 12 h)."""
+    config = password_app["config"]
+    token = login(password_app)
+    stop = event(config, "stop")
+    assert call(password_app, stop, [*default_inputs(config, stop)[:-1], token])["success"]
+    assert call(password_app, event(config, "logout"), [token])["success"]
+    after = call(password_app, stop, [*default_inputs(config, stop)[:-1], token])
+    assert not after["success"] and REFUSED in after["error"], after
+
+
+def test_wrong_passwords_lock_out_only_their_sender():
+    """Five wrong passwords a minute from anyone used to block every login. Behind one trusted proxy (as on a
+    Space) clients are told apart by the proxy's X-Forwarded-For entry."""
+    with serve({"SQLENV_ADMIN_PASSWORD": PASSWORD, "SQLENV_PROXY_HOPS": "1"}, log_name="throttle") as app:
+        app["config"] = config = app_config(app["url"])
+        guesser, owner = {"X-Forwarded-For": "203.0.113.9"}, {"X-Forwarded-For": "198.51.100.1"}
+        for _ in range(5):
+            assert "Wrong password" in call(app, event(config, "login"), ["guess"], headers=guesser)["output"][1]
+        refused = call(app, event(config, "login"), [PASSWORD], headers=guesser)
+        assert refused["output"][0] == "" and "Too many wrong passwords" in refused["output"][1]
+        spoofed = {"X-Forwarded-For": "1.2.3.4, 203.0.113.9"}  # words of its own left of the proxy's entry
+        assert "Too many" in call(app, event(config, "login"), [PASSWORD], headers=spoofed)["output"][1]
+        welcome = call(app, event(config, "login"), [PASSWORD], headers=owner)
+        assert welcome["output"][0] and 'data-owner="true"' in welcome["output"][1]
+
+
+def test_uploads_are_refused_and_nothing_can_be_read_back(password_app):
+    """`POST /gradio_api/upload` took files (1 byte each, 1000 a request, unbounded) served back by /file=."""
+    import httpx
+
+    for payload in (b"", b"x", b"x" * 1024):
+        upload = httpx.post(password_app["url"] + "gradio_api/upload", files={"files": ("a.txt", payload)})
+        assert upload.status_code == 403 and "no files" in upload.text, upload.text[:200]
+    many = httpx.post(password_app["url"] + "gradio_api/upload",
+                      files=[("files", (f"{i}.txt", b"x")) for i in range(100)])
+    assert many.status_code == 403
+    assert password_app["proc"].poll() is None
+
+
 # ------------------------------------------------------------------------------------ owner-only events
 def test_gradio_client_sees_no_owner_events_and_cannot_call_them(password_app):
     from gradio_client import Client
@@ -246,7 +287,7 @@ def test_hostile_values_in_public_events_get_clear_messages_and_the_app_keeps_se
     import httpx
 
     upload = httpx.post(password_app["url"] + "gradio_api/upload", files={"files": ("a.txt", b"x" * 1024)})
-    assert upload.status_code == 413, upload.text[:200]
+    assert upload.status_code == 403, upload.text[:200]
     assert password_app["proc"].poll() is None
     again = call(password_app, new, ["builtin", "eval", "random", 15, None])
     assert again["success"] and 'data-budget="15"' in again["output"][1]

@@ -58,3 +58,35 @@ def test_a_replaced_or_shortened_file_is_read_again_from_its_start(tmp_path):
     assert [m["step"] for m in cache.snapshot("r1").metrics] == [20]
     run.file("metrics.jsonl").unlink()
     assert cache.snapshot("r1").metrics == []
+
+
+def test_the_runs_listing_never_leaves_the_runs_folder(tmp_path):
+    """A symlinked run directory leading out of runs/ used to be listed with its config.json (issue 20, finding
+    8), though opening it was refused. Every reader goes through one check (`resolve_run`)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    from training.run_dir import InvalidRunName, list_runs, resolve_run
+
+    runs, outside = tmp_path / "runs", tmp_path / "elsewhere"
+    inside = RunDir.create(runs, "run-inside")
+    inside.write_config({"model": "builtin:tiny"})
+    inside.write_status("completed")
+    secret = RunDir.create(outside, "run-secret")
+    secret.write_config({"model": "SECRET"})
+    secret.write_status("completed")
+    (runs / "run-escape").symlink_to(secret.path, target_is_directory=True)
+    assert [r["run_id"] for r in list_runs(runs)] == ["run-inside"]
+    assert [r["run_id"] for r in RunCache(runs).list()] == ["run-inside"]
+    with pytest.raises(InvalidRunName):
+        resolve_run("run-escape", runs)
+    repo = Path(__file__).resolve().parent.parent
+    listed = subprocess.run([sys.executable, "-m", "training.runs", "list", "--runs-dir", str(runs), "--json"],
+                            cwd=repo, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    assert [json.loads(line)["run_id"] for line in listed.stdout.splitlines()] == ["run-inside"]
+    assert "SECRET" not in listed.stdout

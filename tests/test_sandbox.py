@@ -292,3 +292,116 @@ def test_normal_form_for_repeats(a, b, same):
 def test_normal_form_reads_a_bounded_prefix():
     huge = "SELECT " + "a, " * 500_000 + "b FROM t"
     assert len(normalize_sql(huge, 20_000)) <= 20_001 * 2
+
+
+# --------------------------------------------------------------------- hardening (issue 20: findings 2 and 3)
+
+_LONG = "replace(hex(zeroblob({n})), '0', 'a')"  # a text of 2n 'a's, built inside the query
+
+
+def test_a_costly_function_cannot_outlast_the_time_limit(toy):
+    """`instr` is quadratic and runs inside one VM instruction: the probe's two calls over ~500 KB strings took
+    11 s against 5 s. Values are capped so one call is short, and calls are checked often enough."""
+    sandbox = Sandbox(toy[1], SandboxSettings(timeout_s=1.0))
+    start = time.monotonic()
+    with pytest.raises(SandboxError, match="too big"):
+        sandbox.execute("music", f"SELECT instr({_LONG.format(n=250_000)}, {_LONG.format(n=125_000)} || 'b')")
+    assert time.monotonic() - start < 1.0
+    # As many costly calls per row as the program limit allows, over the longest strings allowed, row after row.
+    calls = ", ".join(["instr(a, b)"] * 300)
+    sql = (f"WITH s(a, b) AS (SELECT {_LONG.format(n=3300)}, {_LONG.format(n=1600)} || 'b'), "
+           f"r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT {calls} FROM s, r")
+    start = time.monotonic()
+    with pytest.raises(SandboxError, match="timed out"):
+        sandbox.execute("music", sql)
+    assert time.monotonic() - start <= 1.0 + 1.0
+    assert sandbox.execute("music", "SELECT count(*) FROM concert").rows == [(60,)]
+
+
+@pytest.mark.parametrize("sql,fragment", [
+    ("SELECT " + " + ".join(["1"] * 500), "too large|depth"),  # expression depth
+    (" UNION ".join(["SELECT 1"] * 100), "too many terms"),  # compound selects
+    ("SELECT " + ", ".join(["length(name)"] * 1400) + " FROM singer", "too large"),  # program size
+])
+def test_sqlite_limits_refuse_oversized_statements(sandbox, sql, fragment):
+    with pytest.raises(SandboxError, match=fragment):
+        sandbox.execute("music", sql)
+
+
+_TEMP_PROBE = r"""
+import json, os, sys, threading, time
+from sqlenv.sandbox import Sandbox, SandboxError, SandboxSettings
+tmp, db_dir = sys.argv[1], sys.argv[2]
+sandbox = Sandbox(db_dir, SandboxSettings(timeout_s=3.0, max_heap_bytes=64 * 2**20))
+sql = ("WITH RECURSIVE r(n, b) AS (SELECT 1, randomblob(9000) UNION ALL SELECT n + 1, randomblob(9000) FROM r) "
+       "SELECT n FROM r ORDER BY b")
+out = {}
+def run():
+    try:
+        sandbox.execute("music", sql)
+        out["error"] = None
+    except SandboxError as err:
+        out["error"] = str(err)
+worker = threading.Thread(target=run)
+worker.start()
+peak = 0
+while worker.is_alive():
+    total = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(tmp):
+                total += os.stat(f"/proc/self/fd/{fd}").st_size
+        except OSError:
+            pass
+    peak = max(peak, total)
+    time.sleep(0.01)
+print(json.dumps({"peak_temp_bytes": peak, **out}))
+"""
+
+
+def test_one_query_writes_no_temporary_file(toy, tmp_path):
+    """An ORDER BY over a recursive CTE of random blobs wrote 336 MB of temporary file in 2 s; now sorts live in
+    memory under the heap limit and such a query fails alone. (A fresh process: SQLite reads SQLITE_TMPDIR once,
+    and the heap limit is process-wide.)"""
+    import json
+    import subprocess
+    import sys
+
+    temp = tmp_path / "sqlite-temp"
+    temp.mkdir()
+    repo = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-c", _TEMP_PROBE, str(temp), str(toy[1])], cwd=repo, timeout=120,
+                          capture_output=True, text=True, env={**os.environ, "SQLITE_TMPDIR": str(temp)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["peak_temp_bytes"] == 0, result
+    assert result["error"] and ("too much memory" in result["error"] or "timed out" in result["error"]), result
+    assert list(temp.iterdir()) == []
+
+
+def test_the_watchdog_stops_statements_without_the_progress_handler(toy):
+    """The deadline holds even where the progress handler never runs (it needs the interpreter lock, which many
+    sessions' threads fight over): a watchdog thread interrupts each statement, here eight at once."""
+    import threading
+
+    sandbox = Sandbox(toy[1], SandboxSettings(timeout_s=0.5, progress_interval=2_000_000_000))
+    runaway = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r"
+    sandboxes = [Sandbox(toy[1], sandbox.settings) for _ in range(8)]
+    outcomes: list[tuple[float, str]] = []
+
+    def run(box):
+        start = time.monotonic()
+        try:
+            box.execute("music", runaway)
+            outcomes.append((time.monotonic() - start, "finished"))
+        except SandboxError as err:
+            outcomes.append((time.monotonic() - start, str(err)))
+
+    threads = [threading.Thread(target=run, args=(box,), daemon=True) for box in sandboxes]  # a regression fails, not hangs
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(outcomes) == 8 and all("timed out" in message for _, message in outcomes), outcomes
+    assert max(elapsed for elapsed, _ in outcomes) <= 0.5 + 1.0, outcomes
+    assert sandboxes[0].execute("music", "SELECT count(*) FROM singer").rows == [(30,)]  # no stale interrupt

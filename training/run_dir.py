@@ -297,7 +297,9 @@ class RunDir:
 
 
 def resolve_run(name: str, root: Path | None = None) -> RunDir:
-    """The run called `name` under `root`. Names that could leave `root` ('..', '/', absolute) are refused."""
+    """The run called `name` under `root`: the one containment check every reader of the runs folder goes
+    through (the dashboard's pages, `list_runs`, resume). Names that could leave `root` ('..', '/', absolute) are
+    refused, and so is a run directory that is a symlink leading out of `root`."""
     root = Path(root) if root is not None else default_runs_root()
     if not isinstance(name, str) or not RUN_ID_PATTERN.match(name) or name in (".", ".."):
         raise InvalidRunName(f"invalid run name {name!r}")
@@ -324,9 +326,10 @@ def list_runs(root: Path | None = None) -> list[dict[str, Any]]:
     for path in root.iterdir():
         if not path.is_dir() or path.name.startswith(".") or path.name in ("models", "evaluations"):
             continue
-        if not RUN_ID_PATTERN.match(path.name):
+        try:
+            run = resolve_run(path.name, root)  # the same containment check as opening a run
+        except (InvalidRunName, OSError):
             continue
-        run = RunDir(path)
         status = run.read_live_status()
         try:
             config = run.read_config()
