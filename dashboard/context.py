@@ -43,7 +43,7 @@ class AppContext:
                 for 127.0.0.1; the app passes the policy for the host it listens on).
             hub_repo: the repo the Runs tab offers to push to.
         """
-        runner = TrainingRunner.instance(runs_root)
+        runner = TrainingRunner(runs_root)  # the app's one runner: every tab and visitor shares it
         return cls(runner=runner, runs=RunCache(runner.runs_root), data_root=data_root,
                    default_config=default_config, access=access or AccessPolicy.from_env(), hub_repo=hub_repo)
 

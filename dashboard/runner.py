@@ -1,7 +1,8 @@
 """The training runner: owns the dashboard's one training run at a time (UI code never touches it).
 
-`TrainingRunner.instance()` is a process-wide singleton, so every browser tab (and every reload) sees the
-same active run: the page holds no training state, it asks the runner and reads the run directory.
+The app builds one runner (`dashboard.context.AppContext.create`, once per app) and passes it to every tab, so
+every browser tab (and every reload) sees the same active run: the page holds no training state, it asks the
+runner and reads the run directory.
 Training goes through the same entry point as the CLI, `training.train.run_training(config, stop_event,
 listener)`, so a run started here writes the same run directory as `python -m training.train`.
 
@@ -85,9 +86,6 @@ class TrainingRunner:
             which runs in a thread of this process.
     """
 
-    _instance: "TrainingRunner | None" = None
-    _instance_lock = threading.Lock()
-
     def __init__(self, runs_root: Path | None = None, train_fn: Callable[..., Any] | None = None):
         self.runs_root = Path(runs_root) if runs_root is not None else default_runs_root()
         self._train_fn = train_fn
@@ -104,13 +102,6 @@ class TrainingRunner:
         # Notified whenever the training writes a record or ends: pages waiting for news wake up at once.
         self._news = threading.Condition()
         self._news_count = 0
-
-    @classmethod
-    def instance(cls, runs_root: Path | None = None) -> "TrainingRunner":
-        with cls._instance_lock:
-            if cls._instance is None:
-                cls._instance = cls(runs_root)
-            return cls._instance
 
     # --- state --------------------------------------------------------------------------------------
     @property

@@ -6,11 +6,12 @@ One function for the CLI, the notebook and the dashboard (which calls it in a th
 
 It writes `runs/<run_id>/` (format in `training/run_dir.py`): config.json, status.json (queued → running →
 completed | stopped | failed, with the error message, and a `phase`: loading model, sft, base eval, grpo,
-saving, comparison, done), then loads the model (`training.models`), warm-starts
-it with SFT when enabled (`training.sft`), trains with GRPO (`training.grpo.build_trainer`; live files by
-`training.callbacks.RunCallback`), saves `final/` (temp dir, then renamed), and plays the comparison: the
-random policy, the trained model (and the model as GRPO found it, when cheap) on the same eval questions with
-the same seeds → comparison.jsonl. Any exception marks the run failed with its message and is re-raised.
+saving, comparison, done), then plays the run's phases in order (`training.phases`): load the model
+(`training.models`), warm-start it with SFT when enabled (`training.sft`), play the model before GRPO when it is
+compared, train with GRPO (`training.grpo.build_trainer`; live files by `training.callbacks.RunCallback`) and save
+`final/` (temp dir, then renamed), and play the comparison: the random policy, the trained model (and the model as
+GRPO found it, when cheap) on the same eval questions with the same seeds → comparison.jsonl. Any exception marks
+the run failed with its message and is re-raised.
 
 Stopping (`stop_event.set()`): training ends after the current step, final/ is saved and the run is marked
 `stopped` at once; a short comparison (at most 5 episodes) still follows, so a stopped run can be compared,
@@ -28,29 +29,25 @@ and only the main process writes the run files.
 from __future__ import annotations
 
 import gc
+import shutil
 import os
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from training.callbacks import PHASES, Listener, RunCallback, RunRecorder
+from training.callbacks import Listener, RunRecorder
+from training.phases import RunState, RunStopped, run_phases, save_final
 from training.config import TrainConfig
 from training.run_dir import (
     HEARTBEAT_SECONDS,
     RESUMABLE_STATUSES,
     RunDir,
-    atomic_write_json,
-    last_checkpoint,
     now_iso,
     this_host,
 )
 
 __all__ = ["run_training", "resume_training", "check_resumable", "RunStopped"]
-
-
-class RunStopped(Exception):
-    """Raised internally when the stop flag is seen between phases (before GRPO starts)."""
 
 
 def _is_main_process() -> bool:
@@ -106,92 +103,27 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
                         resumed_at=now_iso(), finished_at=None, stopped_at=None, **_writer())
     heartbeat = _Heartbeat(recorder) if is_main else None
     started = time.time()
-    model = trainer = tokenizer = None
+    state = RunState(plan, run, recorder, stop_event=stop_event, resume=resume, is_main=is_main)
     threads_before = _set_cpu_threads(plan)
     try:
         recorder.status("running", started_at=run.read_status(default={}).get("started_at") or now_iso(),
                         phase="loading model", device=plan.device, precision=plan.precision,
                         cpu_threads=plan.cpu_threads)
-        _check_stop(stop_event)
-        _seed_everything(config.seed)
-        from training.models import load_model_and_tokenizer
-
-        warm_started = config.sft.enabled and (plan.warm_start_dir / "config.json").exists()
-        model, tokenizer = load_model_and_tokenizer(
-            str(plan.warm_start_dir) if warm_started else config.model, seed=config.seed, dataset=plan.dataset,
-            **_device_kwargs(plan))
-        if warm_started:
-            _point_at_warm_start(model, plan)
-        recorder.status(n_parameters=sum(p.numel() for p in model.parameters()))
-
-        if config.sft.enabled and not warm_started:
-            _check_stop(stop_event)
-            from training.sft import run_sft
-
-            checkpoint = last_checkpoint(plan.phase_dir("sft")) if resume else None
-            step = _checkpoint_step(checkpoint)
-            if resume and is_main:
-                _forget_after(run, "sft", step)
-            recorder.status(phase="sft")
-            sft_callback = RunCallback(recorder, plan, tokenizer, stop_event=stop_event, phase="sft",
-                                       evaluate_at_start=checkpoint is None,
-                                       last_eval_step=_last_eval_step(run, "sft", step))
-            if checkpoint is None and is_main:
-                sft_callback.evaluate_start(model)  # before the episodes are prepared: the chart starts sooner
-            sft = run_sft(model, tokenizer, _sft_settings(plan), callbacks=[sft_callback],
-                          resume_from_checkpoint=str(checkpoint) if checkpoint else None,
-                          tracker_dir=str(plan.run_dir / "tracker" / "sft") if config.report_to else None)
-            if is_main:
-                atomic_write_json(run.file("sft_config.json"), sft.trainer_args)
-            recorder.status(sft={"steps": sft.steps, "examples": sft.n_examples, "first_loss": sft.first_loss,
-                                 "final_loss": sft.final_loss, "seconds": round(sft.seconds, 2),
-                                 "teacher_error_rate": config.sft.teacher_error_rate})
-            if sft_callback.stopped:
-                raise RunStopped()
-            _save_warm_start(plan, model, tokenizer, is_main)
-
-        base_result = None
-        if config.compare_base and is_main and config.comparison_episodes > 0:
-            _check_stop(stop_event)
-            recorder.status(phase="base eval")
-            base_result = _play_model(model, tokenizer, plan, "base")
-
-        _check_stop(stop_event)
-        from training.grpo import build_trainer
-
-        checkpoint = last_checkpoint(plan.phase_dir("grpo")) if resume else None
-        step = _checkpoint_step(checkpoint)
-        if resume and is_main:
-            _forget_after(run, "grpo", step)
-        # After SFT its last eval measured this very model: GRPO's curve continues from it.
-        callback = RunCallback(recorder, plan, tokenizer, stop_event=stop_event, phase="grpo",
-                               evaluate_at_start=not config.sft.enabled and checkpoint is None,
-                               last_eval_step=_last_eval_step(run, "grpo", step))
-        trainer = build_trainer(plan, model, tokenizer, callbacks=[callback])
-        if is_main:
-            atomic_write_json(run.file("grpo_config.json"), trainer.args.to_dict())
-        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-        stopped = callback.stopped
-        model = trainer.model
-
-        recorder.status(phase="saving")
-        _save_final(run, trainer, tokenizer, is_main, merge=bool((config.resolved_lora() or {}).get("merge")))
-        if stopped:
-            recorder.status("stopped", stopped_at=now_iso(), phase="comparison", final_dir=str(run.final_dir))
-        model = _inference_model(model)
-        if is_main and config.comparison_episodes > 0:
-            recorder.status(phase="comparison")
-            n = min(config.comparison_episodes, 5) if stopped else config.comparison_episodes
-            _comparison(recorder, model, tokenizer, plan, n, base_result)
-        if not stopped and is_main:
-            _remove_checkpoints(plan)  # the run is complete: final/ holds what it made
-        recorder.status("stopped" if stopped else "completed", finished_at=now_iso(), phase="done",
+        for phase in run_phases():
+            if not phase.wanted(state):
+                continue
+            if phase.stoppable:
+                state.check_stop()
+            phase.run(state)
+        if not state.stopped and is_main:
+            shutil.rmtree(plan.checkpoints_dir, ignore_errors=True)  # the run is complete: final/ holds what it made
+        recorder.status("stopped" if state.stopped else "completed", finished_at=now_iso(), phase="done",
                         final_dir=str(run.final_dir), seconds=round(time.time() - started, 2))
         return run.path
-    except RunStopped:
-        if model is not None:
+    except RunStopped:  # before GRPO: keep what the model has become
+        if state.model is not None:
             recorder.status(phase="saving")
-            _save_final(run, None, tokenizer, is_main, model=model)
+            save_final(run, None, state.tokenizer, is_main, model=state.model)
         recorder.status("stopped", stopped_at=now_iso(), finished_at=now_iso(), phase="done",
                         final_dir=str(run.final_dir) if run.final_dir.exists() else None,
                         seconds=round(time.time() - started, 2))
@@ -207,7 +139,7 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
     finally:
         if heartbeat is not None:
             heartbeat.stop()
-        del trainer, model, tokenizer
+        state.model = state.tokenizer = None
         _free_memory()
         if threads_before is not None:
             import torch
@@ -275,91 +207,18 @@ def check_resumable(run: RunDir) -> None:
         raise ValueError(f"{run.path} cannot be resumed (status {state!r})")
 
 
-def _checkpoint_step(checkpoint: Path | None) -> int | None:
-    return int(checkpoint.name.rsplit("-", 1)[1]) if checkpoint is not None else None
 
 
-def _forget_after(run: RunDir, phase: str, step: int | None) -> None:
-    """Drop what a resumed `phase` will write again: its lines after `step` (all of them when it restarts), every
-    later phase's lines, and the comparison."""
-    later = PHASES[PHASES.index(phase) + 1:]
-
-    def keep(record: dict) -> bool:
-        record_phase = record.get("phase", "grpo")
-        if record_phase in later:
-            return False
-        if record_phase != phase:
-            return True
-        return step is not None and isinstance(record.get("step"), (int, float)) and record["step"] <= step
-
-    for kind in ("metrics", "evals", "transcripts"):
-        run.truncate(kind, keep)
-    run.truncate("comparison", lambda record: False)
 
 
-def _last_eval_step(run: RunDir, phase: str, step: int | None) -> int | None:
-    """`step` when the run already holds that phase's eval at `step` (the resumed phase must not repeat it)."""
-    if step is None:
-        return None
-    found = any(e.get("phase", "grpo") == phase and e.get("step") == step for e in run.read("evals"))
-    return step if found else None
 
 
-def _sft_settings(plan: Any):
-    """The warm start's settings: the config's `sft` section, the plan's dataset and precision, checkpoints."""
-    import dataclasses
-
-    from training.sft import SFTSettings
-
-    config = plan.config
-    settings = SFTSettings.from_config(config)
-    return dataclasses.replace(
-        settings, dataset=plan.dataset, output_dir=str(plan.phase_dir("sft")), precision=plan.precision,
-        save_steps=config.resolved_save_steps("sft"), save_total_limit=config.save_total_limit,
-        report_to=list(config.report_to), run_name=config.run_id)
 
 
-def _save_warm_start(plan: Any, model: Any, tokenizer: Any, is_main: bool) -> None:
-    """Keep the warm-started model (`warm_start/`): a resumed run starts GRPO from it, and it is the base that a
-    LoRA adapter and the KL reference refer to (the model's `name_or_path` is pointed at it)."""
-    import shutil
-
-    folder = plan.warm_start_dir
-    if is_main:
-        tmp = plan.run_dir / ".warm_start-tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(str(tmp))
-        tokenizer.save_pretrained(str(tmp))
-        shutil.rmtree(folder, ignore_errors=True)
-        os.replace(tmp, folder)
-        shutil.rmtree(plan.phase_dir("sft"), ignore_errors=True)  # warm_start/ supersedes the SFT checkpoints
-    _point_at_warm_start(model, plan)
 
 
-def _point_at_warm_start(model: Any, plan: Any) -> None:
-    """Where TRL (KL reference) and PEFT (adapter_config's base_model_name_or_path) look for this model's weights."""
-    model.config.name_or_path = model.name_or_path = str(plan.warm_start_dir.resolve())
 
 
-def _remove_checkpoints(plan: Any) -> None:
-    import shutil
-
-    shutil.rmtree(plan.checkpoints_dir, ignore_errors=True)
-
-
-def _inference_model(model: Any) -> Any:
-    """The model to play the comparison with: a LoRA model with its adapter merged (faster generation); a
-    quantized (QLoRA) base keeps its adapter, as 4-bit weights cannot absorb it exactly."""
-    if hasattr(model, "merge_and_unload") and hasattr(model, "peft_config"):
-        if getattr(getattr(model, "config", None), "quantization_config", None) is None:
-            return model.merge_and_unload()
-    return model
-
-
-# ------------------------------------------------------------------------------------------- phases
-def _check_stop(stop_event: threading.Event | None) -> None:
-    if stop_event is not None and stop_event.is_set():
-        raise RunStopped()
 
 
 def _set_cpu_threads(plan: Any) -> int | None:
@@ -374,25 +233,8 @@ def _set_cpu_threads(plan: Any) -> int | None:
     return before
 
 
-def _seed_everything(seed: int) -> None:
-    from transformers import set_seed
-
-    set_seed(seed)
 
 
-def _device_kwargs(plan: Any) -> dict[str, Any]:
-    import torch
-
-    device = plan.device
-    # Master weights stay fp32 whatever the precision: bf16/fp16 is autocast (GRPOConfig.bf16/fp16), as TRL does
-    # by default. Pure bf16 weights would round GRPO's ~1e-6 updates away.
-    dtype = torch.float32
-    if _world_size() > 1:
-        device = "cpu"  # the Trainer moves each rank's copy to its own GPU
-    kwargs: dict[str, Any] = {"device": device, "dtype": dtype}
-    if (plan.config.resolved_lora() or {}).get("load_in_4bit"):
-        kwargs["load_in_4bit"] = True  # QLoRA: the frozen base in 4-bit NF4, computing in bf16
-    return kwargs
 
 
 def _shared_across_ranks(config: TrainConfig) -> TrainConfig:
@@ -409,93 +251,10 @@ def _shared_across_ranks(config: TrainConfig) -> TrainConfig:
     return dataclasses.replace(config, run_id=shared[0], output_dir=shared[1])
 
 
-def _save_final(run: RunDir, trainer: Any, tokenizer: Any, is_main: bool, model: Any = None,
-                merge: bool = False) -> None:
-    """Save model + tokenizer to a temp folder beside final/, then swap it in (never a half-written final/).
-
-    With a trainer every rank takes part (sharded models are gathered), into one folder the main rank commits. A
-    LoRA model saves its adapter (`adapter_config.json`, `adapter_model.safetensors`); with `merge` the merged model
-    also goes to `final/merged/`.
-    """
-    import shutil
-
-    if trainer is not None:
-        tmp = run.path / ".final-tmp"
-        if is_main:
-            shutil.rmtree(tmp, ignore_errors=True)
-        trainer.accelerator.wait_for_everyone()
-        trainer.save_model(str(tmp))
-        trainer.accelerator.wait_for_everyone()
-        if not is_main:
-            return
-    else:
-        if not is_main:
-            return
-        tmp = run.final_tmp_dir()
-        model.save_pretrained(str(tmp))
-    if tokenizer is not None:
-        tokenizer.save_pretrained(str(tmp))
-    if merge and trainer is not None:
-        import copy
-
-        peft_model = trainer.accelerator.unwrap_model(trainer.model)
-        if hasattr(peft_model, "merge_and_unload"):
-            merged = copy.deepcopy(peft_model).merge_and_unload()
-            merged.save_pretrained(str(tmp / "merged"))
-            if tokenizer is not None:
-                tokenizer.save_pretrained(str(tmp / "merged"))
-            del merged
-    run.commit_final(tmp)
 
 
-def _play_model(model: Any, tokenizer: Any, plan: Any, name: str, n: int | None = None):
-    """The comparison's episodes for `model`: `n` (default `comparison_episodes`) eval questions, the run's seed."""
-    from training.policy import evaluate_model
-
-    config = plan.config
-    return evaluate_model(model, tokenizer, dataset=plan.dataset, split=config.eval_split,
-                          n_episodes=config.comparison_episodes if n is None else n, seed=config.seed,
-                          step_budget=config.step_budget, name=name, max_turn_tokens=config.max_turn_tokens,
-                          enable_thinking=config.enable_thinking)
 
 
-def _comparison(recorder: RunRecorder, model: Any, tokenizer: Any, plan: Any, n: int,
-                base_result: Any) -> None:
-    """Random policy vs the trained model (and the base) on the same eval questions with the same seeds."""
-    from sqlenv.evaluation import evaluate
-    from sqlenv.policies import RandomPolicy
-
-    config = plan.config
-    env = plan.environment(config.eval_split)
-    try:
-        random_result = evaluate(env, RandomPolicy(seed=config.seed), n_episodes=n, seed=config.seed)
-    finally:
-        env.close()
-    trained = _play_model(model, tokenizer, plan, "trained", n)
-    base_episodes = base_result.episodes[:n] if base_result is not None else None
-    for i in range(n):
-        pair = {"kind": "pair", "index": i, "seed": config.seed + i, "split": config.eval_split,
-                "question_id": trained.episodes[i].get("question_id"),
-                "random": random_result.episodes[i], "trained": trained.episodes[i]}
-        if base_episodes is not None and i < len(base_episodes):
-            pair["base"] = base_episodes[i]
-        recorder.append("comparison", pair)
-
-    def scores(result: Any) -> dict[str, Any]:
-        cells = result.breakdown()
-        return {"success_rate": result.success_rate, "avg_reward": result.avg_reward,
-                "avg_steps": result.avg_steps, "explore_rate": result.explore_rate,
-                "n_episodes": result.n_episodes, "success_ci": cells["overall"]["success_ci"],
-                "execution_accuracy": cells["overall"]["execution_accuracy"],
-                "execution_ci": cells["overall"]["execution_ci"], "breakdown": cells}
-
-    summary = {"kind": "summary", "split": config.eval_split, "n_episodes": n, "seed": config.seed,
-               "random": scores(random_result), "trained": scores(trained),
-               "base": scores(type(trained).from_episodes(base_episodes, policy="base")) if base_episodes else None,
-               "base_label": ("SFT warm-start (before GRPO)" if config.sft.enabled else "pretrained (before GRPO)")
-               if base_episodes else None,
-               "time": time.time()}
-    recorder.append("comparison", summary)
 
 
 def _free_memory() -> None:

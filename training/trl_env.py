@@ -281,7 +281,7 @@ def tool_schemas() -> list[dict[str, Any]]:
 
 
 def train_rows(
-    questions_path: Any = None,
+    source: Any = None,
     *,
     dataset: str | Path | None = None,
     split: str = "train",
@@ -290,7 +290,7 @@ def train_rows(
     """The GRPO train dataset: one row per question, `{"prompt": [system, user ""], "question_id": ...}`.
 
     Args:
-        questions_path: a `training.plan.EpisodeSource` (its questions) or a `questions_<split>.json` file.
+        source: a `training.plan.EpisodeSource` (its questions), or the path of a `questions_<split>.json` file.
         dataset: instead, a dataset name, directory or `DatasetInfo`, with `split`.
         system_prompt: default `sqlenv.prompts.SYSTEM_PROMPT`.
 
@@ -304,10 +304,10 @@ def train_rows(
     if dataset is not None:
         from sqlenv.datasets import resolve_dataset
 
-        questions_path = resolve_dataset(dataset).questions_path(split)
-    if questions_path is None:
-        raise ValueError("train_rows() needs an EpisodeSource, questions_path or dataset")
-    questions = questions_path.questions if hasattr(questions_path, "questions") else load_questions(questions_path)
+        source = resolve_dataset(dataset).questions_path(split)
+    if source is None:
+        raise ValueError("train_rows() needs an EpisodeSource, a questions file or a dataset")
+    questions = source.questions if hasattr(source, "questions") else load_questions(source)
     prompt = [{"role": "system", "content": system_prompt or SYSTEM_PROMPT}, {"role": "user", "content": ""}]
     return Dataset.from_dict(
         {"prompt": [prompt] * len(questions), "question_id": [q.question_id for q in questions]}

@@ -1,0 +1,394 @@
+"""A training run as a short sequence of phases, each one object that runs, resumes and reports itself.
+
+    LoadModel → WarmStart (SFT, when enabled) → BaseEval (the model before GRPO, when compared) → GRPO (then final/)
+    → Comparison (random vs trained [vs base] on the same eval questions)
+
+`training.train.run_training` resolves the plan, opens the run directory and plays `run_phases(plan)` in order over
+one `RunState`: the plan, the run directory and its writer, the stop flag, and the model the phases hand on. Each
+phase says whether the run wants it (`wanted`), whether a stop is honoured before it (`stoppable`; the comparison
+still runs after a stop, on at most 5 episodes), writes its own `phase` into status.json, and, on `resume`, picks up
+from its own checkpoint (`checkpoints/<phase>/`) after dropping the lines it will write again, or skips what the run
+already holds (a finished warm start in `warm_start/`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from training.callbacks import PHASES, RunCallback, RunRecorder
+from training.run_dir import RunDir, atomic_write_json, last_checkpoint, now_iso
+
+__all__ = ["RunState", "Phase", "LoadModel", "WarmStart", "BaseEval", "GRPO", "Comparison", "run_phases",
+           "RunStopped", "save_final"]
+
+
+class RunStopped(Exception):
+    """Raised when the stop flag is seen before a stoppable phase, or when the warm start was stopped."""
+
+
+@dataclasses.dataclass
+class RunState:
+    """What the phases of one run share.
+
+    Args:
+        plan: the run's `training.plan.RunPlan`.
+        run: its directory (`training.run_dir.RunDir`).
+        recorder: the run's writer (status, metrics, evals, transcripts, comparison) and listeners.
+        stop_event: set from another thread to stop the run (None: never).
+        resume: the run continues from its checkpoints.
+        is_main: this process writes the run files (rank 0 under `accelerate launch`).
+        model, tokenizer: what the phases hand on (loaded, warm-started, trained).
+        baselines: eval results of models played before GRPO, by name (`"base"`), for the comparison.
+        stopped: GRPO was stopped (final/ is saved; the comparison is short).
+    """
+
+    plan: Any
+    run: RunDir
+    recorder: RunRecorder
+    stop_event: threading.Event | None = None
+    resume: bool = False
+    is_main: bool = True
+    model: Any = None
+    tokenizer: Any = None
+    baselines: dict[str, Any] = dataclasses.field(default_factory=dict)
+    stopped: bool = False
+
+    @property
+    def config(self) -> Any:
+        return self.plan.config
+
+    def check_stop(self) -> None:
+        if self.stop_event is not None and self.stop_event.is_set():
+            raise RunStopped()
+
+
+class Phase:
+    """One step of a run. `name` is what status.json's `phase` says while it runs."""
+
+    name = ""
+    #: honour a stop before the phase starts (the comparison runs after a stop too)
+    stoppable = True
+
+    def wanted(self, state: RunState) -> bool:
+        return True
+
+    def run(self, state: RunState) -> None:
+        raise NotImplementedError
+
+
+class LoadModel(Phase):
+    """Load the model (`config.model`, or `warm_start/` when a resumed run already warm-started it)."""
+
+    name = "loading model"
+
+    def run(self, state: RunState) -> None:
+        from training.models import load_model_and_tokenizer
+
+        plan, config = state.plan, state.config
+        _seed_everything(config.seed)
+        warm_started = WarmStart.done(state)
+        state.model, state.tokenizer = load_model_and_tokenizer(
+            str(plan.warm_start_dir) if warm_started else config.model, seed=config.seed, dataset=plan.dataset,
+            **_device_kwargs(plan))
+        if warm_started:
+            _point_at_warm_start(state.model, plan)
+        state.recorder.status(n_parameters=sum(p.numel() for p in state.model.parameters()))
+
+
+class WarmStart(Phase):
+    """SFT on the teacher's episodes (`config.sft`), resumable from `checkpoints/sft/`; keeps `warm_start/`."""
+
+    name = "sft"
+
+    @staticmethod
+    def done(state: RunState) -> bool:
+        return bool(state.config.sft.enabled) and (state.plan.warm_start_dir / "config.json").exists()
+
+    def wanted(self, state: RunState) -> bool:
+        return bool(state.config.sft.enabled) and not self.done(state)
+
+    def run(self, state: RunState) -> None:
+        from training.sft import run_sft
+
+        plan, config, run, recorder = state.plan, state.config, state.run, state.recorder
+        checkpoint = last_checkpoint(plan.phase_dir("sft")) if state.resume else None
+        step = _checkpoint_step(checkpoint)
+        if state.resume and state.is_main:
+            _forget_after(run, "sft", step)
+        recorder.status(phase=self.name)
+        callback = RunCallback(recorder, plan, state.tokenizer, stop_event=state.stop_event, phase="sft",
+                               evaluate_at_start=checkpoint is None, last_eval_step=_last_eval_step(run, "sft", step))
+        if checkpoint is None and state.is_main:
+            callback.evaluate_start(state.model)  # before the episodes are prepared: the chart starts sooner
+        sft = run_sft(state.model, state.tokenizer, _sft_settings(plan), callbacks=[callback],
+                      resume_from_checkpoint=str(checkpoint) if checkpoint else None,
+                      tracker_dir=str(plan.run_dir / "tracker" / "sft") if config.report_to else None)
+        if state.is_main:
+            atomic_write_json(run.file("sft_config.json"), sft.trainer_args)
+        recorder.status(sft={"steps": sft.steps, "examples": sft.n_examples, "first_loss": sft.first_loss,
+                             "final_loss": sft.final_loss, "seconds": round(sft.seconds, 2),
+                             "teacher_error_rate": config.sft.teacher_error_rate})
+        if callback.stopped:
+            raise RunStopped()
+        _save_warm_start(plan, state.model, state.tokenizer, state.is_main)
+
+
+class BaseEval(Phase):
+    """Play the comparison's eval questions with the model as GRPO finds it (`compare_base`)."""
+
+    name = "base eval"
+
+    def wanted(self, state: RunState) -> bool:
+        config = state.config
+        return bool(config.compare_base) and state.is_main and config.comparison_episodes > 0
+
+    def run(self, state: RunState) -> None:
+        state.recorder.status(phase=self.name)
+        state.baselines["base"] = _play_model(state.model, state.tokenizer, state.plan, "base")
+
+
+class GRPO(Phase):
+    """GRPO with TRL (`training.grpo.build_trainer`), resumable from `checkpoints/grpo/`; saves `final/`."""
+
+    name = "grpo"
+
+    def run(self, state: RunState) -> None:
+        from training.grpo import build_trainer
+
+        plan, config, run, recorder = state.plan, state.config, state.run, state.recorder
+        checkpoint = last_checkpoint(plan.phase_dir("grpo")) if state.resume else None
+        step = _checkpoint_step(checkpoint)
+        if state.resume and state.is_main:
+            _forget_after(run, "grpo", step)
+        # After SFT its last eval measured this very model: GRPO's curve continues from it.
+        callback = RunCallback(recorder, plan, state.tokenizer, stop_event=state.stop_event, phase="grpo",
+                               evaluate_at_start=not config.sft.enabled and checkpoint is None,
+                               last_eval_step=_last_eval_step(run, "grpo", step))
+        trainer = build_trainer(plan, state.model, state.tokenizer, callbacks=[callback])
+        if state.is_main:
+            atomic_write_json(run.file("grpo_config.json"), trainer.args.to_dict())
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        state.stopped = callback.stopped
+        recorder.status(phase="saving")
+        save_final(run, trainer, state.tokenizer, state.is_main,
+                   merge=bool((config.resolved_lora() or {}).get("merge")))
+        if state.stopped:
+            recorder.status("stopped", stopped_at=now_iso(), phase="comparison", final_dir=str(run.final_dir))
+        state.model = _inference_model(trainer.model)
+        del trainer
+
+
+class Comparison(Phase):
+    """Random policy vs the trained model (and the baselines) on the same eval questions with the same seeds; a
+    stopped run plays at most 5."""
+
+    name = "comparison"
+    stoppable = False
+
+    def wanted(self, state: RunState) -> bool:
+        return state.is_main and state.config.comparison_episodes > 0
+
+    def run(self, state: RunState) -> None:
+        state.recorder.status(phase=self.name)
+        n = state.config.comparison_episodes
+        _comparison(state.recorder, state.model, state.tokenizer, state.plan, min(n, 5) if state.stopped else n,
+                    state.baselines.get("base"))
+
+
+def run_phases() -> list[Phase]:
+    """The phases of a run, in order."""
+    return [LoadModel(), WarmStart(), BaseEval(), GRPO(), Comparison()]
+
+
+def _checkpoint_step(checkpoint: Path | None) -> int | None:
+    return int(checkpoint.name.rsplit("-", 1)[1]) if checkpoint is not None else None
+
+
+def _world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
+def _forget_after(run: RunDir, phase: str, step: int | None) -> None:
+    """Drop what a resumed `phase` will write again: its lines after `step` (all of them when it restarts), every
+    later phase's lines, and the comparison."""
+    later = PHASES[PHASES.index(phase) + 1:]
+
+    def keep(record: dict) -> bool:
+        record_phase = record.get("phase", "grpo")
+        if record_phase in later:
+            return False
+        if record_phase != phase:
+            return True
+        return step is not None and isinstance(record.get("step"), (int, float)) and record["step"] <= step
+
+    for kind in ("metrics", "evals", "transcripts"):
+        run.truncate(kind, keep)
+    run.truncate("comparison", lambda record: False)
+
+
+def _last_eval_step(run: RunDir, phase: str, step: int | None) -> int | None:
+    """`step` when the run already holds that phase's eval at `step` (the resumed phase must not repeat it)."""
+    if step is None:
+        return None
+    found = any(e.get("phase", "grpo") == phase and e.get("step") == step for e in run.read("evals"))
+    return step if found else None
+
+
+def _sft_settings(plan: Any):
+    """The warm start's settings: the config's `sft` section, the plan's dataset and precision, checkpoints."""
+    import dataclasses
+
+    from training.sft import SFTSettings
+
+    config = plan.config
+    settings = SFTSettings.from_config(config)
+    return dataclasses.replace(
+        settings, dataset=plan.dataset, output_dir=str(plan.phase_dir("sft")), precision=plan.precision,
+        save_steps=config.resolved_save_steps("sft"), save_total_limit=config.save_total_limit,
+        report_to=list(config.report_to), run_name=config.run_id)
+
+
+def _save_warm_start(plan: Any, model: Any, tokenizer: Any, is_main: bool) -> None:
+    """Keep the warm-started model (`warm_start/`): a resumed run starts GRPO from it, and it is the base that a
+    LoRA adapter and the KL reference refer to (the model's `name_or_path` is pointed at it)."""
+    import shutil
+
+    folder = plan.warm_start_dir
+    if is_main:
+        tmp = plan.run_dir / ".warm_start-tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(tmp, folder)
+        shutil.rmtree(plan.phase_dir("sft"), ignore_errors=True)  # warm_start/ supersedes the SFT checkpoints
+    _point_at_warm_start(model, plan)
+
+
+def _point_at_warm_start(model: Any, plan: Any) -> None:
+    """Where TRL (KL reference) and PEFT (adapter_config's base_model_name_or_path) look for this model's weights."""
+    model.config.name_or_path = model.name_or_path = str(plan.warm_start_dir.resolve())
+
+
+def _inference_model(model: Any) -> Any:
+    """The model to play the comparison with: a LoRA model with its adapter merged (faster generation); a
+    quantized (QLoRA) base keeps its adapter, as 4-bit weights cannot absorb it exactly."""
+    if hasattr(model, "merge_and_unload") and hasattr(model, "peft_config"):
+        if getattr(getattr(model, "config", None), "quantization_config", None) is None:
+            return model.merge_and_unload()
+    return model
+
+
+def _seed_everything(seed: int) -> None:
+    from transformers import set_seed
+
+    set_seed(seed)
+
+
+def _device_kwargs(plan: Any) -> dict[str, Any]:
+    import torch
+
+    device = plan.device
+    # Master weights stay fp32 whatever the precision: bf16/fp16 is autocast (GRPOConfig.bf16/fp16), as TRL does
+    # by default. Pure bf16 weights would round GRPO's ~1e-6 updates away.
+    dtype = torch.float32
+    if _world_size() > 1:
+        device = "cpu"  # the Trainer moves each rank's copy to its own GPU
+    kwargs: dict[str, Any] = {"device": device, "dtype": dtype}
+    if (plan.config.resolved_lora() or {}).get("load_in_4bit"):
+        kwargs["load_in_4bit"] = True  # QLoRA: the frozen base in 4-bit NF4, computing in bf16
+    return kwargs
+
+
+def save_final(run: RunDir, trainer: Any, tokenizer: Any, is_main: bool, model: Any = None,
+                merge: bool = False) -> None:
+    """Save model + tokenizer to a temp folder beside final/, then swap it in (never a half-written final/).
+
+    With a trainer every rank takes part (sharded models are gathered), into one folder the main rank commits. A
+    LoRA model saves its adapter (`adapter_config.json`, `adapter_model.safetensors`); with `merge` the merged model
+    also goes to `final/merged/`.
+    """
+    import shutil
+
+    if trainer is not None:
+        tmp = run.path / ".final-tmp"
+        if is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        trainer.accelerator.wait_for_everyone()
+        trainer.save_model(str(tmp))
+        trainer.accelerator.wait_for_everyone()
+        if not is_main:
+            return
+    else:
+        if not is_main:
+            return
+        tmp = run.final_tmp_dir()
+        model.save_pretrained(str(tmp))
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(tmp))
+    if merge and trainer is not None:
+        import copy
+
+        peft_model = trainer.accelerator.unwrap_model(trainer.model)
+        if hasattr(peft_model, "merge_and_unload"):
+            merged = copy.deepcopy(peft_model).merge_and_unload()
+            merged.save_pretrained(str(tmp / "merged"))
+            if tokenizer is not None:
+                tokenizer.save_pretrained(str(tmp / "merged"))
+            del merged
+    run.commit_final(tmp)
+
+
+def _play_model(model: Any, tokenizer: Any, plan: Any, name: str, n: int | None = None):
+    """The comparison's episodes for `model`: `n` (default `comparison_episodes`) eval questions, the run's seed."""
+    from training.policy import evaluate_model
+
+    config = plan.config
+    return evaluate_model(model, tokenizer, dataset=plan.dataset, split=config.eval_split,
+                          n_episodes=config.comparison_episodes if n is None else n, seed=config.seed,
+                          step_budget=config.step_budget, name=name, max_turn_tokens=config.max_turn_tokens,
+                          enable_thinking=config.enable_thinking)
+
+
+def _comparison(recorder: RunRecorder, model: Any, tokenizer: Any, plan: Any, n: int,
+                base_result: Any) -> None:
+    """Random policy vs the trained model (and the base) on the same eval questions with the same seeds."""
+    from sqlenv.evaluation import evaluate
+    from sqlenv.policies import RandomPolicy
+
+    config = plan.config
+    env = plan.environment(config.eval_split)
+    try:
+        random_result = evaluate(env, RandomPolicy(seed=config.seed), n_episodes=n, seed=config.seed)
+    finally:
+        env.close()
+    trained = _play_model(model, tokenizer, plan, "trained", n)
+    base_episodes = base_result.episodes[:n] if base_result is not None else None
+    for i in range(n):
+        pair = {"kind": "pair", "index": i, "seed": config.seed + i, "split": config.eval_split,
+                "question_id": trained.episodes[i].get("question_id"),
+                "random": random_result.episodes[i], "trained": trained.episodes[i]}
+        if base_episodes is not None and i < len(base_episodes):
+            pair["base"] = base_episodes[i]
+        recorder.append("comparison", pair)
+
+    def scores(result: Any) -> dict[str, Any]:
+        cells = result.breakdown()
+        return {"success_rate": result.success_rate, "avg_reward": result.avg_reward,
+                "avg_steps": result.avg_steps, "explore_rate": result.explore_rate,
+                "n_episodes": result.n_episodes, "success_ci": cells["overall"]["success_ci"],
+                "execution_accuracy": cells["overall"]["execution_accuracy"],
+                "execution_ci": cells["overall"]["execution_ci"], "breakdown": cells}
+
+    summary = {"kind": "summary", "split": config.eval_split, "n_episodes": n, "seed": config.seed,
+               "random": scores(random_result), "trained": scores(trained),
+               "base": scores(type(trained).from_episodes(base_episodes, policy="base")) if base_episodes else None,
+               "base_label": ("SFT warm-start (before GRPO)" if config.sft.enabled else "pretrained (before GRPO)")
+               if base_episodes else None,
+               "time": time.time()}
+    recorder.append("comparison", summary)
