@@ -126,7 +126,7 @@ def warm_start(model, tokenizer, threads: int, trainer_class, settings, eval_epi
 
     import torch
 
-    from training.policy import evaluate_model
+    from training.model_policy import evaluate_model
     from training.sft import run_sft
 
     settings = dataclasses.replace(settings, teacher_error_rate=0.0, logging_steps=10_000)

@@ -6,7 +6,7 @@ A policy is anything with a `name` attribute and two methods (the `Policy` proto
 - `reset(env, observation)` is called once after `env.reset()`, with the first observation;
 - `act(env, observation) -> SQLAction` is called until the episode is done.
 
-The trained-model policy in `training/policy.py` implements the same protocol, so `sqlenv.evaluation.evaluate`
+The trained-model policy in `training/model_policy.py` implements the same protocol, so `sqlenv.evaluation.evaluate`
 plays all of them the same way. The random policy is the floor a learner must beat (≈0% success, under 0.3
 reward); the oracle is the ceiling and the calibration check of the reward layers (≈1.1–1.3 per episode).
 

@@ -309,7 +309,7 @@ def test_model_policy_matches_batched_evaluation(tiny):
     decode the same way: greedy decoding gives the same actions on the same seeds."""
     from sqlenv.environment import SQLEnvironment
     from sqlenv.evaluation import evaluate
-    from training.policy import ModelPolicy, evaluate_model
+    from training.model_policy import ModelPolicy, evaluate_model
 
     model, tokenizer = tiny
     env = SQLEnvironment.from_dataset("builtin", split="eval", step_budget=2)

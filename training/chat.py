@@ -2,7 +2,7 @@
 
 The prompt is rendered with the chat template and the tool schemas; each generated turn is followed by the tool
 result's template tokens, computed like `GRPOTrainer._get_tool_suffix_ids`. So a model trained on one rollout path
-plays the other, and evals (`training.policy`) see what training saw.
+plays the other, and evals (`training.model_policy`) see what training saw.
 """
 
 from __future__ import annotations

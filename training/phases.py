@@ -346,7 +346,7 @@ def save_final(run: RunDir, trainer: Any, tokenizer: Any, is_main: bool, model: 
 
 def _play_model(model: Any, tokenizer: Any, plan: Any, name: str, n: int | None = None):
     """The comparison's episodes for `model`: `n` (default `comparison_episodes`) eval questions, the run's seed."""
-    from training.policy import evaluate_model
+    from training.model_policy import evaluate_model
 
     config = plan.config
     return evaluate_model(model, tokenizer, dataset=plan.dataset, split=config.eval_split,
