@@ -140,16 +140,17 @@ def transcript_html(transcript: dict[str, Any] | None, title: str | None = None,
 def summary_rows(summary: dict[str, Any]) -> list[list[Any]]:
     """Rows [policy, success, avg reward, avg steps, episodes] from a comparison summary record.
 
-    Accepts `{"random": {...}, "trained": {...}, "base": {...}}` (possibly nested under "policies")."""
+    Accepts `{"random": {...}, "trained": {...}, "base": {...}, "zero_shot": {...}}` (possibly nested under
+    "policies")."""
     source = summary.get("policies") if isinstance(summary.get("policies"), dict) else summary
     rows = []
-    for name in ("random", "base", "trained"):
+    for name in ("random", "zero_shot", "base", "trained"):
         stats = source.get(name)
         if isinstance(stats, dict):
             success = as_float(stats.get("success_rate"))
             reward = as_float(stats.get("avg_reward"))
             steps = as_float(stats.get("avg_steps"))
-            label = name
+            label = "zero-shot: pretrained, before any training" if name == "zero_shot" else name
             if name == "base" and summary.get("base_label"):
                 label = f"base: {summary['base_label']}"
             rows.append([

@@ -9,7 +9,10 @@ Layout of ``runs/<run_id>/``::
     metrics.jsonl      one line per TRL log (plus "step" and "time")
     evals.jsonl        {"step", "split", "success_rate", "avg_reward", "avg_steps", "n_episodes", "time"}
     transcripts.jsonl  {"step", "time", "transcript": <sqlenv transcript>}
-    comparison.jsonl   {"kind": "pair", ...} lines, then one {"kind": "summary", ...}
+    comparison.jsonl   {"kind": "pair", ...} lines, then one {"kind": "summary", ...}; each holds "random",
+                       "trained", "base" (the model before GRPO) and, for a warm-started pretrained model,
+                       "zero_shot" (the model before any training)
+    zero_shot.json     {"episodes": [...]}: that zero-shot eval, kept for a resumed run's comparison
     grpo_config.json   the effective trl.GRPOConfig (sft_config.json: the warm start's SFTConfig)
     checkpoints/       sft/ and grpo/checkpoint-<step>/: resumable trainer state (removed once the run completes)
     warm_start/        the model as SFT left it, when SFT ran (GRPO's start, its KL reference, LoRA's base)

@@ -5,7 +5,7 @@ One function for the CLI, the notebook and the dashboard (which calls it in a th
     run_dir = run_training(TrainConfig.from_json("configs/tiny_cpu.json"))
 
 It writes `runs/<run_id>/` (format in `training/run_dir.py`): config.json, status.json (queued → running →
-completed | stopped | failed, with the error message, and a `phase`: loading model, sft, base eval, grpo,
+completed | stopped | failed, with the error message, and a `phase`: loading model, zero-shot eval, sft, base eval, grpo,
 saving, comparison, done), then loads the model (`training.models`), warm-starts
 it with SFT when enabled (`training.sft`), trains with GRPO (`training.grpo.build_trainer`; live files by
 `training.callbacks.RunCallback`), saves `final/` (temp dir, then renamed), and plays the comparison: the
@@ -127,6 +127,15 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
             _point_at_warm_start(model, plan)
         recorder.status(n_parameters=sum(p.numel() for p in model.parameters()))
 
+        zero_shot = None
+        if _wants_zero_shot(config) and is_main:
+            zero_shot = _read_zero_shot(run) if resume else None  # played before the run was interrupted
+            if zero_shot is None and not warm_started:
+                _check_stop(stop_event)
+                recorder.status(phase="zero-shot eval")
+                zero_shot = _play_model(model, tokenizer, plan, "zero-shot")
+                atomic_write_json(run.file(ZERO_SHOT_FILE), {"episodes": zero_shot.episodes})
+
         if config.sft and not warm_started:
             _check_stop(stop_event)
             from training.sft import run_sft
@@ -185,7 +194,7 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
         if is_main and config.comparison_episodes > 0:
             recorder.status(phase="comparison")
             n = min(config.comparison_episodes, 5) if stopped else config.comparison_episodes
-            _comparison(recorder, model, tokenizer, plan, n, base_result)
+            _comparison(recorder, model, tokenizer, plan, n, base_result, zero_shot)
         if not stopped and is_main:
             _remove_checkpoints(plan)  # the run is complete: final/ holds what it made
         recorder.status("stopped" if stopped else "completed", finished_at=now_iso(), phase="done",
@@ -461,9 +470,32 @@ def _play_model(model: Any, tokenizer: Any, plan: Any, name: str, n: int | None 
                           enable_thinking=config.enable_thinking)
 
 
+#: The pretrained model's zero-shot episodes, kept so that a run resumed after its warm start still compares them.
+ZERO_SHOT_FILE = "zero_shot.json"
+
+
+def _wants_zero_shot(config: TrainConfig) -> bool:
+    """Play the pretrained model before its warm start too: the comparison then shows what SFT and GRPO each add.
+
+    Only for pretrained models (the built-in one starts from random weights: its zero-shot is 0%) warm-started by
+    SFT (without a warm start the `base` eval already is the model before any training)."""
+    return (bool(config.compare_base) and bool(config.sft) and not config.is_builtin_model
+            and config.comparison_episodes > 0)
+
+
+def _read_zero_shot(run: RunDir) -> Any:
+    from sqlenv.evaluation import EvaluationResult
+
+    path = run.file(ZERO_SHOT_FILE)
+    if not path.is_file():
+        return None
+    return EvaluationResult.from_episodes(json.loads(path.read_text())["episodes"], policy="zero-shot")
+
+
 def _comparison(recorder: RunRecorder, model: Any, tokenizer: Any, plan: Any, n: int,
-                base_result: Any) -> None:
-    """Random policy vs the trained model (and the base) on the same eval questions with the same seeds."""
+                base_result: Any, zero_shot: Any = None) -> None:
+    """Random policy vs the trained model (and the base, and the pretrained model's zero-shot before its warm
+    start) on the same eval questions with the same seeds."""
     from sqlenv.evaluation import evaluate
     from sqlenv.policies import RandomPolicy
 
@@ -475,12 +507,15 @@ def _comparison(recorder: RunRecorder, model: Any, tokenizer: Any, plan: Any, n:
         env.close()
     trained = _play_model(model, tokenizer, plan, "trained", n)
     base_episodes = base_result.episodes[:n] if base_result is not None else None
+    zero_episodes = zero_shot.episodes[:n] if zero_shot is not None else None
     for i in range(n):
         pair = {"kind": "pair", "index": i, "seed": config.seed + i, "split": config.eval_split,
                 "question_id": trained.episodes[i].get("question_id"),
                 "random": random_result.episodes[i], "trained": trained.episodes[i]}
         if base_episodes is not None and i < len(base_episodes):
             pair["base"] = base_episodes[i]
+        if zero_episodes is not None and i < len(zero_episodes):
+            pair["zero_shot"] = zero_episodes[i]
         recorder.append("comparison", pair)
 
     def scores(result: Any) -> dict[str, float]:
@@ -491,10 +526,19 @@ def _comparison(recorder: RunRecorder, model: Any, tokenizer: Any, plan: Any, n:
     summary = {"kind": "summary", "split": config.eval_split, "n_episodes": n, "seed": config.seed,
                "random": scores(random_result), "trained": scores(trained),
                "base": scores(type(trained).from_episodes(base_episodes, policy="base")) if base_episodes else None,
-               "base_label": ("SFT warm-start (before GRPO)" if config.sft else "pretrained (before GRPO)")
-               if base_episodes else None,
+               "base_label": _base_label(config) if base_episodes else None,
+               "zero_shot": scores(type(trained).from_episodes(zero_episodes, policy="zero-shot"))
+               if zero_episodes else None,
                "time": time.time()}
     recorder.append("comparison", summary)
+
+
+def _base_label(config: TrainConfig) -> str:
+    if config.sft:
+        return "SFT warm-start (before GRPO)"
+    if config.is_builtin_model:
+        return "random init (before GRPO)"
+    return "pretrained, zero-shot (before any training)"
 
 
 def _free_memory() -> None:
@@ -557,7 +601,7 @@ def progress_listener(total_hint: int) -> Listener:
                   f"success={payload['success_rate']:.2f} reward={payload['avg_reward']:.3f} "
                   f"steps={payload['avg_steps']:.1f}", flush=True)
         elif event == "comparison" and payload.get("kind") == "summary":
-            for who in ("random", "base", "trained"):
+            for who in ("random", "zero_shot", "base", "trained"):
                 s = payload.get(who)
                 if s:
                     print(f"[{elapsed:7.1f}s] {who:>8}: success={s['success_rate']:.2f} "
