@@ -3,6 +3,8 @@
     nice python bench/real_model.py --config configs/smollm2_cpu.json            # CPU, built-in data (<= 15 min)
     python bench/real_model.py --config configs/smollm2_spider10_gpu.json        # GPU, spider10 (the issue's target)
     python bench/real_model.py --config configs/smollm2_cpu.json --episodes 4 --set max_steps=2   # a quick check
+    python bench/real_model.py --config configs/smollm2_spider10_gpu.json --minutes 8   # in chunks: stops at a
+    python bench/real_model.py --resume runs/<run_id> --minutes 8                       # checkpoint, then resumes
 
 It runs the config through `training.train.run_training` (what the dashboard's Start and the CLI run) with the
 comparison played on the whole eval split (`comparison_episodes` = its size, or `--episodes`), and reads the figures
@@ -90,10 +92,6 @@ class GenerationMeter:
     def _count_rows(args, kwargs, out) -> int:
         return sum(len(row) for row in out)
 
-    @property
-    def tokens_per_second(self) -> float | None:
-        return round(self.tokens / self.seconds, 1) if self.seconds > 0 else None
-
 
 def eval_split_size(config) -> int:
     from sqlenv.datasets import load_questions, resolve_dataset
@@ -110,24 +108,38 @@ def main(argv: list[str] | None = None) -> int:
                         help="override a TrainConfig field, e.g. --set max_steps=2")
     parser.add_argument("--episodes", type=int, default=None,
                         help="eval episodes of the comparison (default: the whole eval split)")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="stop after this many minutes (at a checkpoint) and print how to resume: for "
+                             "machines lent in short slices")
+    parser.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
+                        help="continue a run this bench stopped (its own config; figures add up across chunks)")
     args = parser.parse_args(argv)
 
     from training.config import ConfigError, TrainConfig
+    from training.run_dir import RunDir
 
     try:
-        config = TrainConfig.from_json(args.config).with_overrides(args.overrides)
-        n = args.episodes if args.episodes is not None else eval_split_size(config)
-        config = config.with_overrides({"comparison_episodes": n, "compare_base": True})
+        if args.resume is not None:
+            if args.overrides or args.episodes is not None:
+                raise ConfigError("--resume uses the run's own config: drop --set/--episodes")
+            if not (args.resume / "config.json").is_file():
+                raise ConfigError(f"--resume {args.resume}: not a run directory (no config.json)")
+            config = TrainConfig.from_dict(RunDir(args.resume).read_config())
+            n = config.comparison_episodes
+        else:
+            config = TrainConfig.from_json(args.config).with_overrides(args.overrides)
+            n = args.episodes if args.episodes is not None else eval_split_size(config)
+            config = config.with_overrides({"comparison_episodes": n, "compare_base": True})
     except (ConfigError, ValueError, FileNotFoundError) as exc:
         print(f"bench/real_model.py: error: {exc}", file=sys.stderr)
         return 2
 
+    import torch
     import transformers
 
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
-    from training.run_dir import RunDir
-    from training.train import progress_listener, run_training
+    from training.train import progress_listener, resume_training, run_training
 
     meter = GenerationMeter()
     meter.install()
@@ -135,30 +147,44 @@ def main(argv: list[str] | None = None) -> int:
     current = {"phase": None, "since": time.perf_counter()}
     printer = progress_listener(config.max_steps)
 
+    def enter(phase: str | None) -> None:
+        now = time.perf_counter()
+        if current["phase"] not in (None, "done", "queued", "resuming"):
+            phases[current["phase"]] = phases.get(current["phase"], 0.0) + now - current["since"]
+        current.update(phase=phase, since=now)
+        (meter.active.set if phase == "grpo" else meter.active.clear)()
+
     def listener(event: str, payload: dict) -> None:
         printer(event, payload)
         phase = payload.get("phase") if event == "status" else None
         if phase and phase != current["phase"]:
-            now = time.perf_counter()
-            if current["phase"] is not None:
-                phases[current["phase"]] = round(phases.get(current["phase"], 0.0) + now - current["since"], 1)
-            current.update(phase=phase, since=now)
-            if phase == "grpo":
-                meter.active.set()
-            else:
-                meter.active.clear()
+            enter(phase)
 
-    import torch
-
+    stop = threading.Event()
+    timer = threading.Timer(args.minutes * 60, stop.set) if args.minutes is not None else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     log(f"--- {config.model} on {config.dataset}: comparison on {n} {config.eval_split} episodes")
     start = time.perf_counter()
-    run = RunDir(run_training(config, listener=listener))
-    total = time.perf_counter() - start
-    listener("status", {"phase": "end"})
-    phases.pop("done", None)
+    try:
+        if args.resume is not None:
+            path = resume_training(args.resume, stop_event=stop, listener=listener)
+        else:
+            path = run_training(config, stop_event=stop, listener=listener)
+    finally:
+        if timer is not None:
+            timer.cancel()
+    enter(None)
+    run = RunDir(path)
+    figures = _add_chunk(run, phases, time.perf_counter() - start, meter)
     status = run.read_status()
+    if status.get("status") == "stopped" and args.minutes is not None:
+        log(f"stopped after {args.minutes} minutes at a checkpoint; continue with: python bench/real_model.py "
+            f"--resume {run.path}" + (f" --minutes {args.minutes}" if args.minutes else ""))
+        return 0
     if status.get("status") != "completed":
         print(f"bench/real_model.py: run ended {status.get('status')}: {status.get('error')}", file=sys.stderr)
         return 1
@@ -180,14 +206,41 @@ def main(argv: list[str] | None = None) -> int:
         "grpo_steps": len(rewards),
         "reward_first_fifth": round(sum(rewards[:fifth]) / fifth, 4) if rewards else None,
         "reward_last_fifth": round(sum(rewards[-fifth:]) / fifth, 4) if rewards else None,
-        "phase_seconds": phases, "total_seconds": round(total, 1),
-        "rollout_generated_tokens": meter.tokens, "rollout_tokens_per_s": meter.tokens_per_second,
-        "peak_gpu_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2) if torch.cuda.is_available()
-        else None,
+        **figures,
         "run_dir": str(run.path),
     }
     log(json.dumps(result))
     return 0
+
+
+BENCH_FILE = "bench_real_model.json"
+
+
+def _add_chunk(run, phases: dict[str, float], seconds: float, meter: GenerationMeter) -> dict:
+    """This invocation's times and token counts added to those of earlier chunks of the same run (kept in the run
+    directory), as the figures to report."""
+    import torch
+
+    from training.run_dir import atomic_write_json
+
+    path = run.file(BENCH_FILE)
+    kept = json.loads(path.read_text()) if path.is_file() else {}
+    total = dict(kept.get("phase_seconds", {}))
+    for phase, value in phases.items():
+        total[phase] = round(total.get(phase, 0.0) + value, 1)
+    peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
+    kept = {
+        "phase_seconds": total,
+        "total_seconds": round(kept.get("total_seconds", 0.0) + seconds, 1),
+        "chunks": kept.get("chunks", 0) + 1,
+        "rollout_generated_tokens": kept.get("rollout_generated_tokens", 0) + meter.tokens,
+        "rollout_generate_seconds": round(kept.get("rollout_generate_seconds", 0.0) + meter.seconds, 2),
+        "peak_gpu_memory_gb": None if peak is None else round(max(peak, kept.get("peak_gpu_memory_gb") or 0.0), 2),
+    }
+    atomic_write_json(path, kept)
+    seconds_generating = kept["rollout_generate_seconds"]
+    return {**kept, "rollout_tokens_per_s": round(kept["rollout_generated_tokens"] / seconds_generating, 1)
+            if seconds_generating > 0 else None}
 
 
 if __name__ == "__main__":
