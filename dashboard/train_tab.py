@@ -17,7 +17,7 @@ import gradio as gr
 
 from dashboard import charts
 from dashboard.context import AppContext, dataset_choices, dataset_splits
-from dashboard.gpu import gpu_readout, has_gpu, readout_html
+from dashboard.gpu import has_gpu, readout_html
 from dashboard.live_plot import LivePlot, live_value
 from dashboard.run_data import RunSnapshot, fmt_duration, progress
 from dashboard.runner import ConfigInvalid, RunnerBusy, build_config
@@ -211,8 +211,8 @@ def status_html(snap: RunSnapshot | None, note: str | None, runner_error: str | 
         steps_text = f'warm start (SFT) step <b>{status["phase_step"]} / {status["phase_total"]}</b>, then {total} GRPO steps'
     error = status.get("error") or (runner_error if state == "failed" else None)
     err = f'<div class="sqe-err-box">{html.escape(str(error))}</div>' if error else ""
-    # While a run trains on a GPU: its memory and the device's utilisation (nothing on CPU).
-    gpu = readout_html(gpu_readout()) if state == "running" and status.get("device") == "cuda" else ""
+    # While a run trains on a GPU: its memory and the device's utilisation, from its heartbeat (nothing on CPU).
+    gpu = readout_html(status.get("gpu")) if state == "running" else ""
     config = snap.config or {}
     parts = (config.get("model") or status.get("model"), config.get("dataset") or status.get("dataset"), phase)
     return (

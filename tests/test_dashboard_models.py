@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from dashboard.gpu import gpu_readout, readout_html
+from dashboard.gpu import readout_html
 from dashboard.run_data import RunSnapshot
 from dashboard.train_tab import PICKER_MODELS, default_values, model_choices, model_config_file, status_html
 from training.config import TrainConfig
@@ -46,6 +46,8 @@ def test_picked_model_loads_its_cpu_config_without_a_gpu_or_without_its_dataset(
 def test_gpu_readout_is_hidden_on_cpu():
     import torch
 
+    from training.gpu import gpu_readout
+
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     assert gpu_readout() is None and readout_html(None) == ""
@@ -53,6 +55,15 @@ def test_gpu_readout_is_hidden_on_cpu():
                        {"model": "smollm2-135m", "dataset": "builtin"}, None)
     bar = status_html(snap, None)
     assert 'id="train-gpu"' not in bar and "smollm2-135m" in bar
+
+
+def test_status_bar_shows_the_gpu_readout_of_a_running_run_only():
+    gpu = {"name": "NVIDIA H100", "allocated_gb": 3.2, "reserved_gb": 4.0, "peak_gb": 5.5, "total_gb": 79.6,
+           "used_gb": None, "utilization": None}
+    running = RunSnapshot("r1", {"status": "running", "phase": "grpo", "device": "cuda", "gpu": gpu}, {}, None)
+    assert 'id="train-gpu"' in status_html(running, None)
+    done = RunSnapshot("r1", {"status": "completed", "phase": "done", "device": "cuda", "gpu": gpu}, {}, None)
+    assert 'id="train-gpu"' not in status_html(done, None)
 
 
 def test_gpu_readout_line_names_memory_and_utilisation():

@@ -107,7 +107,7 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
         previous = run.read_status(default={})
         recorder.status("queued", error=None, phase="resuming", resumes=int(previous.get("resumes") or 0) + 1,
                         resumed_at=now_iso(), finished_at=None, stopped_at=None, **_writer())
-    heartbeat = _Heartbeat(recorder) if is_main else None
+    heartbeat = _Heartbeat(recorder, gpu=plan.device == "cuda") if is_main else None
     started = time.time()
     model = trainer = tokenizer = None
     threads_before = _set_cpu_threads(plan)
@@ -249,10 +249,12 @@ def resume_training(run_dir: str | Path, stop_event: threading.Event | None = No
 
 class _Heartbeat:
     """Stamps `heartbeat_at` into status.json every `HEARTBEAT_SECONDS` while the run's process lives, so readers
-    can tell a live run from one whose process died (`training.run_dir.live_status`)."""
+    can tell a live run from one whose process died (`training.run_dir.live_status`); on a GPU also the memory and
+    utilisation (`status["gpu"]`, `training.gpu.gpu_readout`) that the dashboard's Train tab shows."""
 
-    def __init__(self, recorder: RunRecorder):
+    def __init__(self, recorder: RunRecorder, gpu: bool = False):
         self._recorder = recorder
+        self._gpu = gpu
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="run-heartbeat", daemon=True)
         self._thread.start()
@@ -260,7 +262,12 @@ class _Heartbeat:
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT_SECONDS):
             try:
-                self._recorder.heartbeat()
+                if self._gpu:
+                    from training.gpu import gpu_readout
+
+                    self._recorder.heartbeat(gpu=gpu_readout())
+                else:
+                    self._recorder.heartbeat()
             except Exception:  # noqa: BLE001 - a missed beat is not worth killing the run
                 pass
 
