@@ -149,3 +149,36 @@ def test_run_with_warm_start_compares_zero_shot_and_saves_a_plain_final_model(tm
     result = evaluate_model(model, tokenizer, dataset="builtin", split="eval", n_episodes=1, seed=0, step_budget=2,
                             max_turn_tokens=24)
     assert result.n_episodes == 1 and result.episodes[0]["n_steps"] >= 1
+
+
+@pytest.mark.slow
+def test_real_model_bench_runs_end_to_end_and_in_chunks(tmp_path):
+    """bench/real_model.py on a tiny budget (the built-in model): one JSON line of figures; with --minutes it stops
+    at a checkpoint and --resume finishes the run, the figures adding up across the chunks."""
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT
+
+    def bench(*args):
+        done = subprocess.run([sys.executable, "bench/real_model.py", *args], cwd=REPO_ROOT, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.strip().splitlines()
+
+    small = ["--config", "configs/tiny_cpu.json", "--episodes", "2", "--set", "max_steps=2", "--set",
+             "sft_max_steps=2", "--set", "num_generations=2", "--set", "per_device_train_batch_size=2", "--set",
+             "step_budget=2", "--set", "max_completion_length=96", "--set", "max_turn_tokens=16", "--set",
+             "eval_every=0", "--set", "eval_episodes=0", "--set", "trace_every=0", "--set", "sft_eval_every=0"]
+    figures = json.loads(bench(*small, "--set", f"output_dir={tmp_path / 'one'}")[-1])
+    assert figures["model"] == "builtin:tiny" and figures["device"] == "cpu" and figures["eval_episodes"] == 2
+    assert figures["grpo_steps"] == 2 and figures["reward_first_fifth"] is not None
+    assert figures["warm_start"] is not None and figures["after_grpo"] is not None
+    assert {"sft", "grpo", "comparison"} <= set(figures["phase_seconds"])
+    assert figures["rollout_generated_tokens"] > 0 and figures["rollout_tokens_per_s"] > 0
+    assert figures["peak_gpu_memory_gb"] is None
+
+    lines = bench(*small, "--set", f"output_dir={tmp_path / 'two'}", "--minutes", "0.001")
+    assert lines[-1].startswith("stopped after") and f"--resume {tmp_path / 'two'}" in lines[-1]
+    figures = json.loads(bench("--resume", str(tmp_path / "two"))[-1])
+    assert figures["chunks"] == 2 and figures["grpo_steps"] == 2 and figures["after_grpo"] is not None
