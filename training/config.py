@@ -308,6 +308,13 @@ class TrainConfig:
 
         if not self.model.strip():
             fail("model is empty: use 'builtin:tiny', a Hub name like 'Qwen/Qwen3-0.6B', or a local directory")
+        if self.is_gguf_model:
+            from training.gguf import gguf_path
+
+            try:  # a missing package or file is named before a run starts (the message says what to install)
+                gguf_path(self.model)
+            except FileNotFoundError as exc:
+                fail(f"model: {exc}")
         if self.step_budget < 1:
             fail(f"step_budget must be at least 1 (got {self.step_budget}); 10 is a good start")
         if self.num_generations < 2:
