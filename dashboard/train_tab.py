@@ -27,10 +27,10 @@ MODEL_CHOICES = ["builtin:tiny", "Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B"]
 DEFAULT_CONFIG_FILE = Path("configs/tiny_cpu.json")
 # The picker's models with a config of their own: picking one loads it (the GPU one on a machine with a GPU).
 # (model, parameters, the device it suits, CPU config, GPU config)
+CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
 PICKER_MODELS = [
-    ("builtin:tiny", "0.66M", "CPU", Path("configs/tiny_cpu.json"), None),
-    ("smollm2-135m", "135M", "GPU; CPU slowly", Path("configs/smollm2_cpu.json"),
-     Path("configs/smollm2_spider10_gpu.json")),
+    ("builtin:tiny", "0.66M", "CPU", CONFIGS_DIR / "tiny_cpu.json", None),
+    ("smollm2-135m", "135M", "GPU; CPU slowly", CONFIGS_DIR / "smollm2_cpu.json", CONFIGS_DIR / "smollm2_spider10_gpu.json"),
 ]
 
 # (TrainConfig field, label, kind, help), in form order; consecutive "pair" rows share a line. Every other
