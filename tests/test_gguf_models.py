@@ -129,6 +129,25 @@ def test_one_grpo_step_through_environment_factory(smollm2, tmp_path):
 
 @pytest.mark.slow
 @needs_smollm2
+def test_kl_reference_of_a_gguf_model_is_built_from_a_plain_copy(smollm2, tmp_path):
+    """TRL builds the KL reference with from_pretrained(name_or_path), which cannot read a GGUF file: the run keeps a
+    plain copy of the model (`base_model/`) for it, holding the policy's weights."""
+    import torch
+
+    from training.grpo import build_trainer
+    from training_helpers import small_train_config
+
+    model, tokenizer = smollm2
+    config = small_train_config(tmp_path, model="smollm2-135m", max_steps=1, beta=0.04, max_completion_length=64,
+                                max_turn_tokens=24)
+    trainer = build_trainer(config, model, tokenizer)
+    assert (tmp_path / "run" / "base_model" / "model.safetensors").exists()
+    assert torch.equal(trainer.ref_model.get_input_embeddings().weight.cpu(),
+                       model.get_input_embeddings().weight.detach().cpu())
+
+
+@pytest.mark.slow
+@needs_smollm2
 def test_run_with_warm_start_compares_zero_shot_and_saves_a_plain_final_model(tmp_path):
     """A whole run of smollm2-135m: zero-shot eval, a one-step warm start, one GRPO step, final/, the comparison
     with the zero-shot model and the warm start beside random and trained; final/ then plays an eval episode."""

@@ -16,6 +16,8 @@ Layout of ``runs/<run_id>/``::
     grpo_config.json   the effective trl.GRPOConfig (sft_config.json: the warm start's SFTConfig)
     checkpoints/       sft/ and grpo/checkpoint-<step>/: resumable trainer state (removed once the run completes)
     warm_start/        the model as SFT left it, when SFT ran (GRPO's start, its KL reference, LoRA's base)
+    base_model/        a plain copy of a GGUF model, when GRPO needs a KL reference without a warm start (TRL loads
+                       the reference with from_pretrained, which cannot read GGUF)
     tracker/           file-based trackers' logs (TensorBoard), when report_to asks for them
     final/             model + tokenizer, or with LoRA the adapter (adapter_config.json) and, on request, merged/
 
