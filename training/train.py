@@ -5,8 +5,8 @@ One function for the CLI, the notebook and the dashboard (which calls it in a th
     run_dir = run_training(TrainConfig.from_json("configs/tiny_cpu.json"))
 
 It writes `runs/<run_id>/` (format in `training/run_dir.py`): config.json, status.json (queued → running →
-completed | stopped | failed, with the error message, and a `phase`: loading model, zero-shot eval, sft, base eval, grpo,
-saving, comparison, done), then loads the model (`training.models`), warm-starts
+completed | stopped | failed, with the error message, and a `phase`: loading model, zero-shot eval, sft, base
+eval, grpo, saving, comparison, done), then loads the model (`training.models`), warm-starts
 it with SFT when enabled (`training.sft`), trains with GRPO (`training.grpo.build_trainer`; live files by
 `training.callbacks.RunCallback`), saves `final/` (temp dir, then renamed), and plays the comparison: the
 random policy, the trained model (and the model as GRPO found it, when cheap) on the same eval questions with
@@ -611,7 +611,7 @@ def progress_listener(total_hint: int) -> Listener:
             for who in ("random", "zero_shot", "base", "trained"):
                 s = payload.get(who)
                 if s:
-                    print(f"[{elapsed:7.1f}s] {who:>8}: success={s['success_rate']:.2f} "
+                    print(f"[{elapsed:7.1f}s] {who:>9}: success={s['success_rate']:.2f} "
                           f"reward={s['avg_reward']:.3f} steps={s['avg_steps']:.1f}", flush=True)
 
     return listener
