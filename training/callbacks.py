@@ -82,12 +82,13 @@ class RunRecorder:
         self._notify("status", record)
         return record
 
-    def heartbeat(self) -> None:
-        """Stamp `heartbeat_at` (epoch seconds) into status.json without notifying the listener: a beat is not news."""
+    def heartbeat(self, **fields: Any) -> None:
+        """Stamp `heartbeat_at` (epoch seconds), and `fields` (e.g. the GPU readout), into status.json without
+        notifying the listener: a beat is not news."""
         if not self.is_main:
             return
         with self._lock:
-            self.run.write_status(heartbeat_at=time.time())
+            self.run.write_status(heartbeat_at=time.time(), **fields)
 
     def config(self, config: dict) -> None:
         if self.is_main:

@@ -78,11 +78,11 @@ def progress_listener(total_hint: int) -> Listener:
                   f"success={payload['success_rate']:.2f} reward={payload['avg_reward']:.3f} "
                   f"steps={payload['avg_steps']:.1f}", flush=True)
         elif event == "comparison" and payload.get("kind") == "summary":
-            for who in ("random", "base", "trained"):
+            for who in ("random", "zero_shot", "base", "trained"):
                 s = payload.get(who)
                 if s:
                     ex = s.get("execution_accuracy")
-                    print(f"[{elapsed:7.1f}s] {who:>8}: success={s['success_rate']:.2f} "
+                    print(f"[{elapsed:7.1f}s] {who:>9}: success={s['success_rate']:.2f} "
                           f"EX={'-' if ex is None else f'{ex:.2f}'} "
                           f"reward={s['avg_reward']:.3f} steps={s['avg_steps']:.1f}", flush=True)
 

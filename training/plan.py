@@ -60,7 +60,9 @@ def is_hub_model(model: str) -> bool:
     """A Hub id (not built-in, not a local path): a real pretrained model with its size and habits."""
     import os
 
-    if model.startswith("builtin:") or model.startswith((".", "/", "~")):
+    from training.gguf import is_gguf_model
+
+    if model.startswith("builtin:") or model.startswith((".", "/", "~")) or is_gguf_model(model):
         return False
     return not os.path.exists(os.path.expanduser(model))
 
@@ -69,7 +71,8 @@ def check_config(config: Any) -> None:
     """Check what a `TrainConfig`'s values alone cannot: the world they name. Raises `ConfigError` naming the field
     and what to change, as the config's own checks do; reads files and imports TRL, but writes nothing.
 
-    Checked: the dataset exists and has `train_split` and `eval_split`; `grpo` and `sft.args` are fields of TRL's
+    Checked: a GGUF model's file is there (`smollm2-135m`: its package is installed); the dataset exists and has
+    `train_split` and `eval_split`; `grpo` and `sft.args` are fields of TRL's
     `GRPOConfig` / `SFTConfig` that TRL accepts; each `report_to` tracker is installed; a Hub model's
     `max_completion_length` fits a multi-turn episode; `device="cuda"` has a GPU; QLoRA has bitsandbytes.
     """
@@ -77,6 +80,13 @@ def check_config(config: Any) -> None:
 
     from training.config import ConfigError
 
+    if config.is_gguf_model:
+        from training.gguf import gguf_path
+
+        try:  # a missing package or file is named before a run starts (the message says what to install)
+            gguf_path(config.model)
+        except FileNotFoundError as exc:
+            raise ConfigError(f"model: {exc}") from None
     _check_dataset(config)
     _check_passthrough("grpo", config.grpo)
     _check_passthrough("sft.args", config.sft.args)

@@ -10,11 +10,16 @@ Layout of ``runs/<run_id>/``::
     evals.jsonl        {"step", "split", "success_rate", "avg_reward", "avg_steps", "n_episodes", "time",
                        "execution_accuracy", "breakdown": sqlenv.breakdown cells (runs before EX lack the last two)}
     transcripts.jsonl  {"step", "time", "transcript": <sqlenv transcript>}
-    comparison.jsonl   {"kind": "pair", ...} lines, then one {"kind": "summary", ...} (each policy's scores with
-                       success_ci, execution_accuracy, execution_ci and breakdown since EX exists)
+    comparison.jsonl   {"kind": "pair", ...} lines, then one {"kind": "summary", ...}; each holds "random",
+                       "trained", "base" (the model before GRPO) and, for a warm-started pretrained model,
+                       "zero_shot" (the model before any training); the summary's scores carry success_ci,
+                       execution_accuracy, execution_ci and breakdown since EX exists
+    zero_shot.json     {"episodes": [...]}: that zero-shot eval, kept for a resumed run's comparison
     grpo_config.json   the effective trl.GRPOConfig (sft_config.json: the warm start's SFTConfig)
     checkpoints/       sft/ and grpo/checkpoint-<step>/: resumable trainer state (removed once the run completes)
     warm_start/        the model as SFT left it, when SFT ran (GRPO's start, its KL reference, LoRA's base)
+    base_model/        a plain copy of a GGUF model, when GRPO needs a KL reference without a warm start (TRL loads
+                       the reference with from_pretrained, which cannot read GGUF)
     tracker/           file-based trackers' logs (TensorBoard), when report_to asks for them
     final/             model + tokenizer, or with LoRA the adapter (adapter_config.json) and, on request, merged/
 

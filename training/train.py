@@ -5,8 +5,8 @@ One function for the CLI, the notebook and the dashboard (which calls it in a th
     run_dir = run_training(TrainConfig.from_json("configs/tiny_cpu.json"))
 
 It writes `runs/<run_id>/` (format in `training/run_dir.py`): config.json, status.json (queued → running →
-completed | stopped | failed, with the error message, and a `phase`: loading model, sft, base eval, grpo,
-saving, comparison, done), then plays the run's phases in order (`training.phases`): load the model
+completed | stopped | failed, with the error message, and a `phase`: loading model, zero-shot eval, sft, base
+eval, grpo, saving, comparison, done), then plays the run's phases in order (`training.phases`): load the model
 (`training.models`), warm-start it with SFT when enabled (`training.sft`), play the model before GRPO when it is
 compared, train with GRPO (`training.grpo.build_trainer`; live files by `training.callbacks.RunCallback`) and save
 `final/` (temp dir, then renamed), and play the comparison: the random policy, the trained model (and the model as
@@ -101,7 +101,7 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
         previous = run.read_status(default={})
         recorder.status("queued", error=None, phase="resuming", resumes=int(previous.get("resumes") or 0) + 1,
                         resumed_at=now_iso(), finished_at=None, stopped_at=None, **_writer())
-    heartbeat = _Heartbeat(recorder) if is_main else None
+    heartbeat = _Heartbeat(recorder, gpu=plan.device == "cuda") if is_main else None
     started = time.time()
     state = RunState(plan, run, recorder, stop_event=stop_event, resume=resume, is_main=is_main)
     threads_before = _set_cpu_threads(plan)
@@ -169,10 +169,12 @@ def resume_training(run_dir: str | Path, stop_event: threading.Event | None = No
 
 class _Heartbeat:
     """Stamps `heartbeat_at` into status.json every `HEARTBEAT_SECONDS` while the run's process lives, so readers
-    can tell a live run from one whose process died (`training.run_dir.live_status`)."""
+    can tell a live run from one whose process died (`training.run_dir.live_status`); on a GPU also the memory and
+    utilisation (`status["gpu"]`, `training.gpu.gpu_readout`) that the dashboard's Train tab shows."""
 
-    def __init__(self, recorder: RunRecorder):
+    def __init__(self, recorder: RunRecorder, gpu: bool = False):
         self._recorder = recorder
+        self._gpu = gpu
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="run-heartbeat", daemon=True)
         self._thread.start()
@@ -180,7 +182,12 @@ class _Heartbeat:
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT_SECONDS):
             try:
-                self._recorder.heartbeat()
+                if self._gpu:
+                    from training.gpu import gpu_readout
+
+                    self._recorder.heartbeat(gpu=gpu_readout())
+                else:
+                    self._recorder.heartbeat()
             except Exception:  # noqa: BLE001 - a missed beat is not worth killing the run
                 pass
 
@@ -255,6 +262,14 @@ def _shared_across_ranks(config: TrainConfig) -> TrainConfig:
 
 
 
+
+
+def _base_label(config: TrainConfig) -> str:
+    if config.sft:
+        return "SFT warm-start (before GRPO)"
+    if config.is_builtin_model:
+        return "random init (before GRPO)"
+    return "pretrained, zero-shot (before any training)"
 
 
 def _free_memory() -> None:

@@ -1,0 +1,247 @@
+"""A real pretrained model through the whole pipeline: zero-shot, warm start, GRPO, on the full eval split.
+
+    nice python bench/real_model.py --config configs/smollm2_cpu.json            # CPU, built-in data (<= 15 min)
+    python bench/real_model.py --config configs/smollm2_spider10_gpu.json        # GPU, spider10 (the issue's target)
+    python bench/real_model.py --config configs/smollm2_cpu.json --episodes 4 --set max_steps=2   # a quick check
+    python bench/real_model.py --config configs/smollm2_spider10_gpu.json --minutes 8   # in chunks: stops at a
+    python bench/real_model.py --resume runs/<run_id> --minutes 8                       # checkpoint, then resumes
+
+It runs the config through `training.train.run_training` (what the dashboard's Start and the CLI run) with the
+comparison played on the whole eval split (`comparison_episodes` = its size, or `--episodes`), and reads the figures
+back from the run directory: eval success of the pretrained model before any training (zero-shot), after its warm
+start (when the config has one) and after GRPO, beside the random policy; the GRPO reward (mean of the first and the
+last fifth of the steps); wall time per phase (from the run's status changes); generated tokens per second during
+GRPO's rollouts (every `generate` call made while the GRPO phase runs, timed and counted: new tokens that are not
+padding); peak GPU memory. Targets of the GPU recipe (issue 18, one H100, spider10's 203 eval questions): after
+GRPO >= 30% success and >= 5 points over the warm start (or zero-shot), all-in <= 30 min, rollouts >= 5,000
+generated tokens/s. The last line printed is one JSON object with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+DEFAULT_CONFIG = REPO / "configs" / "smollm2_cpu.json"
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+class GenerationMeter:
+    """Counts the tokens generated, and the seconds spent generating, while `active` is set.
+
+    It wraps the two places every rollout generates through: transformers' `GenerationMixin.generate` (TRL's tool
+    loop) and `training.episodes.generate_new_tokens` (the batched rollout and evals). Nested calls (the batched
+    decoder falling back to `generate`) are counted once, by the outermost.
+    """
+
+    def __init__(self):
+        self.active = threading.Event()
+        self.tokens = 0
+        self.seconds = 0.0
+        self._depth = threading.local()
+
+    def install(self) -> None:
+        import training.episodes
+        from transformers.generation.utils import GenerationMixin
+
+        GenerationMixin.generate = self._wrap(GenerationMixin.generate, self._count_generate)
+        training.episodes.generate_new_tokens = self._wrap(training.episodes.generate_new_tokens, self._count_rows)
+
+    def _wrap(self, function, count):
+        meter = self
+
+        @functools.wraps(function)
+        def timed(*args, **kwargs):
+            depth = getattr(meter._depth, "n", 0)
+            if depth or not meter.active.is_set():
+                return function(*args, **kwargs)
+            meter._depth.n = depth + 1
+            start = time.perf_counter()
+            try:
+                out = function(*args, **kwargs)
+            finally:
+                meter._depth.n = depth
+            meter.seconds += time.perf_counter() - start
+            meter.tokens += count(args, kwargs, out)
+            return out
+
+        return timed
+
+    @staticmethod
+    def _count_generate(args, kwargs, out) -> int:
+        model = args[0]
+        sequences = getattr(out, "sequences", out)
+        prompt = kwargs.get("input_ids", args[1] if len(args) > 1 else None)
+        if prompt is None or not hasattr(sequences, "shape"):
+            return 0
+        new = sequences[:, prompt.shape[1]:]
+        pad = getattr(model.generation_config, "pad_token_id", None)
+        return int((new != pad).sum()) if pad is not None else int(new.numel())
+
+    @staticmethod
+    def _count_rows(args, kwargs, out) -> int:
+        return sum(len(row) for row in out)
+
+
+def eval_split_size(config) -> int:
+    from sqlenv.datasets import load_questions, resolve_dataset
+
+    info = resolve_dataset(config.dataset, data_root=config.data_dir)
+    return len(load_questions(info.questions_path(config.eval_split)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
+                        help="the recipe (default configs/smollm2_cpu.json)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a TrainConfig field, e.g. --set max_steps=2")
+    parser.add_argument("--episodes", type=int, default=None,
+                        help="eval episodes of the comparison (default: the whole eval split)")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="stop after this many minutes (at a checkpoint) and print how to resume: for "
+                             "machines lent in short slices")
+    parser.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
+                        help="continue a run this bench stopped (its own config; figures add up across chunks)")
+    args = parser.parse_args(argv)
+
+    from training.config import ConfigError, TrainConfig
+    from training.run_dir import RunDir
+
+    try:
+        if args.resume is not None:
+            if args.overrides or args.episodes is not None:
+                raise ConfigError("--resume uses the run's own config: drop --set/--episodes")
+            if not (args.resume / "config.json").is_file():
+                raise ConfigError(f"--resume {args.resume}: not a run directory (no config.json)")
+            config = TrainConfig.from_dict(RunDir(args.resume).read_config())
+            n = config.comparison_episodes
+        else:
+            config = TrainConfig.from_json(args.config).with_overrides(args.overrides)
+            n = args.episodes if args.episodes is not None else eval_split_size(config)
+            config = config.with_overrides({"comparison_episodes": n, "compare_base": True})
+    except (ConfigError, ValueError, FileNotFoundError) as exc:
+        print(f"bench/real_model.py: error: {exc}", file=sys.stderr)
+        return 2
+
+    import torch
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    from training.train import progress_listener, resume_training, run_training
+
+    meter = GenerationMeter()
+    meter.install()
+    phases: dict[str, float] = {}
+    current = {"phase": None, "since": time.perf_counter()}
+    printer = progress_listener(config.max_steps)
+
+    def enter(phase: str | None) -> None:
+        now = time.perf_counter()
+        if current["phase"] not in (None, "done", "queued", "resuming"):
+            phases[current["phase"]] = phases.get(current["phase"], 0.0) + now - current["since"]
+        current.update(phase=phase, since=now)
+        (meter.active.set if phase == "grpo" else meter.active.clear)()
+
+    def listener(event: str, payload: dict) -> None:
+        printer(event, payload)
+        phase = payload.get("phase") if event == "status" else None
+        if phase and phase != current["phase"]:
+            enter(phase)
+
+    stop = threading.Event()
+    timer = threading.Timer(args.minutes * 60, stop.set) if args.minutes is not None else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    log(f"--- {config.model} on {config.dataset}: comparison on {n} {config.eval_split} episodes")
+    start = time.perf_counter()
+    try:
+        if args.resume is not None:
+            path = resume_training(args.resume, stop_event=stop, listener=listener)
+        else:
+            path = run_training(config, stop_event=stop, listener=listener)
+    finally:
+        if timer is not None:
+            timer.cancel()
+    enter(None)
+    run = RunDir(path)
+    figures = _add_chunk(run, phases, time.perf_counter() - start, meter)
+    status = run.read_status()
+    if status.get("status") == "stopped" and args.minutes is not None:
+        log(f"stopped after {args.minutes} minutes at a checkpoint; continue with: python bench/real_model.py "
+            f"--resume {run.path}" + (f" --minutes {args.minutes}" if args.minutes else ""))
+        return 0
+    if status.get("status") != "completed":
+        print(f"bench/real_model.py: run ended {status.get('status')}: {status.get('error')}", file=sys.stderr)
+        return 1
+    summary = next(r for r in reversed(run.read("comparison")) if r.get("kind") == "summary")
+    rewards = [m["reward"] for m in run.read("metrics") if m.get("phase", "grpo") == "grpo" and "reward" in m]
+    fifth = max(1, len(rewards) // 5)
+
+    def success(key: str) -> float | None:
+        return summary[key]["success_rate"] if summary.get(key) else None
+
+    warm = bool(config.resolved_sft().enabled)
+    result = {
+        "model": config.model, "dataset": config.dataset, "device": status.get("device"),
+        "n_parameters": status.get("n_parameters"), "eval_split": config.eval_split, "eval_episodes": n,
+        "random": success("random"),
+        "zero_shot": success("zero_shot") if warm else success("base"),
+        "warm_start": success("base") if warm else None,
+        "after_grpo": success("trained"),
+        "grpo_steps": len(rewards),
+        "reward_first_fifth": round(sum(rewards[:fifth]) / fifth, 4) if rewards else None,
+        "reward_last_fifth": round(sum(rewards[-fifth:]) / fifth, 4) if rewards else None,
+        **figures,
+        "run_dir": str(run.path),
+    }
+    log(json.dumps(result))
+    return 0
+
+
+BENCH_FILE = "bench_real_model.json"
+
+
+def _add_chunk(run, phases: dict[str, float], seconds: float, meter: GenerationMeter) -> dict:
+    """This invocation's times and token counts added to those of earlier chunks of the same run (kept in the run
+    directory), as the figures to report."""
+    import torch
+
+    from training.run_dir import atomic_write_json
+
+    path = run.file(BENCH_FILE)
+    kept = json.loads(path.read_text()) if path.is_file() else {}
+    total = dict(kept.get("phase_seconds", {}))
+    for phase, value in phases.items():
+        total[phase] = round(total.get(phase, 0.0) + value, 1)
+    peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
+    kept = {
+        "phase_seconds": total,
+        "total_seconds": round(kept.get("total_seconds", 0.0) + seconds, 1),
+        "chunks": kept.get("chunks", 0) + 1,
+        "rollout_generated_tokens": kept.get("rollout_generated_tokens", 0) + meter.tokens,
+        "rollout_generate_seconds": round(kept.get("rollout_generate_seconds", 0.0) + meter.seconds, 2),
+        "peak_gpu_memory_gb": None if peak is None else round(max(peak, kept.get("peak_gpu_memory_gb") or 0.0), 2),
+    }
+    atomic_write_json(path, kept)
+    seconds_generating = kept["rollout_generate_seconds"]
+    return {**kept, "rollout_tokens_per_s": round(kept["rollout_generated_tokens"] / seconds_generating, 1)
+            if seconds_generating > 0 else None}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""The Train form's model picker, its configs, and the GPU readout (hidden without a GPU)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dashboard.gpu import readout_html
+from dashboard.run_data import RunSnapshot
+from dashboard.train_tab import PICKER_MODELS, default_values, model_choices, model_config_file, status_html
+from training.config import TrainConfig
+from training.gguf import PACKAGED_MODELS
+
+
+def test_picker_lists_models_with_size_and_device():
+    choices = dict((value, label) for label, value in model_choices())
+    assert "0.66M parameters, CPU" in choices["builtin:tiny"]
+    if PACKAGED_MODELS["smollm2-135m"].installed():
+        assert "135M parameters, GPU" in choices["smollm2-135m"]
+    else:
+        assert "smollm2-135m" not in choices
+
+
+@pytest.mark.parametrize("name", [name for name, *_ in PICKER_MODELS])
+def test_each_picker_model_has_valid_configs_for_itself(name, tmp_path):
+    if name in PACKAGED_MODELS and not PACKAGED_MODELS[name].installed():
+        pytest.skip(f"{name} is not installed: {PACKAGED_MODELS[name].install_command}")
+    _, _, _, cpu_file, gpu_file = next(m for m in PICKER_MODELS if m[0] == name)
+    for path in (cpu_file, gpu_file):
+        if path is None:
+            continue
+        values = json.loads(path.read_text())
+        assert values["model"] == name
+        if values["dataset"] == "builtin":
+            TrainConfig.from_json(path)  # validates every field (spider10 needs its data prepared)
+
+
+def test_picked_model_loads_its_cpu_config_without_a_gpu_or_without_its_dataset(tmp_path):
+    assert model_config_file("builtin:tiny", gpu=False) == PICKER_MODELS[0][3]
+    assert model_config_file("smollm2-135m", gpu=False).name == "smollm2_cpu.json"
+    # On a GPU machine whose data folder lacks spider10, the GPU recipe cannot run: the CPU config is loaded.
+    assert model_config_file("smollm2-135m", gpu=True, data_root=tmp_path).name == "smollm2_cpu.json"
+    assert model_config_file("Qwen/Qwen3-0.6B", gpu=True) is None
+    assert default_values(model_config_file("smollm2-135m", gpu=False))["model"] == "smollm2-135m"
+
+
+def test_gpu_readout_is_hidden_on_cpu():
+    import torch
+
+    from training.gpu import gpu_readout
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert gpu_readout() is None and readout_html(None) == ""
+    snap = RunSnapshot("r1", {"status": "running", "phase": "grpo", "device": "cpu", "step": 1, "total_steps": 2},
+                       {"model": "smollm2-135m", "dataset": "builtin"}, None)
+    bar = status_html(snap, None)
+    assert 'id="train-gpu"' not in bar and "smollm2-135m" in bar
+
+
+def test_status_bar_shows_the_gpu_readout_of_a_running_run_only():
+    gpu = {"name": "NVIDIA H100", "allocated_gb": 3.2, "reserved_gb": 4.0, "peak_gb": 5.5, "total_gb": 79.6,
+           "used_gb": None, "utilization": None}
+    running = RunSnapshot("r1", {"status": "running", "phase": "grpo", "device": "cuda", "gpu": gpu}, {}, None)
+    assert 'id="train-gpu"' in status_html(running, None)
+    done = RunSnapshot("r1", {"status": "completed", "phase": "done", "device": "cuda", "gpu": gpu}, {}, None)
+    assert 'id="train-gpu"' not in status_html(done, None)
+
+
+def test_gpu_readout_line_names_memory_and_utilisation():
+    line = readout_html({"name": "NVIDIA H100", "allocated_gb": 3.2, "reserved_gb": 4.0, "peak_gb": 5.5,
+                         "total_gb": 79.6, "used_gb": 6.1, "utilization": 87.0})
+    assert 'id="train-gpu"' in line and 'data-utilization="87"' in line
+    assert "3.2 GiB allocated (peak 5.5, reserved 4.0) of 80 GiB" in line and "utilisation 87%" in line

