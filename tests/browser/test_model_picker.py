@@ -27,8 +27,8 @@ def test_picking_smollm2_loads_its_cpu_config_and_back(dashboard, page, screensh
     page.wait_for_function("() => document.querySelector('#train-status') !== null")
     tiny_steps = field_value(page, "max_steps")
     pick_model(page, "smollm2-135m")
-    # No GPU here: the CPU config (3 GRPO steps, step budget 4, lr 1e-5) fills the form.
-    page.wait_for_function("() => document.querySelector('#cfg-max_steps input')?.value === '3'")
+    # No GPU here: the CPU config (4 GRPO steps, step budget 4, lr 1e-5) fills the form.
+    page.wait_for_function("() => document.querySelector('#cfg-max_steps input')?.value === '4'")
     assert field_value(page, "step_budget") == "4" and field_value(page, "learning_rate") == "1e-05"
     screenshot(page, "train_model_picker_smollm2")
     pick_model(page, "builtin:tiny")
