@@ -40,7 +40,8 @@ def log(message: str) -> None:
 def run_once(config, label: str) -> dict:
     """Train `config` through the dashboard's entry point; the figures read back from its run directory."""
     from training.run_dir import RunDir
-    from training.train import progress_listener, run_training
+    from training.cli import progress_listener
+    from training.train import run_training
 
     log(f"--- {label}: {config.run_id}")
     start = time.perf_counter()

@@ -139,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
 
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
-    from training.train import progress_listener, resume_training, run_training
+    from training.cli import progress_listener
+    from training.train import resume_training, run_training
 
     meter = GenerationMeter()
     meter.install()
