@@ -175,3 +175,41 @@ def test_runs_cli_table_and_errors(tmp_path):
         bad = subprocess.run([sys.executable, "-m", "training.runs", *args], cwd=REPO, capture_output=True,
                              text=True, timeout=120)
         assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
+@pytest.mark.slow
+def test_a_pretrained_models_zero_shot_eval_is_played_once_and_read_back_on_resume(tmp_path, tiny):
+    """A model that is not built in (here the tiny model saved to a folder, standing for a pretrained one) and is
+    warm-started gets a zero-shot eval before its warm start, kept in zero_shot.json; a run stopped in GRPO and
+    resumed reads it back (not played again) and compares it beside random, base and trained."""
+    from training.phases import ZERO_SHOT_FILE
+    from training.run_dir import RunDir
+    from training.train import resume_training, run_training
+
+    model, tokenizer = tiny
+    pretrained = tmp_path / "pretrained"
+    model.save_pretrained(str(pretrained))
+    tokenizer.save_pretrained(str(pretrained))
+    stop = threading.Event()
+
+    def listener(event, payload):
+        if event == "metrics" and payload.get("phase") == "grpo" and payload["step"] == 1:
+            stop.set()
+
+    values = _small(tmp_path, model=str(pretrained), compare_base=True)
+    path = run_training(values, stop_event=stop, listener=listener)
+    run = RunDir(path)
+    assert run.read_status()["status"] == "stopped"
+    zero_shot = run.file(ZERO_SHOT_FILE)
+    played = json.loads(zero_shot.read_text())["episodes"]
+    assert len(played) == values["comparison_episodes"]
+    before = zero_shot.stat().st_mtime_ns
+    phases = []
+    resume_training(path, listener=lambda event, payload: phases.append(payload.get("phase")))
+    assert run.read_status()["status"] == "completed"
+    assert "zero-shot eval" not in phases and zero_shot.stat().st_mtime_ns == before  # read back, not replayed
+    summary = next(r for r in run.read("comparison") if r["kind"] == "summary")
+    assert summary["zero_shot"]["n_episodes"] == values["comparison_episodes"]
+    assert summary["base_label"] == "SFT warm-start (before GRPO)"
+    pairs = [r for r in run.read("comparison") if r["kind"] == "pair"]
+    assert [p["zero_shot"]["question_id"] for p in pairs] == [e["question_id"] for e in played]
