@@ -1,6 +1,6 @@
 """Episodes per second of `--policy openai` with one episode in flight against eight, on a local endpoint.
 
-One invocation: a model is served on 127.0.0.1 by `python -m training.openai_server` (a child process, which
+One invocation: a model is served on 127.0.0.1 by `python -m training.generation.openai_server` (a child process, which
 decodes concurrent requests in one batch as serving engines do), and the same evaluation — the same episodes,
 `sqlenv.concurrent_evaluation.evaluate_concurrently` with `OpenAIPolicy` — runs once per `--concurrency` value,
 in this process, after a short warm-up. By default the model is the built-in tiny model warm-started here for
@@ -46,7 +46,7 @@ def _load() -> str:
 def warm_started_model(folder: Path, steps: int, device: str | None) -> Path:
     """The built-in tiny model after `steps` SFT steps on oracle episodes, saved in `folder`."""
     from training.models import load_model_and_tokenizer
-    from training.sft import SFTSettings, run_sft
+    from training.warm_start import SFTSettings, run_sft
 
     model, tokenizer = load_model_and_tokenizer("builtin:tiny", device=device)
     run_sft(model, tokenizer, SFTSettings(max_steps=steps, batch_size=4, learning_rate=3e-3, episodes=400,
@@ -97,7 +97,7 @@ def main() -> None:
             started = time.perf_counter()
             model = str(warm_started_model(Path(tmp) / "tiny-sft", args.sft_steps, args.device))
             print(f"warm-started the tiny model: {args.sft_steps} SFT steps in {time.perf_counter() - started:.1f} s")
-        command = [sys.executable, "-m", "training.openai_server", "--model", model, "--served-name", "bench",
+        command = [sys.executable, "-m", "training.generation.openai_server", "--model", model, "--served-name", "bench",
                    "--port", "{port}", "--threads", str(args.threads), "--max-batch", str(max(levels))]
         if args.device:
             command += ["--device", args.device]

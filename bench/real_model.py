@@ -40,7 +40,7 @@ class GenerationMeter:
     """Counts the tokens generated, and the seconds spent generating, while `active` is set.
 
     It wraps the two places every rollout generates through: transformers' `GenerationMixin.generate` (TRL's tool
-    loop) and `training.episodes.generate_new_tokens` (the batched rollout and evals). Nested calls (the batched
+    loop) and `training.generation.episodes.generate_new_tokens` (the batched rollout and evals). Nested calls (the batched
     decoder falling back to `generate`) are counted once, by the outermost.
     """
 
@@ -51,11 +51,11 @@ class GenerationMeter:
         self._depth = threading.local()
 
     def install(self) -> None:
-        import training.episodes
+        import training.generation.episodes
         from transformers.generation.utils import GenerationMixin
 
         GenerationMixin.generate = self._wrap(GenerationMixin.generate, self._count_generate)
-        training.episodes.generate_new_tokens = self._wrap(training.episodes.generate_new_tokens, self._count_rows)
+        training.generation.episodes.generate_new_tokens = self._wrap(training.generation.episodes.generate_new_tokens, self._count_rows)
 
     def _wrap(self, function, count):
         meter = self

@@ -2,7 +2,7 @@
 
     python bench/rollout_throughput.py [--episodes 32] [--step-budget 3] [--turn-tokens 32] [--model DIR]
 
-Both sides call the real `training.rollout.BatchedRollout` through a real GRPOTrainer (rollout path): once with
+Both sides call the real `training.grpo.rollout.BatchedRollout` through a real GRPOTrainer (rollout path): once with
 all episodes in one call (one `generate` per turn for every live episode), once per episode. Same prompts, same
 model, same generation settings. Prints episodes/s of both, the ratio (target >= 4x), and generated tokens
 (so unequal episode lengths would show). The last line is one JSON object with the figures.

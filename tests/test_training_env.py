@@ -10,9 +10,9 @@ import pytest
 from sqlenv.datasets import load_questions
 from sqlenv.types import SQLAction, SQLObservation
 from sqlenv import prompts
-from training.rewards import REWARD_FUNCS, reward_correctness, reward_operational, reward_progress
+from training.grpo.rewards import REWARD_FUNCS, reward_correctness, reward_operational, reward_progress
 from sqlenv.model_output import parse_model_output
-from training.trl_env import POST_EPISODE_PENALTY, SQLEnvTRL, tool_methods, tool_schemas, train_rows
+from training.grpo.trl_env import POST_EPISODE_PENALTY, SQLEnvTRL, tool_methods, tool_schemas, train_rows
 from sqlenv.verifier import format_answer
 
 

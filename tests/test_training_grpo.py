@@ -40,7 +40,7 @@ METRIC_KEYS = ("reward", "reward_std", "rewards/reward_correctness/mean", "rewar
 
 def test_grpo_through_environment_factory(tiny, tmp_path):
     from training.grpo import build_trainer
-    from training.trl_env import SQLEnvTRL
+    from training.grpo.trl_env import SQLEnvTRL
 
     config = _small_config(tmp_path)
     model, tokenizer = _fresh(tiny)
@@ -63,8 +63,8 @@ def test_grpo_through_environment_factory(tiny, tmp_path):
 
 def test_grpo_through_rollout_func(tiny, tmp_path):
     from training.grpo import build_trainer
-    from training.rewards import reward_operational
-    from training.rollout import BatchedRollout
+    from training.grpo.rewards import reward_operational
+    from training.grpo.rollout import BatchedRollout
 
     config = _small_config(tmp_path, rollout="rollout_func")
     model, tokenizer = _fresh(tiny)
@@ -115,7 +115,7 @@ def test_rollout_plays_the_question_of_its_row_when_two_databases_share_its_text
     """The question id travels with the row into `rollout_func`: prompts that read the same (same question text,
     same tables) still play their own database's question."""
     from training.grpo import build_trainer
-    from training.rollout import prompt_question_id
+    from training.grpo.rollout import prompt_question_id
 
     root = _shared_text_dataset(tmp_path / "shared")
     config = _small_config(tmp_path, rollout="rollout_func", dataset=str(root), eval_split="train", step_budget=1)
@@ -309,7 +309,7 @@ def test_model_policy_matches_batched_evaluation(tiny):
     decode the same way: greedy decoding gives the same actions on the same seeds."""
     from sqlenv.environment import SQLEnvironment
     from sqlenv.evaluation import evaluate
-    from training.model_policy import ModelPolicy, evaluate_model
+    from training.generation.model_policy import ModelPolicy, evaluate_model
 
     model, tokenizer = tiny
     env = SQLEnvironment.from_dataset("builtin", split="eval", step_budget=2)
@@ -338,7 +338,7 @@ def _scripted(tokenizer, text: str, anchor: list[int]) -> dict:
 
 def _scripted_query_trainer(tiny, tmp_path, **config_overrides):
     """(config, trainer, tokenizer) whose model always calls query("SELECT 1"), steered by a logit bias."""
-    from training.chat import ChatRenderer
+    from training.generation.chat import ChatRenderer
     from training.grpo import build_trainer
 
     config = _small_config(tmp_path, max_completion_length=400, max_turn_tokens=40, **config_overrides)

@@ -23,7 +23,7 @@ def test_lora_run_with_passthrough_and_tensorboard(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from training.models import load_model_and_tokenizer
-    from training.model_policy import evaluate_model
+    from training.generation.model_policy import evaluate_model
     from training.run_dir import RunDir
     from training.train import run_training
 

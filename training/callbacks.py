@@ -233,7 +233,7 @@ class RunCallback(TrainerCallback):
         return envs[:n]
 
     def _play(self, model: Any, split: str, n: int, seed: int):
-        from training.model_policy import evaluate_model
+        from training.generation.model_policy import evaluate_model
 
         return evaluate_model(
             _unwrap(model), self.tokenizer, n_episodes=n, seed=seed, name="model",

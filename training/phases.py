@@ -145,7 +145,7 @@ class WarmStart(Phase):
         return bool(state.config.sft.enabled) and not self.done(state)
 
     def run(self, state: RunState) -> None:
-        from training.sft import run_sft
+        from training.warm_start import run_sft
 
         plan, config, run, recorder = state.plan, state.config, state.run, state.recorder
         checkpoint = last_checkpoint(plan.phase_dir("sft")) if state.resume else None
@@ -275,7 +275,7 @@ def _sft_settings(plan: Any):
     """The warm start's settings: the config's `sft` section, the plan's dataset and precision, checkpoints."""
     import dataclasses
 
-    from training.sft import SFTSettings
+    from training.warm_start import SFTSettings
 
     config = plan.config
     settings = SFTSettings.from_config(config)
@@ -378,7 +378,7 @@ def save_final(run: RunDir, trainer: Any, tokenizer: Any, is_main: bool, model: 
 
 def _play_model(model: Any, tokenizer: Any, plan: Any, name: str, n: int | None = None):
     """The comparison's episodes for `model`: `n` (default `comparison_episodes`) eval questions, the run's seed."""
-    from training.model_policy import evaluate_model
+    from training.generation.model_policy import evaluate_model
 
     config = plan.config
     return evaluate_model(model, tokenizer, dataset=plan.dataset, split=config.eval_split,

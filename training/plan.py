@@ -60,7 +60,7 @@ def is_hub_model(model: str) -> bool:
     """A Hub id (not built-in, not a local path): a real pretrained model with its size and habits."""
     import os
 
-    from training.gguf import is_gguf_model
+    from training.models.gguf import is_gguf_model
 
     if model.startswith("builtin:") or model.startswith((".", "/", "~")) or is_gguf_model(model):
         return False
@@ -81,7 +81,7 @@ def check_config(config: Any) -> None:
     from training.config import ConfigError
 
     if config.is_gguf_model:
-        from training.gguf import gguf_path
+        from training.models.gguf import gguf_path
 
         try:  # a missing package or file is named before a run starts (the message says what to install)
             gguf_path(config.model)

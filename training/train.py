@@ -7,7 +7,7 @@ One function for the CLI, the notebook and the dashboard (which calls it in a th
 It writes `runs/<run_id>/` (format in `training/run_dir.py`): config.json, status.json (queued → running →
 completed | stopped | failed, with the error message, and a `phase`: loading model, zero-shot eval, sft, base
 eval, grpo, saving, comparison, done), then plays the run's phases in order (`training.phases`): load the model
-(`training.models`), warm-start it with SFT when enabled (`training.sft`), play the model before GRPO when it is
+(`training.models`), warm-start it with SFT when enabled (`training.warm_start`), play the model before GRPO when it is
 compared, train with GRPO (`training.grpo.build_trainer`; live files by `training.callbacks.RunCallback`) and save
 `final/` (temp dir, then renamed), and play the comparison: the random policy, the trained model (and the model as
 GRPO found it, when cheap) on the same eval questions with the same seeds → comparison.jsonl. Any exception marks

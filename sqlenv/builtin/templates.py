@@ -54,7 +54,7 @@ def agg_sql(agg: str, expr: str) -> str:
 #: a template names none). Many instances per SQL shape, with values that differ, are what make a small model
 #: copy the value from the question instead of recalling one it saw with that shape (measured with the tiny
 #: model, 4000 SFT steps: x1 gives 71% train / 31% eval greedy success, x4 gives 64% / 52%, and 66% / 58%
-#: with the copy-friendly tokenizer of `training/tokenizer.py`).
+#: with the copy-friendly tokenizer of `training/models/tokenizer.py`).
 VALUES_SCALE = 4
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from training.gguf import PACKAGED_MODELS
+from training.models.gguf import PACKAGED_MODELS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -1,15 +1,15 @@
 """A thin OpenAI-compatible chat server around one causal LM: `/v1/chat/completions` with tool calls.
 
-    python -m training.openai_server --model builtin:tiny --port 8001        # or a run's final/ folder, a Hub id
+    python -m training.generation.openai_server --model builtin:tiny --port 8001        # or a run's final/ folder, a Hub id
     python -m sqlenv eval --policy openai --base-url http://127.0.0.1:8001/v1 --model builtin:tiny --concurrency 8
 
-It renders a request exactly as training renders a conversation (`training.chat.ChatRenderer`: the chat template
+It renders a request exactly as training renders a conversation (`training.generation.chat.ChatRenderer`: the chat template
 with the request's tool schemas, TRL's training template for Qwen3) and parses the generated turn with TRL's
 `parse_response`, so a trained run answers with the tool calls it learned. It is what the tests and
 `bench/openai_eval.py` evaluate against on 127.0.0.1; for real models use vLLM or `transformers serve`.
 
 Concurrent requests are decoded together: a batcher thread takes every request waiting (up to `--max-batch`)
-and runs one batched generation (`training.decoding.generate_new_tokens`), as a serving engine batches, so N
+and runs one batched generation (`training.generation.decoding.generate_new_tokens`), as a serving engine batches, so N
 episodes in flight cost far less than N times one. Requests it cannot serve get OpenAI-style errors: 400 for a
 bad body or a prompt longer than the model's context, 401 for a wrong key when `--api-key-env` is set, 404 for
 another model name. Only what OpenAI-compatible clients need is implemented: no streaming, `n` = 1.
@@ -65,7 +65,7 @@ class ChatModel:
 
     def __init__(self, model: Any, tokenizer: Any, name: str = "default", max_batch: int = 16,
                  max_pending: int = 256, tool_calling: bool = True):
-        from training.chat import ChatRenderer
+        from training.generation.chat import ChatRenderer
 
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -175,7 +175,7 @@ class ChatModel:
 
     # ------------------------------------------------------------------------------------------ batching
     def _serve_batches(self) -> None:
-        from training.decoding import generate_new_tokens
+        from training.generation.decoding import generate_new_tokens
 
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         waiting: list[_Job] = []
@@ -307,7 +307,7 @@ def create_app(chat: ChatModel, api_key: str | None = None):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.openai_server",
+    parser = argparse.ArgumentParser(prog="python -m training.generation.openai_server",
                                      description="Serve a model behind an OpenAI-compatible /v1/chat/completions.")
     parser.add_argument("--model", default="builtin:tiny",
                         help="builtin:tiny (default), a saved model folder (a run's final/) or a Hub id")

@@ -1,7 +1,7 @@
 """The batched rollout path of GRPOTrainer: `BatchedRollout`, TRL's `rollout_func` for SQLEnv.
 
 `config.rollout="rollout_func"` trains through it instead of TRL's `environment_factory` tool loop: every episode of a
-generation batch is played at once (`training.episodes.play_batched`: one batched generation per turn for all live
+generation batch is played at once (`training.generation.episodes.play_batched`: one batched generation per turn for all live
 episodes), several times faster than TRL's loop on small models. It returns what GRPOTrainer trains on —
 `prompt_ids`, `completion_ids`, `logprobs` (None: TRL recomputes them), `env_mask` (1 on model tokens, 0 on tool
 results) — plus the per-completion fields the reward functions read (`correctness`, `progress`, `operational`) and
@@ -22,8 +22,8 @@ import threading
 from typing import Any
 
 from sqlenv.types import SQLAction, SQLObservation
-from training.chat import ChatRenderer
-from training.episodes import Episode, play_batched
+from training.generation.chat import ChatRenderer
+from training.generation.episodes import Episode, play_batched
 from sqlenv.prompts import initial_messages
 
 __all__ = ["BatchedRollout", "QUESTION_ID_KEY", "prompt_question_id", "rollout_rows"]
@@ -63,7 +63,7 @@ class BatchedRollout:
 
     def environments(self, n: int) -> list[Any]:
         """The first `n` environments of the pool (one `SQLEnvTRL` per episode of a batch), created as needed."""
-        from training.trl_env import SQLEnvTRL
+        from training.grpo.trl_env import SQLEnvTRL
 
         with self._lock:
             while len(self._pool) < n:
@@ -84,7 +84,7 @@ class BatchedRollout:
         question_ids = [prompt_question_id(prompt) for prompt in prompts]
         if None in question_ids:
             raise ValueError(f"rollout_func: a prompt names no question (no {QUESTION_ID_KEY!r} on its user turn); "
-                             "build the train dataset with training.rollout.rollout_rows(source)")
+                             "build the train dataset with training.grpo.rollout.rollout_rows(source)")
         envs = self.environments(len(prompts))
         episodes = []
         for prompt, question_id, env in zip(prompts, question_ids, envs):

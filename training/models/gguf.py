@@ -205,7 +205,7 @@ def ensure_tool_template(tokenizer: Any, name: str = "the model") -> bool:
         ok = False
     if ok:
         return False
-    from training.tokenizer import qwen3_chat_template
+    from training.models.tokenizer import qwen3_chat_template
 
     tokenizer.chat_template = qwen3_chat_template()
     logger.warning("%s: its chat template cannot drive TRL's tool calls; using TRL's Qwen3 template (same "

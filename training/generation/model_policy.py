@@ -2,7 +2,7 @@
 
 It follows the sqlenv Policy protocol (`name`, `reset(env, observation)`, `act(env, observation)`), so
 `sqlenv.evaluation.evaluate` plays it like the random and oracle policies, and renders the conversation
-exactly as GRPO does (`training.chat.ChatRenderer`: chat template with the tool schemas, tool results
+exactly as GRPO does (`training.generation.chat.ChatRenderer`: chat template with the tool schemas, tool results
 appended as TRL appends them). Over-long conversations are trimmed by `sqlenv.prompts.fit_context`.
 
 `evaluate_model(...)` plays many episodes at once (one `generate` per turn for all of them) with the same
@@ -16,9 +16,9 @@ from typing import Any
 
 from sqlenv.types import SQLAction, SQLObservation
 from sqlenv.model_output import message_actions
-from training.chat import ChatRenderer
-from training.decoding import generate_new_tokens
-from training.episodes import Episode, play_batched
+from training.generation.chat import ChatRenderer
+from training.generation.decoding import generate_new_tokens
+from training.generation.episodes import Episode, play_batched
 from sqlenv.prompts import format_tool_result, initial_messages
 
 __all__ = ["ModelPolicy", "evaluate_model", "play_model_episodes"]

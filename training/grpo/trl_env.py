@@ -22,7 +22,7 @@ without a tool call and TRL's loop stops (`max_tool_calling_iterations` is set t
 A call after the end runs nothing and costs `POST_EPISODE_PENALTY`; an episode the model abandons (a turn
 without a tool call before ANSWER) is charged the step cost of its unused steps, so giving up never scores
 better than trying. Rewards accumulate per instance and are read by the reward functions in
-`training.rewards` through `kwargs["environments"]`.
+`training.grpo.rewards` through `kwargs["environments"]`.
 """
 
 from __future__ import annotations

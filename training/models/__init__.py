@@ -9,15 +9,15 @@ model, tokenizer = load_model_and_tokenizer("smollm2-135m")         # SmolLM2-13
 model, tokenizer = load_model_and_tokenizer("path/to/model.gguf")   # any GGUF file transformers can read
 ```
 
-GGUF models (`training/gguf.py`) are dequantized into trainable float models on load; a run saves them as plain
+GGUF models (`training/models/gguf.py`) are dequantized into trainable float models on load; a run saves them as plain
 `save_pretrained` directories.
 
 `builtin:tiny` is a ~0.6M-parameter `Qwen3ForCausalLM` with random weights and a byte-level BPE tokenizer trained
-here on rendered oracle conversations of the dataset (see `training/tokenizer.py`), using TRL's Qwen3 chat
+here on rendered oracle conversations of the dataset (see `training/models/tokenizer.py`), using TRL's Qwen3 chat
 template byte for byte, so TRL parses its tool calls exactly as it does for a real Qwen3. It is built
 deterministically from the seed into `runs/models/<key>/` (the key changes with the version, the seed, the model
 shape and a fingerprint of the corpus) and loaded from there afterwards through the same `from_pretrained` path as
-any local directory. A random-init model cannot find tool calls on its own: SFT warm-start (`training/sft.py`)
+any local directory. A random-init model cannot find tool calls on its own: SFT warm-start (`training/warm_start/__init__.py`)
 teaches it the format before GRPO.
 """
 
@@ -152,7 +152,7 @@ def load_model_and_tokenizer(
             raise ModelLoadError(f"unknown built-in model {name!r}: the built-in model is {BUILTIN_TINY!r}")
         path = tiny_model_dir(seed=seed, dataset=dataset, cache_dir=cache_dir)
         return _from_pretrained(str(path), dtype, device, load_in_4bit)
-    from training.gguf import is_gguf_model
+    from training.models.gguf import is_gguf_model
 
     if is_gguf_model(name):
         return _load_gguf(name, dtype, device, load_in_4bit)
@@ -190,7 +190,7 @@ def _load_adapter(folder: Path, dtype: Any, device: Any, load_in_4bit: bool, mer
 
 
 def _load_gguf(name: str, dtype: Any, device: Any, load_in_4bit: bool):
-    from training.gguf import load_gguf
+    from training.models.gguf import load_gguf
 
     if load_in_4bit:
         raise ModelLoadError(f"load_in_4bit (QLoRA) is not supported for GGUF model {name!r}: it is dequantized to "
@@ -276,8 +276,8 @@ def _offline() -> bool:
 
 def tiny_corpus(dataset: str | os.PathLike | None = None, *, episodes: int | None = None) -> list[str]:
     """The tokenizer's training text: the train-split oracle conversations of `dataset`, rendered as SFT sees them."""
-    from training.sft import teacher_conversations
-    from training.tokenizer import render_conversations
+    from training.warm_start import teacher_conversations
+    from training.models.tokenizer import render_conversations
 
     return render_conversations(teacher_conversations(dataset or "builtin", split="train", episodes=episodes))
 
@@ -332,7 +332,7 @@ def build_tiny_model(
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from training.tokenizer import train_tokenizer
+    from training.models.tokenizer import train_tokenizer
 
     spec = spec or TinyModelSpec()
     out_dir = Path(out_dir)

@@ -8,7 +8,7 @@ it answers without looking, or queries with a wrong filter or column and answers
 becomes one chat conversation rendered exactly as TRL renders tool conversations in GRPO: the same system prompt and
 first user turn (the dataset row's prompt plus the text `reset()` returns), the same tool schemas in the same order
 (TRL lists the environment's public methods alphabetically: answer, describe, query, sample), the same tool-result
-texts, and TRL's Qwen3 training template. TRL's `SFTTrainer` (as `training.sft_trainer.WarmStartTrainer`) then
+texts, and TRL's Qwen3 training template. TRL's `SFTTrainer` (as `training.warm_start.trainer.WarmStartTrainer`) then
 trains on the assistant turns only (`assistant_only_loss=True`; the template's `{% generation %}` tags mark them),
 including the `<|im_end|>` that ends each turn and the final turn after the answer, which teaches the model to stop
 calling tools when the episode is over. With mistakes in the demonstrations the warm-started model samples careless and careful episodes alike,
@@ -16,7 +16,7 @@ and GRPO, rewarded by the verifier, learns that exploring before answering pays.
 
 ```python
 from training.models import load_model_and_tokenizer
-from training.sft import SFTSettings, run_sft
+from training.warm_start import SFTSettings, run_sft
 model, tokenizer = load_model_and_tokenizer("builtin:tiny")
 result = run_sft(model, tokenizer, SFTSettings(epochs=3))
 ```
@@ -224,7 +224,7 @@ def teacher_conversations(
     from sqlenv.policies import MISTAKES, OraclePolicy
     from training.plan import EpisodeSource
     from sqlenv.prompts import FINAL_MESSAGE, action_to_tool_call
-    from training.trl_env import SQLEnvTRL, tool_methods, train_rows
+    from training.grpo.trl_env import SQLEnvTRL, tool_methods, train_rows
     from transformers.utils import get_json_schema
 
     source = EpisodeSource.from_dataset(dataset, split, step_budget)
@@ -301,7 +301,7 @@ def run_sft(
         resume_from_checkpoint: a `checkpoint-<step>` folder of an earlier, interrupted warm start (its optimizer,
             scheduler, RNG and step are restored; the episodes are rebuilt the same from the seed).
         tracker_dir: where file-based trackers (TensorBoard) write (default: under the trainer's folder).
-        trainer_class: the trainer (default `training.sft_trainer.WarmStartTrainer`; TRL's `SFTTrainer` gives the
+        trainer_class: the trainer (default `training.warm_start.trainer.WarmStartTrainer`; TRL's `SFTTrainer` gives the
             same training, slower on CPU: `bench/step_profile.py` runs both).
 
     Returns:
@@ -315,7 +315,7 @@ def run_sft(
     from transformers.trainer_callback import PrinterCallback
     from trl import SFTConfig
 
-    from training.sft_trainer import WarmStartTrainer
+    from training.warm_start.trainer import WarmStartTrainer
 
     settings = SFTSettings.from_config(config)
     start = time.perf_counter()

@@ -4,7 +4,7 @@
 
 - `"environment"` (default): TRL's own multi-turn tool loop; `environment_factory` builds `SQLEnvTRL` instances bound
   to the run's train split (`functools.partial(SQLEnvTRL, plan.episodes())`), whose tools TRL calls.
-- `"rollout_func"`: the batched path, `training.rollout.BatchedRollout`, which plays all episodes of a step together.
+- `"rollout_func"`: the batched path, `training.grpo.rollout.BatchedRollout`, which plays all episodes of a step together.
 
 Everything comes from the run's `training.plan.RunPlan` (a `TrainConfig` is resolved into one): the dataset, the
 trainer's checkpoint folder, device and precision, LoRA (`peft_config`), trackers, and the `grpo` pass-through of any
@@ -122,9 +122,9 @@ def build_trainer(plan: Any, model: Any, tokenizer: Any, *, output_dir: str | No
 
     from trl import GRPOTrainer
 
-    from training.rewards import REWARD_FUNCS
-    from training.rollout import BatchedRollout, rollout_rows
-    from training.trl_env import SQLEnvTRL, train_rows
+    from training.grpo.rewards import REWARD_FUNCS
+    from training.grpo.rollout import BatchedRollout, rollout_rows
+    from training.grpo.trl_env import SQLEnvTRL, train_rows
 
     plan = _as_plan(plan)
     config = plan.config
@@ -148,7 +148,7 @@ def build_trainer(plan: Any, model: Any, tokenizer: Any, *, output_dir: str | No
             rollout = BatchedRollout(source, max_turn_tokens=config.max_turn_tokens)
             trainer = GRPOTrainer(train_dataset=rollout_rows(source), rollout_func=rollout, **common)
             # TRL only parses tool calls when a response schema is set; the batched path parses them itself.
-            from training.chat import ChatRenderer
+            from training.generation.chat import ChatRenderer
 
             rollout.renderer = ChatRenderer(tokenizer, chat_template=True,
                                             chat_template_kwargs={"enable_thinking": config.enable_thinking})

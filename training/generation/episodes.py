@@ -1,7 +1,7 @@
 """Playing many SQLEnv episodes together with one causal LM: `Episode` and `play_batched`.
 
-Each turn, one batched generation for every live episode (`training.decoding`), then each episode's tool calls are
-run against its environment and the tool results appended as TRL appends them (`training.chat.ChatRenderer`). The
+Each turn, one batched generation for every live episode (`training.generation.decoding`), then each episode's tool calls are
+run against its environment and the tool results appended as TRL appends them (`training.generation.chat.ChatRenderer`). The
 token record (`completion_ids`, `env_mask`: 1 on model tokens, 0 on tool-result tokens) is what GRPO trains on; the
 messages are the readable conversation.
 """
@@ -13,8 +13,8 @@ from typing import Any, Callable
 
 from sqlenv.types import SQLAction, SQLObservation
 from sqlenv.model_output import message_actions
-from training.chat import ChatRenderer
-from training.decoding import generate_new_tokens
+from training.generation.chat import ChatRenderer
+from training.generation.decoding import generate_new_tokens
 from sqlenv.prompts import episode_over_message, fit_context
 
 __all__ = ["Episode", "StepFn", "play_batched"]

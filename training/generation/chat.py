@@ -2,7 +2,7 @@
 
 The prompt is rendered with the chat template and the tool schemas; each generated turn is followed by the tool
 result's template tokens, computed like `GRPOTrainer._get_tool_suffix_ids`. So a model trained on one rollout path
-plays the other, and evals (`training.model_policy`) see what training saw.
+plays the other, and evals (`training.generation.model_policy`) see what training saw.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class ChatRenderer:
             is_chat_template_prefix_preserving,
         )
 
-        from training.trl_env import tool_methods
+        from training.grpo.trl_env import tool_methods
 
         self.tokenizer = tokenizer
         self.tools = tools if tools is not None else tool_methods()

@@ -4,7 +4,7 @@ Each is a TRL reward callable `f(prompts, completions, **kwargs) -> list[float]`
 the order TRL passes them, and reads the episode outcome from wherever the rollout left it:
 
 - environment path (`environment_factory=SQLEnvTRL`): `kwargs["environments"]`, the per-rollout instances;
-- batched rollout path (`training.rollout.BatchedRollout`): the fields the rollout returned, forwarded by TRL as
+- batched rollout path (`training.grpo.rollout.BatchedRollout`): the fields the rollout returned, forwarded by TRL as
   `kwargs["correctness"]`, `kwargs["progress"]`, `kwargs["operational"]` (lists, one value per completion).
 
 TRL logs each as `rewards/<function name>/mean` and sums them with `GRPOConfig.reward_weights`.
