@@ -450,10 +450,8 @@ def _cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
             wall_s = time.perf_counter() - started
         else:
             policy = OraclePolicy() if args.policy == "oracle" else RandomPolicy(seed=args.seed)
-            if question_ids is not None:
-                result = evaluate(env, policy, seed=args.seed, progress_callback=progress, question_ids=question_ids)
-            else:
-                result = evaluate(env, policy, n_episodes=n_episodes, seed=args.seed, progress_callback=progress)
+            result = evaluate(env, policy, n_episodes=n_episodes, seed=args.seed, progress_callback=progress,
+                              question_ids=question_ids)
     finally:
         env.close()
     served = {}

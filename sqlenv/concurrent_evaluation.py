@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
-from sqlenv.evaluation import EvaluationResult, play_episode
+from sqlenv.evaluation import EvaluationResult, episode_plan, play_episode
 
 __all__ = ["evaluate_concurrently"]
 
@@ -54,16 +54,7 @@ def evaluate_concurrently(
         The first worker's `fatal_error` (e.g. `sqlenv.openai_policy.EndpointError`), or any exception raised by
         `make_env` / `make_policy`, after every worker has stopped.
     """
-    if question_ids is not None:
-        question_ids = list(question_ids)
-        if n_episodes is None:
-            n_episodes = len(question_ids)
-        elif n_episodes > len(question_ids):
-            raise ValueError(f"n_episodes={n_episodes} is more than the {len(question_ids)} question_ids given")
-    if n_episodes is None:
-        raise ValueError("give n_episodes, or question_ids to play")
-    if n_episodes < 0:
-        raise ValueError(f"n_episodes must be >= 0, got {n_episodes}")
+    n_episodes, question_ids = episode_plan(n_episodes, question_ids)
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     results: list[dict | None] = [None] * n_episodes

@@ -128,6 +128,22 @@ def all_questions(env: Any) -> list[str]:
     return [q.question_id for q in env.questions]
 
 
+def episode_plan(n_episodes: int | None, question_ids: Sequence[str] | None) -> tuple[int, list[str] | None]:
+    """How many episodes an evaluation plays, and which questions (None: drawn by seed): `n_episodes`, defaulting to
+    the number of `question_ids` and not exceeding it. Raises ValueError when neither is given or the count is bad."""
+    if question_ids is not None:
+        question_ids = list(question_ids)
+        if n_episodes is None:
+            n_episodes = len(question_ids)
+        elif n_episodes > len(question_ids):
+            raise ValueError(f"n_episodes={n_episodes} is more than the {len(question_ids)} question_ids given")
+    if n_episodes is None:
+        raise ValueError("give n_episodes, or question_ids to play")
+    if n_episodes < 0:
+        raise ValueError(f"n_episodes must be >= 0, got {n_episodes}")
+    return n_episodes, question_ids
+
+
 def evaluate(
     env: Any,
     policy: Any,
@@ -154,16 +170,7 @@ def evaluate(
     Returns:
         An `EvaluationResult`; its `episodes` are transcript dicts with `policy` and `seed` filled.
     """
-    if question_ids is not None:
-        question_ids = list(question_ids)
-        if n_episodes is None:
-            n_episodes = len(question_ids)
-        elif n_episodes > len(question_ids):
-            raise ValueError(f"n_episodes={n_episodes} is more than the {len(question_ids)} question_ids given")
-    if n_episodes is None:
-        raise ValueError("give n_episodes, or question_ids to play")
-    if n_episodes < 0:
-        raise ValueError(f"n_episodes must be >= 0, got {n_episodes}")
+    n_episodes, question_ids = episode_plan(n_episodes, question_ids)
     name = getattr(policy, "name", type(policy).__name__)
     episodes: list[dict] = []
     for i in range(n_episodes):

@@ -42,8 +42,9 @@ TINY_TEACHER_ERROR_RATE = 0.3
 #: LoRA settings (`TrainConfig.lora`) and their defaults.
 LORA_DEFAULTS: dict[str, Any] = {"r": 16, "alpha": 32, "dropout": 0.05, "target_modules": "all-linear",
                                  "merge": False, "load_in_4bit": False}
-#: Trackers `report_to` accepts (whether one is installed is checked by the run plan).
-TRACKERS = ("tensorboard", "trackio", "wandb", "mlflow")
+#: Trackers `report_to` accepts, with the modules any of which makes them available (checked by the run plan).
+TRACKERS = {"tensorboard": ("tensorboard", "tensorboardX"), "trackio": ("trackio",), "wandb": ("wandb",),
+            "mlflow": ("mlflow",)}
 _RUN_FILES = "the run directory decides it (output_dir / run_id)"
 #: GRPOConfig fields this config sets itself (`grpo.<field>` is refused), with what to set instead.
 GRPO_OWNED = {

@@ -148,13 +148,10 @@ class WarmStart(Phase):
         from training.warm_start import run_sft
 
         plan, config, run, recorder = state.plan, state.config, state.run, state.recorder
-        checkpoint = last_checkpoint(plan.phase_dir("sft")) if state.resume else None
-        step = _checkpoint_step(checkpoint)
-        if state.resume and state.is_main:
-            _forget_after(run, "sft", step)
+        checkpoint, last_eval_step = _resume_point(state, "sft")
         recorder.status(phase=self.name)
         callback = RunCallback(recorder, plan, state.tokenizer, stop_event=state.stop_event, phase="sft",
-                               evaluate_at_start=checkpoint is None, last_eval_step=_last_eval_step(run, "sft", step))
+                               evaluate_at_start=checkpoint is None, last_eval_step=last_eval_step)
         if checkpoint is None and state.is_main:
             callback.evaluate_start(state.model)  # before the episodes are prepared: the chart starts sooner
         sft = run_sft(state.model, state.tokenizer, _sft_settings(plan), callbacks=[callback],
@@ -193,14 +190,11 @@ class GRPO(Phase):
         from training.grpo import build_trainer
 
         plan, config, run, recorder = state.plan, state.config, state.run, state.recorder
-        checkpoint = last_checkpoint(plan.phase_dir("grpo")) if state.resume else None
-        step = _checkpoint_step(checkpoint)
-        if state.resume and state.is_main:
-            _forget_after(run, "grpo", step)
+        checkpoint, last_eval_step = _resume_point(state, "grpo")
         # After SFT its last eval measured this very model: GRPO's curve continues from it.
         callback = RunCallback(recorder, plan, state.tokenizer, stop_event=state.stop_event, phase="grpo",
                                evaluate_at_start=not config.sft.enabled and checkpoint is None,
-                               last_eval_step=_last_eval_step(run, "grpo", step))
+                               last_eval_step=last_eval_step)
         trainer = build_trainer(plan, state.model, state.tokenizer, callbacks=[callback])
         if state.is_main:
             atomic_write_json(run.file("grpo_config.json"), trainer.args.to_dict())
@@ -235,6 +229,16 @@ class Comparison(Phase):
 def run_phases() -> list[Phase]:
     """The phases of a run, in order."""
     return [LoadModel(), ZeroShotEval(), WarmStart(), BaseEval(), GRPO(), Comparison()]
+
+
+def _resume_point(state: RunState, phase: str) -> tuple[Path | None, int | None]:
+    """Where a trainer phase picks up: its newest checkpoint (None on a fresh run or when it has none), after dropping
+    the lines it will write again; and the step of its last eval already recorded (not to repeat it)."""
+    checkpoint = last_checkpoint(state.plan.phase_dir(phase)) if state.resume else None
+    step = _checkpoint_step(checkpoint)
+    if state.resume and state.is_main:
+        _forget_after(state.run, phase, step)
+    return checkpoint, _last_eval_step(state.run, phase, step)
 
 
 def _checkpoint_step(checkpoint: Path | None) -> int | None:

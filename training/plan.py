@@ -30,9 +30,6 @@ __all__ = ["EpisodeSource", "RunPlan", "check_config", "resolve_device", "resolv
 
 #: The splits the built-in dataset always has (checked without building it, so a check stays instant).
 BUILTIN_SPLITS = ("train", "eval", "eval_unseen_db")
-#: Trackers `report_to` accepts, with the modules any of which makes them available.
-TRACKER_MODULES = {"tensorboard": ("tensorboard", "tensorboardX"), "trackio": ("trackio",), "wandb": ("wandb",),
-                   "mlflow": ("mlflow",)}
 
 
 def resolve_device(device: str = "auto") -> str:
@@ -78,7 +75,7 @@ def check_config(config: Any) -> None:
     """
     import importlib.util
 
-    from training.config import ConfigError
+    from training.config import TRACKERS, ConfigError
 
     if config.is_gguf_model:
         from training.models.gguf import gguf_path
@@ -91,7 +88,7 @@ def check_config(config: Any) -> None:
     _check_passthrough("grpo", config.grpo)
     _check_passthrough("sft.args", config.sft.args)
     for name in config.report_to:
-        modules = TRACKER_MODULES[name]
+        modules = TRACKERS[name]
         if not any(importlib.util.find_spec(m) is not None for m in modules):
             raise ConfigError(f"report_to: {name} is not installed (pip install {modules[0]}), or leave it out")
     if config.max_completion_length is not None and config.max_completion_length < 512 and is_hub_model(config.model):
