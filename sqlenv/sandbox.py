@@ -15,7 +15,10 @@ Model-written SQL runs here, so the executor is defensive in depth (Datasette-st
    `instr` over two of them is well under a millisecond), small programs, shallow expressions, few compound
    SELECTs, no ATTACH.
 7. Temporary tables, sorts and CTE queues live in memory (`temp_store = MEMORY`), under SQLite's process-wide
-   hard heap limit: a query writes no temporary file, and one that needs too much memory fails alone.
+   hard heap limit: a query writes no temporary file, and one that needs too much memory fails alone. When a
+   statement finds the heap already full of other statements' memory, the longest-running of those is stopped
+   to make room and the statement runs again within its own time limit (`_make_room`): a small query is not
+   failed by a big one next to it.
 8. Rows are fetched in batches and at most `max_scoring_rows` are held; values and texts are cut.
 
 When SQLite refuses a query, the full text check (`check_sql`, on sqlglot's tokens) runs to say why in
@@ -27,6 +30,7 @@ Database names come from question files, so they are validated and resolved to s
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import heapq
 import os
@@ -80,8 +84,9 @@ class SandboxSettings:
         max_function_args: SQLite's SQLITE_LIMIT_FUNCTION_ARG (default 32).
         max_heap_bytes: SQLite's hard heap limit (default 512 MiB), where temporary tables, sorts and CTE queues
             live (`temp_store = MEMORY`: no temporary files). A query that needs more fails with "out of memory";
-            the memory is given back at once. The limit is process-wide (SQLite has one heap) and can only be
-            lowered: the smallest limit of any sandbox in the process holds.
+            the memory is given back at once. The limit is process-wide (SQLite has one heap, shared by every
+            session) and can only be lowered: the smallest limit of any sandbox in the process holds. A statement
+            that finds it full of other statements' memory gets room by stopping the one that has run longest.
         max_like_pattern_chars: SQLite's SQLITE_LIMIT_LIKE_PATTERN_LENGTH (default 500), which bounds the
             cost of one LIKE/GLOB comparison (it runs inside one VM instruction, out of the time check's reach).
         max_result_bytes: Most bytes of result rows held for scoring (default 32_000_000, estimated per batch);
@@ -442,6 +447,42 @@ def _lower_heap_limit(conn: sqlite3.Connection, limit: int) -> None:
         conn.execute(f"PRAGMA soft_heap_limit = {int(limit) // 2}")
 
 
+class _HeapGauge:
+    """SQLite's process-wide heap: bytes in use and the hard limit, read from the very C library the `sqlite3`
+    module runs on (`sqlite3_memory_used`, `sqlite3_hard_heap_limit64` through ctypes; Python exposes neither).
+
+    The library is reached through the `_sqlite3` extension's own handle, whose symbol lookup also searches the
+    libraries it was linked with, so it is the same SQLite whether linked statically or as `libsqlite3`. Where
+    the symbols cannot be found (or the versions disagree), `usage()` is None and no statement is stopped for
+    memory: a statement short of it fails alone, as without this gauge."""
+
+    def __init__(self) -> None:
+        self._used = self._limit = None
+        try:
+            import _sqlite3  # the extension module itself: its handle's lookup reaches the SQLite it runs on
+
+            lib = ctypes.CDLL(_sqlite3.__file__)
+            version, used, limit = lib.sqlite3_libversion_number, lib.sqlite3_memory_used, lib.sqlite3_hard_heap_limit64
+        except (ImportError, OSError, AttributeError):
+            return
+        version.restype, version.argtypes = ctypes.c_int, []
+        used.restype, used.argtypes = ctypes.c_int64, []
+        limit.restype, limit.argtypes = ctypes.c_int64, [ctypes.c_int64]
+        major, minor, patch = sqlite3.sqlite_version_info
+        if version() == major * 1_000_000 + minor * 1_000 + patch:
+            self._used, self._limit = used, limit
+
+    def usage(self) -> tuple[int, int] | None:
+        """(bytes in use, hard limit), or None where unreadable or no hard limit is set."""
+        if self._used is None:
+            return None
+        limit = self._limit(-1)  # a negative argument reads the limit without changing it
+        return (self._used(), limit) if limit > 0 else None
+
+
+_HEAP = _HeapGauge()
+
+
 class _Watchdog:
     """One daemon thread per process that interrupts statements at their deadlines (`sqlite3_interrupt`).
 
@@ -490,6 +531,17 @@ class _Watchdog:
                 if db is not None and db.deadline == deadline:
                     db.interrupt_if_due(deadline)
 
+    def stop_oldest(self, before: float) -> bool:
+        """Interrupt, to free its memory, the running statement with the earliest deadline earlier than `before`
+        (the one that has run longest, when time limits are alike); False when there is none."""
+        with self._wake:
+            running = [(deadline, db) for deadline, _, ref in self._heap
+                       if deadline < before and (db := ref()) is not None and db.deadline == deadline]
+        for deadline, db in sorted(running, key=lambda item: item[0]):
+            if db.interrupt_if_due(deadline, for_memory=True):
+                return True
+        return False
+
 
 _WATCHDOG = _Watchdog()
 if hasattr(os, "register_at_fork"):
@@ -498,6 +550,35 @@ if hasattr(os, "register_at_fork"):
 
 class _DecodeError(Exception):
     pass
+
+
+class _OutOfMemory(Exception):
+    pass
+
+
+# Past this share of the hard heap limit, a statement short of memory is short because of others: one of them is
+# stopped. Below it, the statement was too big by itself (or its program too long) and fails at once.
+_HEAP_FULL_SHARE = 0.75
+
+
+def _make_room(deadline: float, settle_s: float = 0.5, poll_s: float = 0.01) -> bool:
+    """After a statement (or a connection being opened) ran out of SQLite's shared heap and gave back what it
+    held: whether to try again. When the heap is still mostly held by others, the running statement that has run
+    longest (its deadline before `deadline`) is stopped, and this waits for its memory to come back (at most
+    `settle_s`; if the heap is still full, the next try stops the next one). No when the statement was too big by
+    itself, when no older statement runs, or when time is up."""
+    usage = _HEAP.usage()
+    if usage is None or usage[0] < usage[1] * _HEAP_FULL_SHARE:
+        return False
+    if not _WATCHDOG.stop_oldest(before=deadline):
+        return False
+    settled = min(deadline, time.monotonic() + settle_s)
+    while time.monotonic() < settled:
+        usage = _HEAP.usage()
+        if usage is None or usage[0] < usage[1] * _HEAP_FULL_SHARE:
+            break
+        time.sleep(poll_s)
+    return time.monotonic() < deadline
 
 
 def _lenient_text(data: bytes) -> str:
@@ -533,32 +614,36 @@ class _Database:
         self.conn = conn
         self.deadline = float("inf")
         self.deadline_lock = threading.Lock()  # the watchdog interrupts only the statement whose deadline passed
+        self.stopped_for_memory = False  # the running statement was interrupted to free memory, not at its deadline
         conn.set_progress_handler(self._on_progress, max(1, settings.progress_interval))
         self.row_counts: dict[str, int] = {}
 
     def _on_progress(self) -> int:
         return 1 if time.monotonic() > self.deadline else 0  # non-zero interrupts the statement
 
-    def start_statement(self, timeout_s: float) -> float:
-        """Arm the time limit of the statement about to run; returns its start time."""
-        start = time.monotonic()
+    def start_statement(self, deadline: float) -> float:
+        """Arm the time limit of the statement about to run (a `time.monotonic()` deadline); returns its start."""
         with self.deadline_lock:
-            self.deadline = start + timeout_s
-        _WATCHDOG.watch(self, self.deadline)
-        return start
+            self.deadline = deadline
+            self.stopped_for_memory = False
+        _WATCHDOG.watch(self, deadline)
+        return time.monotonic()
 
     def end_statement(self) -> None:
         with self.deadline_lock:
             self.deadline = float("inf")
 
-    def interrupt_if_due(self, deadline: float) -> None:
-        """(The watchdog.) Interrupt the running statement if it is the one armed with `deadline`."""
+    def interrupt_if_due(self, deadline: float, for_memory: bool = False) -> bool:
+        """(The watchdog.) Interrupt the running statement if it is the one armed with `deadline`; whether it was."""
         with self.deadline_lock:
-            if self.deadline == deadline:
-                try:
-                    self.conn.interrupt()
-                except sqlite3.ProgrammingError:  # closed meanwhile
-                    pass
+            if self.deadline != deadline:
+                return False
+            self.stopped_for_memory = for_memory
+            try:
+                self.conn.interrupt()
+            except sqlite3.ProgrammingError:  # closed meanwhile
+                return False
+            return True
 
     @staticmethod
     def _read_schema(conn: sqlite3.Connection) -> dict[str, TableInfo]:
@@ -603,13 +688,17 @@ class Sandbox:
                 self._dbs.move_to_end(name)
                 return db
             path = resolve_database_path(self.db_dir, name)
-            try:
-                db = _Database(path, self.settings)
-            except MemoryError:  # the process-wide heap limit, reached by other statements right now
-                raise SandboxError(f"Cannot open database {name!r} now: the sandbox is out of memory; "
-                                   "try again.") from None
-            except (sqlite3.Error, OSError) as err:
-                raise SandboxError(f"Cannot open database {name!r}: {err}") from None
+            deadline = time.monotonic() + self.settings.timeout_s
+            while True:
+                try:
+                    db = _Database(path, self.settings)
+                    break
+                except MemoryError:  # the process-wide heap limit, reached by other statements right now
+                    if not _make_room(deadline):
+                        raise SandboxError(f"Cannot open database {name!r} now: the sandbox is out of memory; "
+                                           "try again.") from None
+                except (sqlite3.Error, OSError) as err:
+                    raise SandboxError(f"Cannot open database {name!r}: {err}") from None
             self._dbs[name] = db
             while len(self._dbs) > max(1, self.settings.max_open_databases):
                 _, old = self._dbs.popitem(last=False)
@@ -707,18 +796,26 @@ class Sandbox:
         return cut_text(text, self.settings.max_observation_chars)
 
     def _run(self, db: _Database, sql: str, max_rows: int) -> QueryResult:
-        try:
-            return self._run_once(db, sql, max_rows)
-        except _DecodeError:
-            # Some real databases hold invalid UTF-8 text: switch this connection to lenient decoding
-            # (slower, so only where needed) and run again.
-            db.conn.text_factory = _lenient_text
-            return self._run_once(db, sql, max_rows)
+        settings = self.settings
+        deadline = time.monotonic() + settings.timeout_s  # one time limit for the statement, however often it runs
+        while True:
+            try:
+                return self._run_once(db, sql, max_rows, deadline)
+            except _DecodeError:
+                # Some real databases hold invalid UTF-8 text: switch this connection to lenient decoding
+                # (slower, so only where needed) and run again.
+                db.conn.text_factory = _lenient_text
+            except _OutOfMemory:  # SQLITE_NOMEM: the heap limit, or a program past max_program_ops
+                if not _make_room(deadline):
+                    raise SandboxError(
+                        f"Query too large or needs too much memory (limits: {settings.max_program_ops} SQLite "
+                        f"instructions, {settings.max_heap_bytes // 2**20} MiB shared by all sessions); simplify "
+                        "it.") from None
 
-    def _run_once(self, db: _Database, sql: str, max_rows: int) -> QueryResult:
+    def _run_once(self, db: _Database, sql: str, max_rows: int, deadline: float) -> QueryResult:
         settings = self.settings
         with self._lock:
-            start = db.start_statement(settings.timeout_s)
+            start = db.start_statement(deadline)
             cursor = None
             try:
                 cursor = db.conn.execute(sql)
@@ -763,16 +860,19 @@ class Sandbox:
                 if "could not decode" in str(err).lower() and db.conn.text_factory is str:
                     raise _DecodeError() from None
                 if "interrupted" in str(err).lower():
+                    if db.stopped_for_memory:
+                        raise SandboxError(
+                            f"Query stopped after {time.monotonic() - start:.1f} s to free memory: the sandbox's "
+                            f"{settings.max_heap_bytes // 2**20} MiB are shared by all sessions and this query "
+                            "had run longest while they were full. Sort or group fewer rows.") from None
                     raise SandboxError(f"Query timed out after {settings.timeout_s:g} s and was stopped.") from None
                 raise SandboxError(self._sqlite_message(err)) from None
             except sqlite3.Warning as err:  # "You can only execute one statement at a time."
                 raise SandboxError(f"SQL error: {err}") from None
             except sqlite3.Error as err:
                 raise SandboxError(self._sqlite_message(err)) from None
-            except MemoryError:  # SQLITE_NOMEM: the heap limit, or a program past max_program_ops
-                raise SandboxError(f"Query too large or needs too much memory (limits: {settings.max_program_ops} "
-                                   f"SQLite instructions, {settings.max_heap_bytes // 2**20} MiB); simplify it."
-                                   ) from None
+            except MemoryError:  # SQLITE_NOMEM: handled by `_run` once this statement has given its memory back
+                raise _OutOfMemory() from None
             except (ValueError, OverflowError, UnicodeError) as err:
                 raise SandboxError(f"SQL error: {_clean_for_display(str(err), 160)}") from None
             finally:

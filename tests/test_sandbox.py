@@ -379,6 +379,55 @@ def test_one_query_writes_no_temporary_file(toy, tmp_path):
     assert list(temp.iterdir()) == []
 
 
+_MEMORY_PROBE = r"""
+import json, sys, threading, time
+from sqlenv.sandbox import _HEAP, Sandbox, SandboxError, SandboxSettings
+settings = SandboxSettings(timeout_s=5.0, max_heap_bytes=48 * 2**20)
+blobs = ("WITH RECURSIVE r(n, b) AS (SELECT 1, randomblob(9000) UNION ALL SELECT n + 1, randomblob(9000) FROM r "
+         "WHERE n < {n}) ")
+# Sorts 5,000 blobs (~45 MB), then holds them while an endless count runs.
+hog = blobs.format(n=5000) + ("SELECT (WITH RECURSIVE s(m) AS (SELECT 1 UNION ALL SELECT m + 1 FROM s) "
+                              "SELECT count(*) FROM s) FROM (SELECT b FROM r ORDER BY b)")
+out = {}
+def run(name, sql):
+    started = time.monotonic()
+    try:
+        out[name] = [Sandbox(sys.argv[1], settings).execute("music", sql).n_rows, time.monotonic() - started]
+    except SandboxError as err:
+        out[name] = [str(err), time.monotonic() - started]
+worker = threading.Thread(target=run, args=("hog", hog))
+worker.start()
+waited = time.monotonic()
+while (_HEAP.usage() or (0, 1))[0] < 0.85 * settings.max_heap_bytes and worker.is_alive():
+    assert time.monotonic() - waited < 60, "the hog never filled the heap"
+    time.sleep(0.01)
+held = _HEAP.usage()[0]
+run("small", blobs.format(n=1000) + "SELECT count(*) FROM (SELECT b FROM r ORDER BY b)")  # a new session, ~9 MB
+worker.join()
+print(json.dumps({"held": held, **out}))
+"""
+
+
+def test_a_statement_short_of_memory_stops_the_one_that_has_run_longest(toy):
+    """SQLite's heap limit is shared by every session: a small query (and the opening of its connection) used to
+    fail with "out of memory" whenever another session's sort held the heap. Now the statement that has run
+    longest gives way, and the small one runs within its own time limit. (A fresh process: the limit is
+    process-wide.)"""
+    import json
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, str(toy[1])], cwd=repo, timeout=120,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["held"] >= 0.85 * 48 * 2**20, result
+    assert result["small"][0] == 1, result  # one row: the count
+    assert result["small"][1] < 5.0, result
+    assert "to free memory" in result["hog"][0], result
+
+
 def test_the_watchdog_stops_statements_without_the_progress_handler(toy):
     """The deadline holds even where the progress handler never runs (it needs the interpreter lock, which many
     sessions' threads fight over): a watchdog thread interrupts each statement, here eight at once."""
