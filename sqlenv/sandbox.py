@@ -17,7 +17,7 @@ Model-written SQL runs here, so the executor is defensive in depth (Datasette-st
 7. Temporary tables, sorts and CTE queues live in memory (`temp_store = MEMORY`), under SQLite's process-wide
    hard heap limit: a query writes no temporary file, and one that needs too much memory fails alone. When a
    statement finds the heap already full of other statements' memory, the longest-running of those is stopped
-   to make room and the statement runs again within its own time limit (`_make_room`): a small query is not
+   to make room and the statement runs once more within its own time limit (`_make_room`): a small query is not
    failed by a big one next to it.
 8. Rows are fetched in batches and at most `max_scoring_rows` are held; values and texts are cut.
 
@@ -563,10 +563,12 @@ _HEAP_FULL_SHARE = 0.75
 
 def _make_room(deadline: float, settle_s: float = 0.5, poll_s: float = 0.01) -> bool:
     """After a statement (or a connection being opened) ran out of SQLite's shared heap and gave back what it
-    held: whether to try again. When the heap is still mostly held by others, the running statement that has run
-    longest (its deadline before `deadline`) is stopped, and this waits for its memory to come back (at most
-    `settle_s`; if the heap is still full, the next try stops the next one). No when the statement was too big by
-    itself, when no older statement runs, or when time is up."""
+    held: whether to try it once more. When the heap is still mostly held by others, the running statement that has
+    run longest (its deadline before `deadline`) is stopped, and this waits for its memory to come back (at most
+    `settle_s`). No when the statement was too big by itself, when no older statement runs, or when time is up.
+
+    Callers make room once per statement: SQLite reports a program past `max_program_ops` as out of memory too,
+    and such a statement, sent while the heap is full, must not stop one statement after another."""
     usage = _HEAP.usage()
     if usage is None or usage[0] < usage[1] * _HEAP_FULL_SHARE:
         return False
@@ -688,15 +690,16 @@ class Sandbox:
                 self._dbs.move_to_end(name)
                 return db
             path = resolve_database_path(self.db_dir, name)
-            deadline = time.monotonic() + self.settings.timeout_s
+            deadline, made_room = time.monotonic() + self.settings.timeout_s, False
             while True:
                 try:
                     db = _Database(path, self.settings)
                     break
                 except MemoryError:  # the process-wide heap limit, reached by other statements right now
-                    if not _make_room(deadline):
+                    if made_room or not _make_room(deadline):
                         raise SandboxError(f"Cannot open database {name!r} now: the sandbox is out of memory; "
                                            "try again.") from None
+                    made_room = True
                 except (sqlite3.Error, OSError) as err:
                     raise SandboxError(f"Cannot open database {name!r}: {err}") from None
             self._dbs[name] = db
@@ -798,6 +801,7 @@ class Sandbox:
     def _run(self, db: _Database, sql: str, max_rows: int) -> QueryResult:
         settings = self.settings
         deadline = time.monotonic() + settings.timeout_s  # one time limit for the statement, however often it runs
+        made_room = False
         while True:
             try:
                 return self._run_once(db, sql, max_rows, deadline)
@@ -806,11 +810,12 @@ class Sandbox:
                 # (slower, so only where needed) and run again.
                 db.conn.text_factory = _lenient_text
             except _OutOfMemory:  # SQLITE_NOMEM: the heap limit, or a program past max_program_ops
-                if not _make_room(deadline):
+                if made_room or not _make_room(deadline):
                     raise SandboxError(
                         f"Query too large or needs too much memory (limits: {settings.max_program_ops} SQLite "
                         f"instructions, {settings.max_heap_bytes // 2**20} MiB shared by all sessions); simplify "
                         "it.") from None
+                made_room = True
 
     def _run_once(self, db: _Database, sql: str, max_rows: int, deadline: float) -> QueryResult:
         settings = self.settings

@@ -385,9 +385,7 @@ from sqlenv.sandbox import _HEAP, Sandbox, SandboxError, SandboxSettings
 settings = SandboxSettings(timeout_s=5.0, max_heap_bytes=48 * 2**20)
 blobs = ("WITH RECURSIVE r(n, b) AS (SELECT 1, randomblob(9000) UNION ALL SELECT n + 1, randomblob(9000) FROM r "
          "WHERE n < {n}) ")
-# Sorts 5,000 blobs (~45 MB), then holds them while an endless count runs.
-hog = blobs.format(n=5000) + ("SELECT (WITH RECURSIVE s(m) AS (SELECT 1 UNION ALL SELECT m + 1 FROM s) "
-                              "SELECT count(*) FROM s) FROM (SELECT b FROM r ORDER BY b)")
+endless = "(WITH RECURSIVE s(m) AS (SELECT 1 UNION ALL SELECT m + 1 FROM s) SELECT count(*) FROM s)"
 out = {}
 def run(name, sql):
     started = time.monotonic()
@@ -395,15 +393,26 @@ def run(name, sql):
         out[name] = [Sandbox(sys.argv[1], settings).execute("music", sql).n_rows, time.monotonic() - started]
     except SandboxError as err:
         out[name] = [str(err), time.monotonic() - started]
-worker = threading.Thread(target=run, args=("hog", hog))
-worker.start()
-waited = time.monotonic()
-while (_HEAP.usage() or (0, 1))[0] < 0.85 * settings.max_heap_bytes and worker.is_alive():
-    assert time.monotonic() - waited < 60, "the hog never filled the heap"
-    time.sleep(0.01)
-held = _HEAP.usage()[0]
-run("small", blobs.format(n=1000) + "SELECT count(*) FROM (SELECT b FROM r ORDER BY b)")  # a new session, ~9 MB
-worker.join()
+def hold(name, rows, fill):
+    # Sorts `rows` blobs of 9 KB, then holds them while an endless count runs; returns once the heap holds `fill`.
+    worker = threading.Thread(target=run, args=(name, blobs.format(n=rows) + f"SELECT {endless} FROM (SELECT b FROM r ORDER BY b)"))
+    worker.start()
+    waited = time.monotonic()
+    while (_HEAP.usage() or (0, 1))[0] < fill * settings.max_heap_bytes and worker.is_alive():
+        assert time.monotonic() - waited < 60, "the heap never filled"
+        time.sleep(0.01)
+    return worker
+if sys.argv[2] == "small query":
+    workers = [hold("hog", 5000, 0.85)]  # ~45 MB
+    held = _HEAP.usage()[0]
+    run("small", blobs.format(n=1000) + "SELECT count(*) FROM (SELECT b FROM r ORDER BY b)")  # a new session, ~9 MB
+else:  # two sorts (~5 and ~38 MB), then a program too long (which SQLite reports as out of memory too)
+    workers = [hold("first", 600, 0.1)]
+    workers.append(hold("second", 4200, 0.85))
+    held = _HEAP.usage()[0]
+    run("too long", "SELECT " + ", ".join(["length(name)"] * 1400) + " FROM singer")
+for worker in workers:
+    worker.join()
 print(json.dumps({"held": held, **out}))
 """
 
@@ -413,19 +422,33 @@ def test_a_statement_short_of_memory_stops_the_one_that_has_run_longest(toy):
     fail with "out of memory" whenever another session's sort held the heap. Now the statement that has run
     longest gives way, and the small one runs within its own time limit. (A fresh process: the limit is
     process-wide.)"""
+    result = _memory_probe(toy, "small query")
+    assert result["held"] >= 0.85 * 48 * 2**20, result
+    assert result["small"][0] == 1, result  # one row: the count
+    assert result["small"][1] < 5.0, result
+    assert "to free memory" in result["hog"][0], result
+
+
+def test_a_statement_stops_at_most_one_other_for_memory(toy):
+    """SQLite reports a program past `max_program_ops` as out of memory too; sent while two sorts fill the heap,
+    it stops the older one, finds itself still failing, and fails: the younger sort runs on to its time limit."""
+    result = _memory_probe(toy, "program too long")
+    assert result["held"] >= 0.85 * 48 * 2**20, result
+    assert "too large" in result["too long"][0], result
+    assert "to free memory" in result["first"][0], result
+    assert "timed out" in result["second"][0], result
+
+
+def _memory_probe(toy, scenario: str) -> dict:
     import json
     import subprocess
     import sys
 
     repo = Path(__file__).resolve().parent.parent
-    proc = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, str(toy[1])], cwd=repo, timeout=120,
+    proc = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, str(toy[1]), scenario], cwd=repo, timeout=120,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["held"] >= 0.85 * 48 * 2**20, result
-    assert result["small"][0] == 1, result  # one row: the count
-    assert result["small"][1] < 5.0, result
-    assert "to free memory" in result["hog"][0], result
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def test_the_watchdog_stops_statements_without_the_progress_handler(toy):
