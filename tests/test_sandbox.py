@@ -386,6 +386,10 @@ settings = SandboxSettings(timeout_s=5.0, max_heap_bytes=48 * 2**20)
 blobs = ("WITH RECURSIVE r(n, b) AS (SELECT 1, randomblob(9000) UNION ALL SELECT n + 1, randomblob(9000) FROM r "
          "WHERE n < {n}) ")
 endless = "(WITH RECURSIVE s(m) AS (SELECT 1 UNION ALL SELECT m + 1 FROM s) SELECT count(*) FROM s)"
+Sandbox(sys.argv[1], settings).execute("music", "SELECT 1")  # sets the heap limit
+if _HEAP.usage() is None:
+    print(json.dumps({"skip": "SQLite's heap cannot be read here"}))
+    sys.exit(0)
 out = {}
 def run(name, sql):
     started = time.monotonic()
@@ -448,7 +452,10 @@ def _memory_probe(toy, scenario: str) -> dict:
     proc = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, str(toy[1]), scenario], cwd=repo, timeout=120,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "skip" in result:
+        pytest.skip(result["skip"])
+    return result
 
 
 def test_the_watchdog_stops_statements_without_the_progress_handler(toy):
