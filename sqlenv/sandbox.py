@@ -447,6 +447,11 @@ def _lower_heap_limit(conn: sqlite3.Connection, limit: int) -> None:
         conn.execute(f"PRAGMA soft_heap_limit = {int(limit) // 2}")
 
 
+# Past this share of the hard heap limit, a statement short of memory is short because of others: one of them is
+# stopped. Below it, the statement was too big by itself (or its program too long) and fails at once.
+_HEAP_FULL_SHARE = 0.75
+
+
 class _HeapGauge:
     """SQLite's process-wide heap: bytes in use and the hard limit, read from the very C library the `sqlite3`
     module runs on (`sqlite3_memory_used`, `sqlite3_hard_heap_limit64` through ctypes; Python exposes neither).
@@ -478,6 +483,11 @@ class _HeapGauge:
             return None
         limit = self._limit(-1)  # a negative argument reads the limit without changing it
         return (self._used(), limit) if limit > 0 else None
+
+    def mostly_held(self) -> bool:
+        """Whether at least `_HEAP_FULL_SHARE` of the hard limit is in use (False where unreadable)."""
+        usage = self.usage()
+        return usage is not None and usage[0] >= usage[1] * _HEAP_FULL_SHARE
 
 
 _HEAP = _HeapGauge()
@@ -556,11 +566,6 @@ class _OutOfMemory(Exception):
     pass
 
 
-# Past this share of the hard heap limit, a statement short of memory is short because of others: one of them is
-# stopped. Below it, the statement was too big by itself (or its program too long) and fails at once.
-_HEAP_FULL_SHARE = 0.75
-
-
 def _make_room(deadline: float, settle_s: float = 0.5, poll_s: float = 0.01) -> bool:
     """After a statement (or a connection being opened) ran out of SQLite's shared heap and gave back what it
     held: whether to try it once more. When the heap is still mostly held by others, the running statement that has
@@ -569,16 +574,10 @@ def _make_room(deadline: float, settle_s: float = 0.5, poll_s: float = 0.01) -> 
 
     Callers make room once per statement: SQLite reports a program past `max_program_ops` as out of memory too,
     and such a statement, sent while the heap is full, must not stop one statement after another."""
-    usage = _HEAP.usage()
-    if usage is None or usage[0] < usage[1] * _HEAP_FULL_SHARE:
-        return False
-    if not _WATCHDOG.stop_oldest(before=deadline):
+    if not _HEAP.mostly_held() or not _WATCHDOG.stop_oldest(before=deadline):
         return False
     settled = min(deadline, time.monotonic() + settle_s)
-    while time.monotonic() < settled:
-        usage = _HEAP.usage()
-        if usage is None or usage[0] < usage[1] * _HEAP_FULL_SHARE:
-            break
+    while _HEAP.mostly_held() and time.monotonic() < settled:
         time.sleep(poll_s)
     return time.monotonic() < deadline
 
