@@ -63,7 +63,7 @@ def decode_pruned(model: Any, sequences: list[list[int]], pad_id: int, max_new_t
     rows = torch.arange(n, device=device)
     cache = DynamicCache()
     with torch.no_grad():
-        logits = model(input_ids=input_ids, attention_mask=attention, past_key_values=cache, use_cache=True,
+        logits = model(input_ids=input_ids, attention_mask=attention, cache=cache, use_cache=True,
                        logits_to_keep=1).logits[:, -1, :]
         for step in range(max_new_tokens):
             if sample:
@@ -82,7 +82,7 @@ def decode_pruned(model: Any, sequences: list[list[int]], pad_id: int, max_new_t
                     layer.batch_select_indices(keep)
                 rows, token, attention = rows[keep], token[keep], attention[keep]
             attention = torch.cat([attention, attention.new_ones((attention.shape[0], 1))], dim=1)
-            logits = model(input_ids=token[:, None], attention_mask=attention, past_key_values=cache,
+            logits = model(input_ids=token[:, None], attention_mask=attention, cache=cache,
                            use_cache=True).logits[:, -1, :]
     return results
 

@@ -14,7 +14,8 @@ from typing import Any, Callable
 from sqlenv.types import SQLAction, SQLObservation
 from sqlenv.model_output import message_actions
 from training.generation.chat import ChatRenderer
-from training.generation.decoding import generate_new_tokens
+from training.generation.decoding import generate_new_tokens, plain_temperature
+from training.generation.multi_turn import MultiTurnDecoder
 from sqlenv.prompts import episode_over_message, fit_context
 
 __all__ = ["Episode", "StepFn", "play_batched"]
@@ -60,6 +61,8 @@ def play_batched(
     generation_config: Any = None,
     sample: bool = True,
     temperature: float = 1.0,
+    keep_cache: bool = True,
+    decoder: MultiTurnDecoder | None = None,
 ) -> list[Episode]:
     """Play `episodes` to the end together: each turn, one `generate` for every live episode.
 
@@ -67,11 +70,27 @@ def play_batched(
     `parse_model_output`). An episode ends when its environment says done, when its record would exceed
     `max_completion_tokens` (training: like TRL, the sample stops as it is), or after `max_turns` turns. With
     `max_context_tokens` (evals) an over-long conversation is trimmed by `prompts.fit_context` instead.
+
+    With `keep_cache` (default) each episode keeps its KV cache from turn to turn (`MultiTurnDecoder`: a turn reads
+    only the tool result, the prompts' shared prefix is read once) whenever the decoding allows it — greedy or plain
+    temperature sampling on a model with a plain key/value cache; otherwise, or with `keep_cache=False`, every turn
+    re-reads each conversation (`generate_new_tokens`). `decoder` passes one in (to read its `stats`).
     """
     pad_id = renderer.tokenizer.pad_token_id
     if pad_id is None:
         pad_id = renderer.tokenizer.eos_token_id
     eos = set(renderer.eos_token_ids)
+    if generation_config is not None:
+        plain = plain_temperature(generation_config)
+        if plain is not None:
+            sample, temperature = True, plain
+        else:
+            keep_cache = False  # top-p/k, penalties...: model.generate, re-reading
+    if keep_cache and decoder is None and eos and MultiTurnDecoder.supports(model):
+        decoder = MultiTurnDecoder(model, pad_id, eos)
+    if not keep_cache:
+        decoder = None
+    index = {id(e): i for i, e in enumerate(episodes)}
     while True:
         live = [e for e in episodes if not e.done]
         if not live:
@@ -94,9 +113,15 @@ def play_batched(
         pairs = [(e, room) for e, room in zip(live, budgets) if room > 0]
         if not pairs:
             break
-        outputs = generate_new_tokens(model, [e.input_ids() for e, _ in pairs], pad_id, max(r for _, r in pairs),
-                                      generation_config=generation_config, sample=sample, temperature=temperature,
-                                      eos_ids=eos)
+        if decoder is not None:
+            new_tokens = decoder.generate({index[id(e)]: e.input_ids() for e, _ in pairs},
+                                          {index[id(e)]: room for e, room in pairs}, sample=sample,
+                                          temperature=temperature)
+            outputs = [new_tokens[index[id(e)]] for e, _ in pairs]
+        else:
+            outputs = generate_new_tokens(model, [e.input_ids() for e, _ in pairs], pad_id,
+                                          max(r for _, r in pairs), generation_config=generation_config,
+                                          sample=sample, temperature=temperature, eos_ids=eos)
         for (e, room), new in zip(pairs, outputs):
             new = new[:room]
             stop = next((i for i, t in enumerate(new) if t in eos), None)

@@ -19,6 +19,7 @@ from sqlenv.model_output import message_actions
 from training.generation.chat import ChatRenderer
 from training.generation.decoding import generate_new_tokens
 from training.generation.episodes import Episode, play_batched
+from training.generation.multi_turn import MultiTurnDecoder
 from sqlenv.prompts import format_tool_result, initial_messages
 
 __all__ = ["ModelPolicy", "evaluate_model", "play_model_episodes"]
@@ -56,11 +57,16 @@ class ModelPolicy:
         self._pending: list[tuple[str, SQLAction]] = []  # further tool calls of the current turn
         self._awaiting: list[str] = []  # tool names whose results the next observations carry
         self._results: list[dict[str, Any]] = []  # tool messages of the current turn
+        #: The `MultiTurnDecoder` that keeps the conversation's KV cache from turn to turn (None before the first
+        #: turn, or when the model's cache cannot be kept: then every turn re-reads the conversation).
+        self.decoder: MultiTurnDecoder | None = None
 
     def reset(self, env: Any, observation: SQLObservation) -> None:
         self.messages = initial_messages(observation)
         self._ids = self.renderer.prompt_ids(self.messages)
         self._pending, self._awaiting, self._results = [], [], []
+        if self.decoder is not None:
+            self.decoder.forget()
 
     def act(self, env: Any, observation: SQLObservation) -> SQLAction:
         if not self.messages:
@@ -88,14 +94,20 @@ class ModelPolicy:
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         was_training = getattr(self.model, "training", False)
         self.model.eval()
+        eos = set(self.renderer.eos_token_ids)
+        if self.decoder is None and eos and MultiTurnDecoder.supports(self.model):
+            self.decoder = MultiTurnDecoder(self.model, pad, eos)
         try:
-            new = generate_new_tokens(self.model, [self._ids], pad, self.max_turn_tokens,
-                                      sample=self.temperature > 0, temperature=self.temperature or 1.0,
-                                      eos_ids=set(self.renderer.eos_token_ids))[0]
+            if self.decoder is not None:
+                new = self.decoder.generate({0: self._ids}, self.max_turn_tokens, sample=self.temperature > 0,
+                                             temperature=self.temperature or 1.0)[0]
+            else:
+                new = generate_new_tokens(self.model, [self._ids], pad, self.max_turn_tokens,
+                                          sample=self.temperature > 0, temperature=self.temperature or 1.0,
+                                          eos_ids=eos)[0]
         finally:
             if was_training:
                 self.model.train()
-        eos = set(self.renderer.eos_token_ids)
         stop = next((i for i, t in enumerate(new) if t in eos), None)
         new = new[: stop + 1] if stop is not None else new + [self.tokenizer.eos_token_id]
         message = self.renderer.parse(new, prefix=self._ids) if new else {"role": "assistant", "content": ""}
@@ -107,8 +119,9 @@ class ModelPolicy:
 # ------------------------------------------------------------------------------------ batched evaluation
 def play_model_episodes(model: Any, tokenizer: Any, envs: list[Any], observations: list[SQLObservation], *,
                         max_turn_tokens: int = 256, temperature: float = 0.0, enable_thinking: bool = False,
-                        renderer: ChatRenderer | None = None) -> list[Episode]:
-    """Play one episode per environment (already reset, with its first observation) to the end, batched."""
+                        renderer: ChatRenderer | None = None, keep_cache: bool = True) -> list[Episode]:
+    """Play one episode per environment (already reset, with its first observation) to the end, batched
+    (`keep_cache`: each episode keeps its KV cache across turns, see `play_batched`)."""
     renderer = renderer or ChatRenderer(tokenizer, chat_template_kwargs={"enable_thinking": enable_thinking})
     episodes = []
     for env, obs in zip(envs, observations):
@@ -126,7 +139,7 @@ def play_model_episodes(model: Any, tokenizer: Any, envs: list[Any], observation
     try:
         play_batched(model, renderer, episodes, max_turn_tokens=max_turn_tokens,
                      max_context_tokens=_context_limit(model, max_turn_tokens), max_turns=budget + 2,
-                     sample=temperature > 0, temperature=temperature or 1.0)
+                     sample=temperature > 0, temperature=temperature or 1.0, keep_cache=keep_cache)
     finally:
         if was_training:
             model.train()

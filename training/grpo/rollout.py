@@ -52,12 +52,16 @@ class BatchedRollout:
             the trainer's `max_completion_length`.
         renderer: the `ChatRenderer` to play with; default: built from the trainer on the first call (same template,
             template kwargs and end-of-turn ids as GRPOTrainer).
+        keep_cache: each episode keeps its KV cache from turn to turn (default True; see `play_batched`); False
+            re-reads every conversation each turn (the older decoder, for comparison).
     """
 
-    def __init__(self, source: Any, *, max_turn_tokens: int = 256, renderer: ChatRenderer | None = None):
+    def __init__(self, source: Any, *, max_turn_tokens: int = 256, renderer: ChatRenderer | None = None,
+                 keep_cache: bool = True):
         self.source = source
         self.max_turn_tokens = max_turn_tokens
         self.renderer = renderer
+        self.keep_cache = keep_cache
         self._pool: list[Any] = []
         self._lock = threading.Lock()
 
@@ -102,7 +106,7 @@ class BatchedRollout:
         with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
             play_batched(model, renderer, episodes, max_turn_tokens=self.max_turn_tokens,
                          max_completion_tokens=trainer.max_completion_length, max_turns=max_turns,
-                         generation_config=trainer.generation_config)
+                         generation_config=trainer.generation_config, keep_cache=self.keep_cache)
         breakdowns = [env.breakdown for env in envs]
         return {
             "prompt_ids": [e.prompt_ids for e in episodes],

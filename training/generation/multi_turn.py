@@ -1,0 +1,322 @@
+"""`MultiTurnDecoder`: batched decoding of many conversations, each keeping its KV cache from one turn to the next.
+
+An agent's episode is a conversation that grows by a generated turn and a tool result at a time. Decoding each turn
+from the whole conversation re-reads everything said so far (about ten tokens fed for every token generated on
+SQLEnv's episodes). This decoder keeps, for every row, the keys and values of the tokens it has already read, so a
+turn feeds only what is new (the end of the last turn and the tool result); the prefix the rows' first prompts share
+(system prompt, tool schemas) is read once for all of them; a row that ends its turn leaves the batch (its cache is
+set aside for its next turn) while the others decode on; a conversation no longer asked for is forgotten.
+
+    decoder = MultiTurnDecoder(model, pad_id=tokenizer.pad_token_id, eos_ids={tokenizer.eos_token_id})
+    first = decoder.generate({"a": ids_a, "b": ids_b}, max_new_tokens=96)
+    later = decoder.generate({"a": ids_a + first["a"] + tool_ids}, max_new_tokens=96)   # "b" ended: forgotten
+
+Each row sits at its own positions (0 .. its length - 1), whatever padding the batch needs, so a row decodes as it
+would alone; greedy decoding (`sample=False`) takes the argmax, sampling draws from softmax(logits / temperature) —
+the distribution of the re-reading decoder (`training.generation.decoding.decode_pruned`). What a row asks for need
+not extend what it was: the longest common prefix with its cached tokens is kept and the rest read anew (a trimmed
+context, say). Models whose cache is not a plain per-layer key/value store (sliding windows, linear attention) are
+not supported: `supports(model)` says so, and callers then re-read (`generate_new_tokens`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Hashable
+
+__all__ = ["MultiTurnDecoder", "DecodeStats", "ReservedLayer"]
+
+
+def _reserved_layer_class():
+    """`ReservedLayer`, defined on first use so that importing this module does not import transformers."""
+    global ReservedLayer
+    if isinstance(ReservedLayer, type):
+        return ReservedLayer
+    import torch
+    from transformers.cache_utils import DynamicLayer
+
+    class _ReservedLayer(DynamicLayer):
+        """A `DynamicLayer` that writes new keys/values into room reserved ahead instead of concatenating: a
+        `DynamicLayer` copies its whole cache at every decoded token (`torch.cat`), which on a CPU costs more than
+        the model's own matmuls once 16 rows hold ~1,000 tokens. `keys`/`values` are views of the first
+        `length` positions; the room grows by half when it runs out."""
+
+        def __init__(self, keys: Any, values: Any, length: int):
+            super().__init__()
+            self._keys, self._values, self.length = keys, values, length
+            self.device, self.is_initialized = keys.device, True
+            self._expose()
+
+        def _expose(self) -> None:
+            self.keys = self._keys[:, :, : self.length]
+            self.values = self._values[:, :, : self.length]
+
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any):
+            n = key_states.shape[-2]
+            if self.length + n > self._keys.shape[-2]:
+                room = max(self.length + n, self._keys.shape[-2] * 3 // 2)
+                for name in ("_keys", "_values"):
+                    old = getattr(self, name)
+                    grown = old.new_zeros((*old.shape[:2], room, old.shape[-1]))
+                    grown[:, :, : self.length] = old[:, :, : self.length]
+                    setattr(self, name, grown)
+            self._keys[:, :, self.length: self.length + n] = key_states
+            self._values[:, :, self.length: self.length + n] = value_states
+            self.length += n
+            self._expose()
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self.length
+
+        def batch_select_indices(self, indices: Any) -> None:
+            self._keys, self._values = self._keys[indices], self._values[indices]
+            self._expose()
+
+        def crop(self, tokens_to_remove: int) -> None:
+            if tokens_to_remove < 0:
+                self.length = max(0, self.length + tokens_to_remove)
+                self._expose()
+
+    del torch
+    ReservedLayer = _ReservedLayer
+    return ReservedLayer
+
+
+#: The cache layer the decoder batches rows into (see `_reserved_layer_class`); None until first used.
+ReservedLayer: Any = None
+
+
+@dataclass
+class DecodeStats:
+    """What a decoder has done: tokens fed to the model (prompt and tool tokens read, plus one per decoding step),
+    tokens generated, forward calls. `fed / generated` is the reading overhead."""
+
+    fed: int = 0
+    generated: int = 0
+    forward_calls: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {"fed": self.fed, "generated": self.generated, "forward_calls": self.forward_calls}
+
+
+@dataclass
+class _Row:
+    """One conversation's cache: the token ids whose keys/values are held, and those keys/values per layer
+    (each `[heads, len(ids), head_dim]`, compact: no padding)."""
+
+    ids: list[int]
+    layers: list[tuple[Any, Any]] = field(default_factory=list)
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class MultiTurnDecoder:
+    """Decodes turns of many conversations at once, each conversation keeping its KV cache across turns.
+
+    Args:
+        model: a causal LM whose cache is a plain `DynamicCache` of key/value layers (Llama, Qwen, Mistral without a
+            sliding window...).
+        pad_id: the token fed on padding positions (never attended to).
+        eos_ids: tokens that end a row's turn.
+        min_shared_prefix: the shortest prefix (in tokens) that rows starting together read once for all of them
+            (default 16; below that, sharing saves less than the copies cost).
+    """
+
+    def __init__(self, model: Any, pad_id: int, eos_ids: set[int], *, min_shared_prefix: int = 16):
+        self.model = model
+        self.pad_id = int(pad_id)
+        self.eos_ids = set(eos_ids)
+        self.min_shared_prefix = min_shared_prefix
+        self.stats = DecodeStats()
+        self._rows: dict[Hashable, _Row] = {}
+
+    @staticmethod
+    def supports(model: Any) -> bool:
+        """Whether `model`'s cache is plain full-attention key/value layers (what this decoder keeps and slices)."""
+        from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
+
+        config = getattr(model, "config", None)
+        if config is None:
+            return False
+        try:
+            layers = DynamicCache(config=config).layers
+        except Exception:  # noqa: BLE001 - an unusual config: re-read instead
+            return False
+        return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+
+    def forget(self, keys: Any = None) -> None:
+        """Drop the caches of `keys` (default: all)."""
+        if keys is None:
+            self._rows.clear()
+        for key in keys or ():
+            self._rows.pop(key, None)
+
+    def cached_ids(self, key: Hashable) -> list[int] | None:
+        """The token ids whose keys/values `key`'s row holds (None when it holds none)."""
+        row = self._rows.get(key)
+        return list(row.ids) if row is not None else None
+
+    # ------------------------------------------------------------------------------------------------- generate
+    def generate(self, sequences: dict[Hashable, list[int]], max_new_tokens: int | dict[Hashable, int], *,
+                 sample: bool = False, temperature: float = 1.0) -> dict[Hashable, list[int]]:
+        """One turn for every conversation in `sequences` (key -> its whole token ids so far); returns each key's new
+        tokens, up to and including its end-of-turn token, at most its `max_new_tokens` (one number, or one per key).
+
+        Conversations kept from earlier calls and not named here are forgotten (their episodes have ended).
+        """
+        import torch
+
+        for key in [k for k in self._rows if k not in sequences]:
+            del self._rows[key]
+        keys = [k for k, ids in sequences.items() if ids]
+        budgets = {k: (max_new_tokens[k] if isinstance(max_new_tokens, dict) else max_new_tokens) for k in keys}
+        keys = [k for k in keys if budgets[k] > 0]
+        results: dict[Hashable, list[int]] = {k: [] for k in sequences}
+        if not keys:
+            return results
+        with torch.no_grad():
+            reused = self._reuse(keys, sequences)
+            self._decode(keys, sequences, reused, budgets, sample, temperature, results)
+        return results
+
+    def _reuse(self, keys: list[Hashable], sequences: dict[Hashable, list[int]]) -> dict[Hashable, int]:
+        """How many leading tokens of each row are already in its cache (cropping what no longer matches); rows
+        with nothing cached that start with a common prefix get it read once for all of them."""
+        reused: dict[Hashable, int] = {}
+        fresh = []
+        for key in keys:
+            ids = sequences[key]
+            row = self._rows.get(key)
+            keep = min(_common_prefix(row.ids, ids), len(ids) - 1) if row is not None else 0
+            if keep <= 0:
+                self._rows.pop(key, None)
+                fresh.append(key)
+                continue
+            if keep < len(row.ids):
+                row.ids = row.ids[:keep]
+                row.layers = [(k[:, :keep], v[:, :keep]) for k, v in row.layers]
+            reused[key] = keep
+        if len(fresh) >= 2:
+            shared = min(len(sequences[k]) - 1 for k in fresh)
+            first = sequences[fresh[0]]
+            for key in fresh[1:]:
+                shared = min(shared, _common_prefix(first, sequences[key]))
+            if shared >= self.min_shared_prefix:
+                layers = self._prefill_alone(first[:shared])
+                for key in fresh:
+                    self._rows[key] = _Row(ids=list(first[:shared]), layers=layers)
+                    reused[key] = shared
+        for key in fresh:
+            reused.setdefault(key, 0)
+        return reused
+
+    def _prefill_alone(self, ids: list[int]) -> list[tuple[Any, Any]]:
+        """Keys/values of `ids` read as one row."""
+        import torch
+        from transformers import DynamicCache
+
+        device = self._device()
+        cache = DynamicCache(config=self.model.config)
+        self.model(input_ids=torch.tensor([ids], device=device), cache=cache, use_cache=True,
+                   logits_to_keep=1)
+        self.stats.fed += len(ids)
+        self.stats.forward_calls += 1
+        return [(layer.keys[0], layer.values[0]) for layer in cache.layers]
+
+    def _device(self) -> Any:
+        return next(self.model.parameters()).device
+
+    def _batched_cache(self, keys: list[Hashable], reused: dict[Hashable, int], room: int):
+        """A cache holding every row's kept keys/values, left-padded to the longest, with `room` more positions
+        reserved (the turn's new tokens and its decoding), and its padding mask."""
+        import torch
+        from transformers import DynamicCache
+        from transformers.cache_utils import Cache
+
+        device = self._device()
+        width = max(reused[k] for k in keys)
+        mask = torch.zeros((len(keys), width), dtype=torch.long, device=device)
+        if width == 0:
+            return DynamicCache(config=self.model.config), mask
+        layer_class = _reserved_layer_class()
+        template = next(self._rows[k].layers for k in keys if reused[k] > 0)
+        layers = []
+        for layer, (k0, v0) in enumerate(template):
+            keys_t = k0.new_zeros((len(keys), k0.shape[0], width + room, k0.shape[-1]))
+            values_t = v0.new_zeros((len(keys), v0.shape[0], width + room, v0.shape[-1]))
+            for i, key in enumerate(keys):
+                n = reused[key]
+                if n:
+                    k, v = self._rows[key].layers[layer]
+                    keys_t[i, :, width - n: width] = k[:, :n]
+                    values_t[i, :, width - n: width] = v[:, :n]
+            layers.append(layer_class(keys_t, values_t, width))
+        for i, key in enumerate(keys):
+            if reused[key]:
+                mask[i, width - reused[key]:] = 1
+        return Cache(layers=layers), mask
+
+    def _decode(self, keys, sequences, reused, budgets, sample, temperature, results) -> None:
+        import torch
+
+        device = self._device()
+        news = [sequences[k][reused[k]:] for k in keys]
+        chunk = max(len(n) for n in news)
+        cache, mask = self._batched_cache(keys, reused, chunk + max(budgets[k] for k in keys))
+        input_ids = torch.full((len(keys), chunk), self.pad_id, dtype=torch.long)
+        positions = torch.zeros((len(keys), chunk), dtype=torch.long)
+        chunk_mask = torch.zeros((len(keys), chunk), dtype=torch.long)
+        for i, (key, new) in enumerate(zip(keys, news)):
+            input_ids[i, chunk - len(new):] = torch.tensor(new, dtype=torch.long)
+            positions[i, chunk - len(new):] = torch.arange(reused[key], reused[key] + len(new))
+            chunk_mask[i, chunk - len(new):] = 1
+        mask = torch.cat([mask, chunk_mask.to(device)], dim=1)
+        next_position = torch.tensor([len(sequences[k]) for k in keys], device=device)
+        logits = self.model(input_ids=input_ids.to(device), attention_mask=mask, position_ids=positions.to(device),
+                            cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1, :]
+        self.stats.fed += sum(len(n) for n in news)
+        self.stats.forward_calls += 1
+        eos = torch.tensor(sorted(self.eos_ids), device=device)
+        live = list(range(len(keys)))  # batch row -> index into keys
+        budget = torch.tensor([budgets[k] for k in keys], device=device)
+        step = 0
+        while True:
+            if sample:
+                probs = torch.softmax(logits.float() / temperature, dim=-1)
+                token = torch.multinomial(probs, 1).squeeze(1)
+            else:
+                token = logits.argmax(dim=-1)
+            for i, value in zip(live, token.tolist()):
+                results[keys[i]].append(value)
+            self.stats.generated += len(live)
+            step += 1
+            finished = torch.isin(token, eos) | (budget <= step)
+            if bool(finished.any()):
+                done = finished.nonzero().squeeze(1).tolist()
+                for b in done:  # set each ending row's cache aside: the tokens read so far, padding removed
+                    key = keys[live[b]]
+                    valid = mask[b].bool()
+                    self._rows[key] = _Row(
+                        ids=list(sequences[key]) + results[key][:-1],
+                        layers=[(layer.keys[b][:, valid], layer.values[b][:, valid]) for layer in cache.layers])
+                if bool(finished.all()):
+                    return
+                keep = (~finished).nonzero().squeeze(1)
+                for layer in cache.layers:
+                    layer.batch_select_indices(keep)
+                live = [live[b] for b in keep.tolist()]
+                token, mask, next_position, budget = token[keep], mask[keep], next_position[keep], budget[keep]
+            mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
+            logits = self.model(input_ids=token[:, None], attention_mask=mask, position_ids=next_position[:, None],
+                                cache=cache, use_cache=True).logits[:, -1, :]
+            next_position = next_position + 1
+            self.stats.fed += len(live)
+            self.stats.forward_calls += 1
