@@ -162,3 +162,28 @@ def test_model_policy_keeps_its_episode_cache_across_turns(tiny):
     assert len(steps) == 3 and stats.generated > 8  # several turns
     # every token of the conversation was read once (re-reading would read the prompt at every turn)
     assert stats.fed == len(policy.decoder.cached_ids(0))
+
+
+def test_reserved_layer_holds_what_a_dynamic_layer_holds_and_grows_when_full():
+    import torch
+    from transformers.cache_utils import DynamicLayer
+
+    from training.generation.reserved_cache import ReservedLayer
+
+    start_k, start_v = torch.randn(3, 2, 4, 5), torch.randn(3, 2, 4, 5)
+    room_k, room_v = torch.zeros(3, 2, 6, 5), torch.zeros(3, 2, 6, 5)
+    room_k[:, :, :4], room_v[:, :, :4] = start_k, start_v
+    reserved, dynamic = ReservedLayer(room_k, room_v, 4), DynamicLayer()
+    dynamic.update(start_k, start_v)
+    for n in (1, 1, 3):  # the third write outgrows the room
+        k, v = torch.randn(3, 2, n, 5), torch.randn(3, 2, n, 5)
+        got, want = reserved.update(k, v), dynamic.update(k, v)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert reserved.get_seq_length() == dynamic.get_seq_length() == 9
+    keep = torch.tensor([0, 2])
+    reserved.batch_select_indices(keep)
+    dynamic.batch_select_indices(keep)
+    assert torch.equal(reserved.keys, dynamic.keys)
+    reserved.crop(-2)
+    dynamic.crop(-2)
+    assert torch.equal(reserved.values, dynamic.values) and reserved.get_seq_length() == 7

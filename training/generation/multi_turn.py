@@ -24,67 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Hashable
 
-__all__ = ["MultiTurnDecoder", "DecodeStats", "ReservedLayer"]
-
-
-def _reserved_layer_class():
-    """`ReservedLayer`, defined on first use so that importing this module does not import transformers."""
-    global ReservedLayer
-    if isinstance(ReservedLayer, type):
-        return ReservedLayer
-    import torch
-    from transformers.cache_utils import DynamicLayer
-
-    class _ReservedLayer(DynamicLayer):
-        """A `DynamicLayer` that writes new keys/values into room reserved ahead instead of concatenating: a
-        `DynamicLayer` copies its whole cache at every decoded token (`torch.cat`), which on a CPU costs more than
-        the model's own matmuls once 16 rows hold ~1,000 tokens. `keys`/`values` are views of the first
-        `length` positions; the room grows by half when it runs out."""
-
-        def __init__(self, keys: Any, values: Any, length: int):
-            super().__init__()
-            self._keys, self._values, self.length = keys, values, length
-            self.device, self.is_initialized = keys.device, True
-            self._expose()
-
-        def _expose(self) -> None:
-            self.keys = self._keys[:, :, : self.length]
-            self.values = self._values[:, :, : self.length]
-
-        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any):
-            n = key_states.shape[-2]
-            if self.length + n > self._keys.shape[-2]:
-                room = max(self.length + n, self._keys.shape[-2] * 3 // 2)
-                for name in ("_keys", "_values"):
-                    old = getattr(self, name)
-                    grown = old.new_zeros((*old.shape[:2], room, old.shape[-1]))
-                    grown[:, :, : self.length] = old[:, :, : self.length]
-                    setattr(self, name, grown)
-            self._keys[:, :, self.length: self.length + n] = key_states
-            self._values[:, :, self.length: self.length + n] = value_states
-            self.length += n
-            self._expose()
-            return self.keys, self.values
-
-        def get_seq_length(self) -> int:
-            return self.length
-
-        def batch_select_indices(self, indices: Any) -> None:
-            self._keys, self._values = self._keys[indices], self._values[indices]
-            self._expose()
-
-        def crop(self, tokens_to_remove: int) -> None:
-            if tokens_to_remove < 0:
-                self.length = max(0, self.length + tokens_to_remove)
-                self._expose()
-
-    del torch
-    ReservedLayer = _ReservedLayer
-    return ReservedLayer
-
-
-#: The cache layer the decoder batches rows into (see `_reserved_layer_class`); None until first used.
-ReservedLayer: Any = None
+__all__ = ["MultiTurnDecoder", "DecodeStats"]
 
 
 @dataclass
@@ -182,9 +122,13 @@ class MultiTurnDecoder:
         results: dict[Hashable, list[int]] = {k: [] for k in sequences}
         if not keys:
             return results
-        with torch.no_grad():
-            reused = self._reuse(keys, sequences)
-            self._decode(keys, sequences, reused, budgets, sample, temperature, results)
+        try:
+            with torch.no_grad():
+                reused = self._reuse(keys, sequences)
+                self._decode(keys, sequences, reused, budgets, sample, temperature, results)
+        except BaseException:
+            self._rows.clear()  # a turn cut short leaves rows half moved into its batch: read them anew next time
+            raise
         return results
 
     def _reuse(self, keys: list[Hashable], sequences: dict[Hashable, list[int]]) -> dict[Hashable, int]:
@@ -212,7 +156,7 @@ class MultiTurnDecoder:
             if shared >= self.min_shared_prefix:
                 layers = self._prefill_alone(first[:shared])
                 for key in fresh:
-                    self._rows[key] = _Row(ids=list(first[:shared]), layers=layers)
+                    self._rows[key] = _Row(ids=list(first[:shared]), layers=list(layers))
                     reused[key] = shared
         for key in fresh:
             reused.setdefault(key, 0)
@@ -241,15 +185,17 @@ class MultiTurnDecoder:
         from transformers import DynamicCache
         from transformers.cache_utils import Cache
 
+        from training.generation.reserved_cache import ReservedLayer
+
         device = self._device()
         width = max(reused[k] for k in keys)
         mask = torch.zeros((len(keys), width), dtype=torch.long, device=device)
         if width == 0:
             return DynamicCache(config=self.model.config), mask
-        layer_class = _reserved_layer_class()
         template = next(self._rows[k].layers for k in keys if reused[k] > 0)
         layers = []
-        for layer, (k0, v0) in enumerate(template):
+        for layer in range(len(template)):
+            k0, v0 = template[layer]
             keys_t = k0.new_zeros((len(keys), k0.shape[0], width + room, k0.shape[-1]))
             values_t = v0.new_zeros((len(keys), v0.shape[0], width + room, v0.shape[-1]))
             for i, key in enumerate(keys):
@@ -258,7 +204,10 @@ class MultiTurnDecoder:
                     k, v = self._rows[key].layers[layer]
                     keys_t[i, :, width - n: width] = k[:, :n]
                     values_t[i, :, width - n: width] = v[:, :n]
-            layers.append(layer_class(keys_t, values_t, width))
+                    # The batch holds it now: let the row's copy go (the row's cache is set aside anew when its
+                    # turn ends), so a turn never holds every row's cache twice.
+                    self._rows[key].layers[layer] = None
+            layers.append(ReservedLayer(keys_t, values_t, width))
         for i, key in enumerate(keys):
             if reused[key]:
                 mask[i, width - reused[key]:] = 1
