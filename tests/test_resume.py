@@ -213,3 +213,27 @@ def test_a_pretrained_models_zero_shot_eval_is_played_once_and_read_back_on_resu
     assert summary["base_label"] == "SFT warm-start (before GRPO)"
     pairs = [r for r in run.read("comparison") if r["kind"] == "pair"]
     assert [p["zero_shot"]["question_id"] for p in pairs] == [e["question_id"] for e in played]
+
+
+def test_a_short_warm_start_logs_every_step_and_each_phase_says_when_it_began(tmp_path):
+    """A warm start of a few steps puts each step on the learning-signal chart (not one point every 50), and
+    status.json says when the current phase began (the dashboard's remaining time counts its pace from there)."""
+    from training.run_dir import RunDir
+    from training.train import run_training
+
+    seen = []
+
+    def listener(event, payload):
+        if event == "status" and payload.get("phase"):
+            seen.append((payload["phase"], payload.get("phase_started_at")))
+
+    small = _small(tmp_path, max_steps=1, eval_every=0, save_steps=0,
+                   sft={"enabled": True, "max_steps": 3, "episodes": 6, "batch_size": 2, "eval_every": 0})
+    run = RunDir(run_training(small, listener=listener))
+    assert [m["step"] for m in run.read("metrics") if m["phase"] == "sft"] == [1, 2, 3]
+    assert json.loads(run.file("sft_config.json").read_text())["logging_steps"] == 1
+    begun = {}
+    for phase, started in seen:
+        assert started, phase
+        begun.setdefault(phase, started)
+    assert {"sft", "grpo"} <= set(begun) and begun["sft"] <= begun["grpo"]

@@ -216,6 +216,10 @@ def test_lora_checkpoint_and_tracker_fields():
     assert TrainConfig(max_steps=30).resolved_save_steps() == 3
     assert TrainConfig(max_steps=30, sft={"max_steps": 300}).resolved_save_steps("sft") == 30
     assert TrainConfig(save_steps=0).resolved_save_steps() == 0
+    # a pretrained model's checkpoint (optimizer included) is ~12 bytes a parameter: one per phase, past half-way
+    assert TrainConfig(model="smollm2-135m", max_steps=8).resolved_save_steps() == 5
+    assert TrainConfig(model="smollm2-135m", sft={"max_steps": 40}).resolved_save_steps("sft") == 21
+    assert TrainConfig(model="smollm2-135m", save_steps=3).resolved_save_steps() == 3
     with pytest.raises(ConfigError, match="save_total_limit"):
         TrainConfig(save_total_limit=0)
     assert TrainConfig().with_overrides(["report_to=tensorboard"]).report_to == ["tensorboard"]

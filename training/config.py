@@ -247,8 +247,11 @@ class TrainConfig:
 
     Checkpoints and trackers:
         save_steps: save a resumable checkpoint (weights or adapter, optimizer, scheduler, RNG, step) every N steps,
-            in SFT and in GRPO. `None` (default) = auto: about ten per phase (`ceil(steps / 10)`), 50 when training by
-            epochs; 0 = never (the run cannot be resumed). A stop also saves one.
+            in SFT and in GRPO. `None` (default) = auto, sized to what a checkpoint costs: about ten per phase
+            (`ceil(steps / 10)`) for `builtin:tiny`, whose checkpoints are kilobytes; one just past the half-way point
+            of each phase (`steps // 2 + 1`) for any other model, whose checkpoint with its optimizer state is about
+            12 bytes a parameter (1.6 GB for SmolLM2-135M); 50 when training by epochs; 0 = never (the run cannot
+            be resumed). A stop also saves one.
         save_total_limit: checkpoints kept per phase (default 2: the newest, and one in case it was cut short).
         report_to: experiment trackers that also receive the trainer's logs, e.g. `["tensorboard"]`, `["trackio"]`,
             `["wandb"]` (default `[]`). Each must be installed; the run id is their run name, and they write under
@@ -498,11 +501,14 @@ class TrainConfig:
         return None if self.lora is None else {**LORA_DEFAULTS, **self.lora}
 
     def resolved_save_steps(self, phase: str = "grpo") -> int:
-        """Steps between checkpoints of `phase` ("sft" or "grpo"): `save_steps`, else about ten per phase."""
+        """Steps between checkpoints of `phase` ("sft" or "grpo"): `save_steps`, else sized to a checkpoint's cost
+        (see `save_steps`)."""
         if self.save_steps is not None:
             return self.save_steps
         steps = self.sft.max_steps if phase == "sft" else self.max_steps
-        return max(1, math.ceil(steps / 10)) if steps > 0 else 50
+        if steps <= 0:
+            return 50
+        return max(1, math.ceil(steps / 10)) if self.is_builtin_model else steps // 2 + 1
 
     def resolved_cpu_threads(self) -> int | None:
         if self.cpu_threads is not None:

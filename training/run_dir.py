@@ -228,12 +228,15 @@ class RunDir:
         return read_json(self.file("config.json"))
 
     def write_status(self, status: str | None = None, **fields: Any) -> dict[str, Any]:
-        """Merge `fields` into status.json (atomically) and stamp updated_at."""
+        """Merge `fields` into status.json (atomically) and stamp updated_at; a new `phase` stamps
+        `phase_started_at` (what the dashboard's remaining time counts the phase's pace from)."""
         if status is not None and status not in STATUSES:
             raise ValueError(f"unknown status {status!r}; expected one of {STATUSES}")
         current = self.read_status(default={})
         if status is not None:
             current["status"] = status
+        if "phase" in fields and fields["phase"] != current.get("phase"):
+            current["phase_started_at"] = now_iso()
         current.update(fields)
         current.setdefault("run_id", self.run_id)
         current["updated_at"] = now_iso()
