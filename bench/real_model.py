@@ -12,7 +12,8 @@ back from the run directory: eval success of the pretrained model before any tra
 start (when the config has one) and after GRPO, beside the random policy; the GRPO reward (mean of the first and the
 last fifth of the steps); wall time per phase (from the run's status changes); generated tokens per second during
 GRPO's rollouts (every `generate` call made while the GRPO phase runs, timed and counted: new tokens that are not
-padding); peak GPU memory. Targets of the GPU recipe (issue 18, one H100, spider10's 203 eval questions): after
+padding); peak GPU memory; peak resident memory (overall and per phase) and the bytes written to disk (checkpoints
+included). Targets of the GPU recipe (issue 18, one H100, spider10's 203 eval questions): after
 GRPO >= 30% success and >= 5 points over the warm start (or zero-shot), all-in <= 30 min, rollouts >= 5,000
 generated tokens/s. The last line printed is one JSON object with the figures.
 """
@@ -39,8 +40,9 @@ def log(message: str) -> None:
 class GenerationMeter:
     """Counts the tokens generated, and the seconds spent generating, while `active` is set.
 
-    It wraps the two places every rollout generates through: transformers' `GenerationMixin.generate` (TRL's tool
-    loop) and `training.generation.episodes.generate_new_tokens` (the batched rollout and evals). Nested calls (the batched
+    It wraps the places every rollout generates through: transformers' `GenerationMixin.generate` (TRL's tool
+    loop), `MultiTurnDecoder.generate` (the batched rollout and evals) and `generate_new_tokens` (their re-reading
+    fallback). Nested calls (the batched
     decoder falling back to `generate`) are counted once, by the outermost.
     """
 
@@ -54,8 +56,12 @@ class GenerationMeter:
         import training.generation.episodes
         from transformers.generation.utils import GenerationMixin
 
+        import training.generation.multi_turn
+
         GenerationMixin.generate = self._wrap(GenerationMixin.generate, self._count_generate)
         training.generation.episodes.generate_new_tokens = self._wrap(training.generation.episodes.generate_new_tokens, self._count_rows)
+        decoder = training.generation.multi_turn.MultiTurnDecoder
+        decoder.generate = self._wrap(decoder.generate, self._count_keyed)
 
     def _wrap(self, function, count):
         meter = self
@@ -92,6 +98,58 @@ class GenerationMeter:
     def _count_rows(args, kwargs, out) -> int:
         return sum(len(row) for row in out)
 
+    @staticmethod
+    def _count_keyed(args, kwargs, out) -> int:
+        return sum(len(row) for row in out.values())
+
+
+class MemoryMeter:
+    """This process's resident memory, sampled twice a second on its own thread: the peak overall and per phase;
+    and the bytes it has written to storage (Linux `/proc/self/io`), the run's checkpoints included."""
+
+    def __init__(self):
+        self.phase: str | None = None
+        self.peak_by_phase: dict[str, float] = {}
+        self.peak = 0.0
+        self._stop = threading.Event()
+        self._written_at_start = self.written_bytes()
+
+    @staticmethod
+    def rss_gb() -> float:
+        try:
+            for line in Path("/proc/self/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 2**20
+        except OSError:
+            pass
+        return 0.0
+
+    @staticmethod
+    def written_bytes() -> int:
+        try:
+            for line in Path("/proc/self/io").read_text().splitlines():
+                if line.startswith("write_bytes:"):
+                    return int(line.split()[1])
+        except OSError:
+            pass
+        return 0
+
+    def written_gb(self) -> float:
+        return (self.written_bytes() - self._written_at_start) / 2**30
+
+    def start(self) -> None:
+        def sample() -> None:
+            while not self._stop.wait(0.5):
+                rss = self.rss_gb()
+                self.peak = max(self.peak, rss)
+                if self.phase:
+                    self.peak_by_phase[self.phase] = max(self.peak_by_phase.get(self.phase, 0.0), rss)
+
+        threading.Thread(target=sample, daemon=True, name="memory-meter").start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
 
 def eval_split_size(config) -> int:
     from sqlenv.datasets import load_questions, resolve_dataset
@@ -111,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=None,
                         help="stop after this many minutes (at a checkpoint) and print how to resume: for "
                              "machines lent in short slices")
+    parser.add_argument("--record", action="store_true",
+                        help="write the figures into configs/measured.json under the config's file name (what the "
+                             "dashboard's picker shows before Start and counts remaining time with)")
     parser.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
                         help="continue a run this bench stopped (its own config; figures add up across chunks)")
     args = parser.parse_args(argv)
@@ -144,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
 
     meter = GenerationMeter()
     meter.install()
+    memory = MemoryMeter()
+    memory.start()
     phases: dict[str, float] = {}
     current = {"phase": None, "since": time.perf_counter()}
     printer = progress_listener(config.max_steps)
@@ -153,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         if current["phase"] not in (None, "done", "queued", "resuming"):
             phases[current["phase"]] = phases.get(current["phase"], 0.0) + now - current["since"]
         current.update(phase=phase, since=now)
+        memory.phase = phase
         (meter.active.set if phase == "grpo" else meter.active.clear)()
 
     def listener(event: str, payload: dict) -> None:
@@ -179,8 +243,9 @@ def main(argv: list[str] | None = None) -> int:
         if timer is not None:
             timer.cancel()
     enter(None)
+    memory.stop()
     run = RunDir(path)
-    figures = _add_chunk(run, phases, time.perf_counter() - start, meter)
+    figures = _add_chunk(run, phases, time.perf_counter() - start, meter, memory)
     status = run.read_status()
     if status.get("status") == "stopped" and args.minutes is not None:
         log(f"stopped after {args.minutes} minutes at a checkpoint; continue with: python bench/real_model.py "
@@ -210,14 +275,45 @@ def main(argv: list[str] | None = None) -> int:
         **figures,
         "run_dir": str(run.path),
     }
+    if args.record:
+        record_measurement(args.config if args.resume is None else None, config, result)
     log(json.dumps(result))
     return 0
+
+
+def record_measurement(config_file: Path | None, config, result: dict) -> None:
+    """Keep a finished run's cost in `configs/measured.json` under its config file's name."""
+    import datetime
+    import os
+
+    from training.run_dir import atomic_write_json
+
+    if config_file is None:
+        log("--record: a resumed run names no config file; nothing recorded")
+        return
+    path = REPO / "configs" / "measured.json"
+    table = json.loads(path.read_text()) if path.is_file() else {}
+    sft = config.resolved_sft()
+    table[Path(config_file).name] = {
+        "model": config.model, "dataset": config.dataset,
+        "machine": f"{os.cpu_count()}-core CPU" if result.get("device") in (None, "cpu") else str(result["device"]),
+        "minutes": round(result["total_seconds"] / 60, 1), "peak_memory_gb": result.get("peak_rss_gb"),
+        "disk_written_gb": result.get("disk_written_gb"), "phase_seconds": result.get("phase_seconds"),
+        "sft_steps": sft.max_steps if sft.enabled else 0,
+        "grpo_episodes": config.max_steps * config.per_device_train_batch_size * config.gradient_accumulation_steps,
+        "comparison_episodes": config.comparison_episodes,
+        "success": {k: result.get(k) for k in ("zero_shot", "warm_start", "after_grpo")},
+        "command": f"python bench/real_model.py --config configs/{Path(config_file).name} --record",
+        "date": datetime.date.today().isoformat(),
+    }
+    atomic_write_json(path, table)
+    log(f"recorded in {path}")
 
 
 BENCH_FILE = "bench_real_model.json"
 
 
-def _add_chunk(run, phases: dict[str, float], seconds: float, meter: GenerationMeter) -> dict:
+def _add_chunk(run, phases: dict[str, float], seconds: float, meter: GenerationMeter, memory: MemoryMeter) -> dict:
     """This invocation's times and token counts added to those of earlier chunks of the same run (kept in the run
     directory), as the figures to report."""
     import torch
@@ -237,6 +333,11 @@ def _add_chunk(run, phases: dict[str, float], seconds: float, meter: GenerationM
         "rollout_generated_tokens": kept.get("rollout_generated_tokens", 0) + meter.tokens,
         "rollout_generate_seconds": round(kept.get("rollout_generate_seconds", 0.0) + meter.seconds, 2),
         "peak_gpu_memory_gb": None if peak is None else round(max(peak, kept.get("peak_gpu_memory_gb") or 0.0), 2),
+        "peak_rss_gb": round(max(memory.peak, kept.get("peak_rss_gb") or 0.0), 2),
+        "peak_rss_gb_by_phase": {phase: round(max(value, kept.get("peak_rss_gb_by_phase", {}).get(phase, 0.0)), 2)
+                                 for phase, value in {**kept.get("peak_rss_gb_by_phase", {}),
+                                                      **memory.peak_by_phase}.items()},
+        "disk_written_gb": round(kept.get("disk_written_gb", 0.0) + memory.written_gb(), 2),
     }
     atomic_write_json(path, kept)
     seconds_generating = kept["rollout_generate_seconds"]

@@ -98,6 +98,31 @@ def test_smollm2_loads_as_a_trainable_float_model_with_a_tool_template(smollm2):
 
 @pytest.mark.slow
 @needs_smollm2
+def test_smollm2_episodes_are_the_same_with_the_kept_cache_as_when_re_read(smollm2):
+    """The decoder that keeps each episode's cache (training.generation.multi_turn) plays SmolLM2's greedy
+    episodes token for token as the decoder that re-reads the conversation every turn, reading far less."""
+    from sqlenv.environment import SQLEnvironment
+    from training.generation.model_policy import play_model_episodes
+
+    model, tokenizer = smollm2
+
+    def play(keep_cache: bool):
+        envs = [SQLEnvironment.from_dataset("builtin", split="eval", step_budget=3) for _ in range(3)]
+        try:
+            observations = [env.reset(seed=i) for i, env in enumerate(envs)]
+            return play_model_episodes(model, tokenizer, envs, observations, max_turn_tokens=12,
+                                       keep_cache=keep_cache)
+        finally:
+            for env in envs:
+                env.close()
+
+    old, new = play(False), play(True)
+    assert [e.completion_ids for e in new] == [e.completion_ids for e in old]
+    assert all(e.turns == 3 for e in new)  # zero-shot, it writes prose to the cap: every turn is played
+
+
+@pytest.mark.slow
+@needs_smollm2
 def test_a_gguf_file_by_path_gives_the_same_model(smollm2):
     import torch
 
