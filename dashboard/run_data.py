@@ -215,8 +215,11 @@ def fmt_duration(seconds: float | None) -> str:
     return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else f"{minutes}m {secs:02d}s"
 
 
-def progress(status: dict[str, Any], now: dt.datetime | None = None) -> dict[str, Any]:
-    """step, total, elapsed and remaining seconds (linear estimate from the steps done so far)."""
+def progress(status: dict[str, Any], now: dt.datetime | None = None,
+             config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """step, total, elapsed and remaining seconds. Remaining, while running: the current phase at its own pace,
+    then the later phases as measured for the run's model and dataset (`dashboard.config_costs`, so the warm start
+    and the evals count); without a measurement, GRPO's steps at their own pace."""
     now = now or dt.datetime.now()
     step = status.get("step") if isinstance(status.get("step"), (int, float)) else 0
     total = status.get("total_steps") if isinstance(status.get("total_steps"), (int, float)) else None
@@ -227,9 +230,16 @@ def progress(status: dict[str, Any], now: dt.datetime | None = None) -> dict[str
         finished = parse_time(status.get("heartbeat_at"))
     elapsed = ((finished or now) - started).total_seconds() if started else None
     remaining = None
-    # Rate from the GRPO phase alone when the run says when it began (model loading and SFT are not steps).
+    if status.get("status") == "running":
+        from dashboard.config_costs import remaining_seconds
+
+        phase_started = parse_time(status.get("phase_started_at")) or parse_time(
+            status.get({"sft": "sft_started_at", "grpo": "grpo_started_at"}.get(str(status.get("phase")), "")))
+        in_phase = (now - phase_started).total_seconds() if phase_started else None
+        remaining = remaining_seconds(status, config, in_phase)
+    # Without a measurement: GRPO's steps at their own pace (model loading and SFT are not steps).
     grpo_started = parse_time(status.get("grpo_started_at")) or started
-    if status.get("status") == "running" and grpo_started is not None and step and total:
+    if remaining is None and status.get("status") == "running" and grpo_started is not None and step and total:
         remaining = (now - grpo_started).total_seconds() / step * max(total - step, 0)
     elif status.get("status") in ended:
         remaining = 0.0

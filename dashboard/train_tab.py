@@ -17,6 +17,7 @@ import gradio as gr
 
 from dashboard import charts
 from dashboard.context import AppContext, dataset_choices, dataset_splits
+from dashboard.config_costs import cost_html
 from dashboard.gpu import has_gpu, readout_html
 from dashboard.live_plot import LivePlot, live_value
 from dashboard.run_data import RunSnapshot, fmt_duration, progress
@@ -99,6 +100,19 @@ def model_config_file(model: str | None, gpu: bool, data_root: Path | None = Non
                     return gpu_file
             return cpu_file
     return None
+
+
+def warm_start_hint(model: str | None, section: Any) -> str:
+    """The warm-start switch's help, for the model actually picked: what `auto` does for it and what the loaded
+    config sets."""
+    model = str(model or "builtin:tiny")
+    scratch = model.startswith("builtin:")
+    enabled = section.get("enabled") if isinstance(section, dict) else section
+    setting = {True: "on", False: "off"}.get(enabled, "auto")
+    why = "trained from scratch, it must learn tool calls first" if scratch else "pretrained"
+    steps = section.get("max_steps") if isinstance(section, dict) else None
+    size = f", {steps} steps" if isinstance(steps, int) and steps > 0 and setting != "off" else ""
+    return f"auto = {'on' if scratch else 'off'} for {model} ({why}); this config: {setting}{size}"
 
 
 def form_fields() -> list[tuple[str, str, str, str]]:
@@ -194,7 +208,7 @@ def status_html(snap: RunSnapshot | None, note: str | None, runner_error: str | 
         return f'<div id="train-status" class="sqe-card sqe-status" data-run="" data-status="none" data-step="">{body}</div>'
     status = snap.status
     state = snap.state
-    p = progress(status)
+    p = progress(status, config=snap.config)
     # The newest plotted point: the step of the phase that logged last (SFT steps, then GRPO steps).
     latest_phase = next((r.get("phase", "grpo") for r in reversed(snap.metrics) if isinstance(r, dict)), None)
     plotted = charts.last_step(snap.metrics, latest_phase) if latest_phase else None
@@ -260,6 +274,7 @@ def build(ctx: AppContext) -> dict[str, Any]:
         if kind == "lr":
             return gr.Textbox(value="" if value is None else str(value), placeholder="auto", **common)
         if kind == "sft":  # the warm start's switch (`sft.enabled`); the rest of its section comes from the config
+            common["info"] = warm_start_hint(defaults.get("model"), value)
             if isinstance(value, dict):
                 value = value.get("enabled")
             return gr.Radio(SFT_CHOICES, value={True: "on", False: "off"}.get(value, "auto"), **common)
@@ -280,6 +295,8 @@ def build(ctx: AppContext) -> dict[str, Any]:
                     with gr.Row():
                         for n in present:
                             widgets[n] = widget(*by_name[n])
+                    if row == ("model",):  # which config the form holds, and what it cost when measured
+                        cost = gr.HTML(cost_html(ctx.default_config or DEFAULT_CONFIG_FILE), elem_id="train-cost")
             inputs = [widgets[f[0]] for f in fields]
             advanced_inputs = advanced_form(defaults)
             with gr.Row():
@@ -450,22 +467,24 @@ def build(ctx: AppContext) -> dict[str, Any]:
             """Fill the form with the picked model's config (a typed name with no config changes nothing else)."""
             known = {name for name, *_ in PICKER_MODELS} | {default_values(ctx.default_config).get("model")}
             if model not in known:
-                return [gr.skip() for _ in inputs]
-            values = default_values(base_config_file(model))
+                return [gr.skip() for _ in inputs] + [gr.skip()]
+            config_file = base_config_file(model)
+            values = default_values(config_file)
             updates = []
             for (name, _, kind, _), component in zip(fields, inputs):
                 if component is model_input or name not in values:
                     updates.append(gr.skip())
                 elif kind == "lr":
                     updates.append(gr.update(value="" if values[name] is None else str(values[name])))
-                elif kind == "sft":  # the section's switch
+                elif kind == "sft":  # the section's switch, and its help for this model
                     value = values[name].get("enabled") if isinstance(values[name], dict) else values[name]
-                    updates.append(gr.update(value={True: "on", False: "off"}.get(value, "auto")))
+                    updates.append(gr.update(value={True: "on", False: "off"}.get(value, "auto"),
+                                             info=warm_start_hint(model, values[name])))
                 else:
                     updates.append(gr.update(value=values[name]))
-            return updates
+            return [*updates, cost_html(config_file)]
 
-        owner.owner_event(model_input.input, on_model, inputs=[model_input], outputs=inputs,
+        owner.owner_event(model_input.input, on_model, inputs=[model_input], outputs=[*inputs, cost],
                           show_progress="hidden", action="fill the training form")
 
     if dataset_input is not None and split_inputs:

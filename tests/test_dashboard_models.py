@@ -73,3 +73,61 @@ def test_gpu_readout_line_names_memory_and_utilisation():
                          "total_gb": 79.6, "used_gb": 6.1, "utilization": 87.0})
     assert 'id="train-gpu"' in line and 'data-utilization="87"' in line
     assert "3.2 GiB allocated (peak 5.5, reserved 4.0) of 80 GiB" in line and "utilisation 87%" in line
+
+
+def test_cost_line_names_the_config_and_its_measured_figures():
+    from dashboard.config_costs import cost_html
+
+    table = {"smollm2_cpu.json": {"model": "smollm2-135m", "dataset": "builtin", "machine": "2-core CPU",
+                                  "minutes": 41.6, "peak_memory_gb": 5.43, "disk_written_gb": 4.2}}
+    line = cost_html("configs/smollm2_cpu.json", table)
+    assert "configs/smollm2_cpu.json" in line and "2-core CPU" in line
+    assert "~42 min" in line and "5.4 GB" in line and "4.2 GB written" in line
+    assert "not measured yet" in cost_html("configs/other.json", table)
+    # the file the repository ships parses, and names only configs that exist
+    from dashboard.config_costs import MEASURED_FILE, measured
+
+    for name, entry in measured().items():
+        assert (MEASURED_FILE.parent / name).is_file() and entry["model"] == TrainConfig.from_json(
+            MEASURED_FILE.parent / name).model
+
+
+def test_remaining_time_counts_the_warm_start_and_the_evals_still_to_come():
+    from dashboard.config_costs import remaining_seconds
+
+    table = {"x.json": {"model": "m", "dataset": "builtin", "sft_steps": 40, "grpo_episodes": 128,
+                        "comparison_episodes": 100,
+                        "phase_seconds": {"loading model": 20, "zero-shot eval": 200, "sft": 800, "base eval": 100,
+                                          "grpo": 1000, "saving": 10, "comparison": 300}}}
+    config = {"model": "m", "dataset": "builtin", "sft": {"max_steps": 20}, "max_steps": 8,
+              "per_device_train_batch_size": 4, "gradient_accumulation_steps": 4, "comparison_episodes": 50}
+    # half-way through a 20-step warm start that took 300 s so far: 300 s more, then the later phases as measured,
+    # scaled to this config (50 comparison episodes instead of 100)
+    sft = {"status": "running", "phase": "sft", "phase_step": 10, "phase_total": 20}
+    assert remaining_seconds(sft, config, 300.0, table) == pytest.approx(300 + 50 + 1000 + 10 + 150)
+    # in the zero-shot eval (no steps): what is left of its measured time, then the rest
+    zero = {"status": "running", "phase": "zero-shot eval"}
+    assert remaining_seconds(zero, config, 50.0, table) == pytest.approx(150 + 400 + 50 + 1000 + 10 + 150)
+    # GRPO at its own pace, then saving and the comparison
+    grpo = {"status": "running", "phase": "grpo", "step": 2, "total_steps": 8}
+    assert remaining_seconds(grpo, config, 240.0, table) == pytest.approx(720 + 10 + 150)
+    # another model: the current phase alone, where it has steps; nothing known otherwise
+    other = {**config, "model": "n"}
+    assert remaining_seconds(sft, other, 300.0, table) == pytest.approx(300)
+    assert remaining_seconds(zero, other, 50.0, table) is None
+
+
+def test_status_bar_remaining_time_covers_the_phases_after_the_warm_start(monkeypatch):
+    import datetime as dt
+
+    import dashboard.config_costs as costs
+    from training.run_dir import now_iso
+
+    table = {"x.json": {"model": "m", "dataset": "builtin", "sft_steps": 10, "phase_seconds": {"grpo": 600}}}
+    monkeypatch.setattr(costs, "measured", lambda path=None: table)
+    started = (dt.datetime.now() - dt.timedelta(seconds=100)).isoformat(timespec="seconds")
+    status = {"status": "running", "phase": "sft", "phase_step": 5, "phase_total": 10, "phase_started_at": started,
+              "started_at": now_iso()}
+    snap = RunSnapshot("r1", status, {"model": "m", "dataset": "builtin", "sft": {"max_steps": 10}}, None)
+    bar = status_html(snap, None)
+    assert "remaining 11m" in bar  # 100 s more of warm start, then 600 s of GRPO (not "estimating")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from dashboard.train_tab import model_config_file
+from training.config import TrainConfig
 from training.models.gguf import PACKAGED_MODELS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -26,10 +28,18 @@ def test_picking_smollm2_loads_its_cpu_config_and_back(dashboard, page, screensh
     page.goto(dashboard["url"])
     page.wait_for_function("() => document.querySelector('#train-status') !== null")
     tiny_steps = field_value(page, "max_steps")
+    assert "tiny_cpu.json" in page.locator("#train-config-cost").inner_text()
+    assert "auto = on for builtin:tiny" in page.locator("#cfg-sft").inner_text()
     pick_model(page, "smollm2-135m")
-    # No GPU here: the CPU config (4 GRPO steps, step budget 4, lr 1e-5) fills the form.
-    page.wait_for_function("() => document.querySelector('#cfg-max_steps input')?.value === '4'")
-    assert field_value(page, "step_budget") == "4" and field_value(page, "learning_rate") == "1e-05"
+    # No GPU here: the CPU config fills the form, says which file it is and what it cost, and the warm start's
+    # help names the picked model.
+    cpu = TrainConfig.from_json(model_config_file("smollm2-135m", gpu=False))
+    page.wait_for_function(f"() => document.querySelector('#cfg-max_steps input')?.value === '{cpu.max_steps}'")
+    assert field_value(page, "step_budget") == str(cpu.step_budget)
+    assert float(field_value(page, "learning_rate")) == cpu.learning_rate
+    page.wait_for_function("() => document.querySelector('#train-config-cost')?.innerText.includes('smollm2_cpu.json')")
+    assert "auto = off for smollm2-135m" in page.locator("#cfg-sft").inner_text()
     screenshot(page, "train_model_picker_smollm2")
     pick_model(page, "builtin:tiny")
     page.wait_for_function(f"() => document.querySelector('#cfg-max_steps input')?.value === '{tiny_steps}'")
+    page.wait_for_function("() => document.querySelector('#train-config-cost')?.innerText.includes('tiny_cpu.json')")
