@@ -45,9 +45,9 @@ def cost_html(config_file: Path | str | None, table: dict[str, dict[str, Any]] |
     if isinstance(entry.get("minutes"), (int, float)):
         parts.append(f"<b>~{entry['minutes']:.0f} min</b> all-in")
     if isinstance(entry.get("peak_memory_gb"), (int, float)):
-        parts.append(f"peak memory <b>{entry['peak_memory_gb']:.1f} GB</b>")
+        parts.append(f"peak memory <b>{entry['peak_memory_gb']:.1f} GiB</b>")
     if isinstance(entry.get("disk_written_gb"), (int, float)):
-        parts.append(f"{entry['disk_written_gb']:.1f} GB written")
+        parts.append(f"{entry['disk_written_gb']:.1f} GiB written")
     machine = html.escape(str(entry.get("machine") or "one machine"))
     return (f'<div class="sqe-muted" id="train-config-cost" data-minutes="{entry.get("minutes", "")}">{loaded} · '
             f'measured on {machine}: {", ".join(parts) or "no figures"}</div>')

@@ -82,7 +82,7 @@ def test_cost_line_names_the_config_and_its_measured_figures():
                                   "minutes": 41.6, "peak_memory_gb": 5.43, "disk_written_gb": 4.2}}
     line = cost_html("configs/smollm2_cpu.json", table)
     assert "configs/smollm2_cpu.json" in line and "2-core CPU" in line
-    assert "~42 min" in line and "5.4 GB" in line and "4.2 GB written" in line
+    assert "~42 min" in line and "5.4 GiB" in line and "4.2 GiB written" in line
     assert "not measured yet" in cost_html("configs/other.json", table)
     # the file the repository ships parses, and names only configs that exist
     from dashboard.config_costs import MEASURED_FILE, measured
