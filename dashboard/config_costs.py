@@ -36,9 +36,14 @@ def cost_html(config_file: Path | str | None, table: dict[str, dict[str, Any]] |
     """One line for the Train form: which config the form holds and what it cost when measured."""
     if config_file is None:
         return '<div class="sqe-muted" id="train-config-cost">No config file: the form\'s own values.</div>'
-    name = Path(config_file).name
-    entry = (measured() if table is None else table).get(name)
-    loaded = f"Loaded <code>configs/{html.escape(name)}</code>"
+    path = Path(config_file)
+    name = path.name
+    entry = (measured() if table is None else table).get(name) if path.parent.resolve() == MEASURED_FILE.parent else None
+    try:
+        shown = str(path.resolve().relative_to(MEASURED_FILE.parent.parent))
+    except ValueError:  # a config from elsewhere (`python app.py --config`): its own path
+        shown = str(path)
+    loaded = f"Loaded <code>{html.escape(shown)}</code>"
     if not entry:
         return f'<div class="sqe-muted" id="train-config-cost">{loaded} · not measured yet.</div>'
     parts = []

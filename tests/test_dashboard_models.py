@@ -80,12 +80,16 @@ def test_cost_line_names_the_config_and_its_measured_figures():
 
     table = {"smollm2_cpu.json": {"model": "smollm2-135m", "dataset": "builtin", "machine": "2-core CPU",
                                   "minutes": 41.6, "peak_memory_gb": 5.43, "disk_written_gb": 4.2}}
-    line = cost_html("configs/smollm2_cpu.json", table)
+    from dashboard.config_costs import MEASURED_FILE
+
+    line = cost_html(MEASURED_FILE.parent / "smollm2_cpu.json", table)
     assert "configs/smollm2_cpu.json" in line and "2-core CPU" in line
     assert "~42 min" in line and "5.4 GiB" in line and "4.2 GiB written" in line
-    assert "not measured yet" in cost_html("configs/other.json", table)
+    assert "not measured yet" in cost_html(MEASURED_FILE.parent / "other.json", table)
+    # a file elsewhere with a measured config's name is not that config
+    assert "not measured yet" in cost_html("/tmp/x/smollm2_cpu.json", table)
     # the file the repository ships parses, and names only configs that exist
-    from dashboard.config_costs import MEASURED_FILE, measured
+    from dashboard.config_costs import measured
 
     for name, entry in measured().items():
         assert (MEASURED_FILE.parent / name).is_file() and entry["model"] == TrainConfig.from_json(

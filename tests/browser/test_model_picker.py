@@ -28,7 +28,7 @@ def test_picking_smollm2_loads_its_cpu_config_and_back(dashboard, page, screensh
     page.goto(dashboard["url"])
     page.wait_for_function("() => document.querySelector('#train-status') !== null")
     tiny_steps = field_value(page, "max_steps")
-    assert "tiny_cpu.json" in page.locator("#train-config-cost").inner_text()
+    assert "test_config.json" in page.locator("#train-config-cost").inner_text()  # the app's --config
     assert "auto = on for builtin:tiny" in page.locator("#cfg-sft").inner_text()
     pick_model(page, "smollm2-135m")
     # No GPU here: the CPU config fills the form, says which file it is and what it cost, and the warm start's
@@ -42,4 +42,4 @@ def test_picking_smollm2_loads_its_cpu_config_and_back(dashboard, page, screensh
     screenshot(page, "train_model_picker_smollm2")
     pick_model(page, "builtin:tiny")
     page.wait_for_function(f"() => document.querySelector('#cfg-max_steps input')?.value === '{tiny_steps}'")
-    page.wait_for_function("() => document.querySelector('#train-config-cost')?.innerText.includes('tiny_cpu.json')")
+    page.wait_for_function("() => document.querySelector('#train-config-cost')?.innerText.includes('test_config.json')")
