@@ -94,8 +94,7 @@ def hand_kept_cache(model, prompts: list[list[int]], pad_id: int, tokens_per_row
             "decode_tokens_per_s": round(generated / max(end - prefilled, 1e-9), 1)}
 
 
-def figures(episodes, seconds: float, counter: FeedCounter) -> dict:
-    generated = generated_tokens(episodes)
+def figures(generated: int, seconds: float, counter: FeedCounter) -> dict:
     return {"generated": generated, "fed": counter.fed, "forward_calls": counter.calls,
             "fed_per_generated": round(counter.fed / max(generated, 1), 2), "seconds": round(seconds, 1),
             "tokens_per_s": round(generated / max(seconds, 1e-9), 1)}
@@ -118,7 +117,7 @@ def eval_workload(model, tokenizer, n: int, step_budget: int, turn_tokens: int, 
         start = time.perf_counter()
         episodes = play_model_episodes(model, tokenizer, envs, observations, max_turn_tokens=turn_tokens,
                                        renderer=renderer, keep_cache=keep)
-        out[name] = figures(episodes, time.perf_counter() - start, counter)
+        out[name] = figures(generated_tokens(episodes), time.perf_counter() - start, counter)
         played[name] = episodes
         for env in envs:
             env.close()
@@ -160,10 +159,7 @@ def rollout_workload(model, tokenizer, n: int, step_budget: int, turn_tokens: in
             start = time.perf_counter()
             record = rollout(prompts, trainer)
             seconds = time.perf_counter() - start
-            generated = sum(sum(mask) for mask in record["env_mask"])
-            out[name] = {"generated": generated, "fed": counter.fed, "forward_calls": counter.calls,
-                         "fed_per_generated": round(counter.fed / max(generated, 1), 2), "seconds": round(seconds, 1),
-                         "tokens_per_s": round(generated / max(seconds, 1e-9), 1)}
+            out[name] = figures(sum(sum(mask) for mask in record["env_mask"]), seconds, counter)
             played[name] = record
             log(f"rollout, {name} decoder: {out[name]}")
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

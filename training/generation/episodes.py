@@ -90,7 +90,6 @@ def play_batched(
         decoder = MultiTurnDecoder(model, pad_id, eos)
     if not keep_cache:
         decoder = None
-    index = {id(e): i for i, e in enumerate(episodes)}
     while True:
         live = [e for e in episodes if not e.done]
         if not live:
@@ -114,10 +113,9 @@ def play_batched(
         if not pairs:
             break
         if decoder is not None:
-            new_tokens = decoder.generate({index[id(e)]: e.input_ids() for e, _ in pairs},
-                                          {index[id(e)]: room for e, room in pairs}, sample=sample,
-                                          temperature=temperature)
-            outputs = [new_tokens[index[id(e)]] for e, _ in pairs]
+            new_tokens = decoder.generate({id(e): e.input_ids() for e, _ in pairs},
+                                          {id(e): room for e, room in pairs}, sample=sample, temperature=temperature)
+            outputs = [new_tokens[id(e)] for e, _ in pairs]
         else:
             outputs = generate_new_tokens(model, [e.input_ids() for e, _ in pairs], pad_id,
                                           max(r for _, r in pairs), generation_config=generation_config,
