@@ -68,7 +68,10 @@ def run_columns(snap: Any) -> list[Column]:
     base_label = f"base: {summary['base_label']}" if summary.get("base_label") else "base"
     labels = {"random": "random", "zero_shot": "zero-shot: pretrained, before any training", "base": base_label,
               "trained": "trained"}
-    return [Column(labels[key], episodes) for key, episodes in sides.items() if episodes]
+    most = max((len(episodes) for episodes in sides.values()), default=0)
+    # A CPU recipe plays the zero-shot model on the first questions only (`zero_shot_episodes`).
+    return [Column(labels[key], episodes, f"the first {len(episodes)} of {most} questions" if len(episodes) < most else "")
+            for key, episodes in sides.items() if episodes]
 
 
 def question_ids(columns: list[Column]) -> list[str]:

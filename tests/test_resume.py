@@ -196,23 +196,25 @@ def test_a_pretrained_models_zero_shot_eval_is_played_once_and_read_back_on_resu
         if event == "metrics" and payload.get("phase") == "grpo" and payload["step"] == 1:
             stop.set()
 
-    values = _small(tmp_path, model=str(pretrained), compare_base=True)
+    values = _small(tmp_path, model=str(pretrained), compare_base=True, comparison_episodes=3, zero_shot_episodes=2)
     path = run_training(values, stop_event=stop, listener=listener)
     run = RunDir(path)
     assert run.read_status()["status"] == "stopped"
     zero_shot = run.file(ZERO_SHOT_FILE)
     played = json.loads(zero_shot.read_text())["episodes"]
-    assert len(played) == values["comparison_episodes"]
+    assert len(played) == values["zero_shot_episodes"]  # the first 2 of the comparison's 3 questions
     before = zero_shot.stat().st_mtime_ns
     phases = []
     resume_training(path, listener=lambda event, payload: phases.append(payload.get("phase")))
     assert run.read_status()["status"] == "completed"
     assert "zero-shot eval" not in phases and zero_shot.stat().st_mtime_ns == before  # read back, not replayed
     summary = next(r for r in run.read("comparison") if r["kind"] == "summary")
-    assert summary["zero_shot"]["n_episodes"] == values["comparison_episodes"]
+    assert summary["zero_shot"]["n_episodes"] == values["zero_shot_episodes"]
+    assert summary["trained"]["n_episodes"] == values["comparison_episodes"]
     assert summary["base_label"] == "SFT warm-start (before GRPO)"
     pairs = [r for r in run.read("comparison") if r["kind"] == "pair"]
-    assert [p["zero_shot"]["question_id"] for p in pairs] == [e["question_id"] for e in played]
+    assert [p["zero_shot"]["question_id"] for p in pairs if "zero_shot" in p] == [e["question_id"] for e in played]
+    assert [("zero_shot" in p) for p in pairs] == [True, True, False]
 
 
 def test_a_short_warm_start_logs_every_step_and_each_phase_says_when_it_began(tmp_path):

@@ -50,6 +50,8 @@ def test_defaults_and_auto_fields():
         ({"sft": {"teacher_error_rate": 2.0}}, ["sft.teacher_error_rate"]),
         ({"sft": {"batch_size": "eight"}}, ["sft.batch_size", "int"]),
         ({"sft": "yes"}, ["sft must be"]),
+        ({"zero_shot_episodes": -1}, ["zero_shot_episodes"]),
+        ({"train_top_layers": 0}, ["train_top_layers"]),
     ],
 )
 def test_invalid_combinations_fail_at_construction(kwargs, words):
@@ -255,3 +257,10 @@ def test_cli_refuses_what_the_plan_refuses_in_one_line_with_exit_code_2(tmp_path
                            f"output_dir={tmp_path / 'run'}"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert all(word in proc.stderr for word in words) and not (tmp_path / "run").exists()
+
+
+def test_zero_shot_episodes_defaults_to_the_comparison_and_never_exceeds_it():
+    assert TrainConfig(comparison_episodes=100).resolved_zero_shot_episodes() == 100
+    assert TrainConfig(comparison_episodes=100, zero_shot_episodes=32).resolved_zero_shot_episodes() == 32
+    assert TrainConfig(comparison_episodes=20, zero_shot_episodes=32).resolved_zero_shot_episodes() == 20
+    assert TrainConfig(zero_shot_episodes=0).resolved_zero_shot_episodes() == 0

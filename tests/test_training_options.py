@@ -92,3 +92,50 @@ def test_data_dir_is_where_named_datasets_resolve(tmp_path):
     plan = RunPlan.resolve(config)
     assert plan.dataset.root == data / "mine"
     assert plan.episodes("train").questions_path == data / "mine" / "questions_train.json"
+
+
+def test_train_top_layers_trains_only_the_top_layers(tmp_path):
+    """`train_top_layers=1` on a real GRPO trainer: its optimizer holds the top decoder layer and the final norm and
+    nothing else; a backward pass computes gradients for those alone (autograd stops at the top layer); a step of the
+    trainer's optimizer changes them and leaves the embeddings (tied to the output head) and lower layers as they
+    were."""
+    import torch
+
+    from training.grpo import build_trainer
+    from training.models import load_model_and_tokenizer
+    from training.models.trainable import decoder_layers, trainable_parameters
+
+    model, tokenizer = load_model_and_tokenizer("builtin:tiny", device="cpu")
+    n_layers = len(decoder_layers(model))
+    assert n_layers >= 2
+    top = f"layers.{n_layers - 1}."
+    expected = {name for name, _ in model.named_parameters() if top in name or name == "model.norm.weight"}
+    config = small_train_config(tmp_path, train_top_layers=1, learning_rate=1e-2)
+    trainer = build_trainer(config, model, tokenizer, output_dir=str(tmp_path / "trainer"))
+    names = {id(p): name for name, p in model.named_parameters()}
+    optimizer = trainer.create_optimizer()
+    assert {names[id(p)] for group in optimizer.param_groups for p in group["params"]} == expected
+    assert trainable_parameters(model) == sum(p.numel() for n, p in model.named_parameters() if n in expected)
+
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    ids = torch.tensor([tokenizer("Question: how many singers are there?")["input_ids"]])
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert {name for name, p in model.named_parameters() if p.grad is not None} == expected
+    optimizer.step()
+    changed = {name for name, p in model.named_parameters() if not torch.equal(p.detach(), before[name])}
+    assert changed and changed <= expected and any(top in name for name in changed)
+
+
+def test_train_top_layers_is_checked():
+    """Out-of-range values and the LoRA combination are refused with the field named; a model's layer count bounds it."""
+    from training.config import ConfigError, TrainConfig
+    from training.models import load_model_and_tokenizer
+    from training.models.trainable import train_top_layers
+
+    with pytest.raises(ConfigError, match="train_top_layers must be at least 1"):
+        TrainConfig(train_top_layers=0)
+    with pytest.raises(ConfigError, match="train_top_layers and lora"):
+        TrainConfig(train_top_layers=2, lora={"r": 4})
+    model, _ = load_model_and_tokenizer("builtin:tiny", device="cpu")
+    with pytest.raises(ValueError, match="decoder layers: use 1 to"):
+        train_top_layers(model, 99)

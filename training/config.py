@@ -230,6 +230,11 @@ class TrainConfig:
             `"rollout_func"` (the batched path: `training.grpo.rollout.BatchedRollout` plays all episodes of a step
             together, one generation per turn for all of them; several times faster on small models).
         gradient_checkpointing: trade compute for memory on big models (default False).
+        train_top_layers: GRPO trains only the top N decoder layers and the final norm; the embeddings, the output
+            head tied to them and the layers below stay frozen, so the backward pass stops at the lowest trained
+            layer (SmolLM2-135M on a CPU: 8 of its 30 layers halve a GRPO step) and the optimizer state and
+            checkpoints shrink to match. `None` (default) = every weight. Not with `lora` (an adapter already
+            trains a few weights). The warm start trains every weight.
         seed: seed of model init, sampling, data order and evals (default 0).
         grpo: any other `trl.GRPOConfig` field, passed through as is, e.g. `{"loss_type": "dr_grpo",
             "scale_rewards": "none", "top_p": 0.95, "use_transformers_continuous_batching": true}` (CLI:
@@ -268,6 +273,10 @@ class TrainConfig:
             after training (default 20).
         compare_base: also play the comparison with the model as it was before GRPO. `None` (default) = auto:
             on for `builtin:tiny` and on GPUs, where it is cheap.
+        zero_shot_episodes: how many of the comparison's questions a warm-started pretrained model plays zero-shot,
+            before its warm start (with `compare_base`). `None` (default) = all `comparison_episodes`. A zero-shot
+            model runs every turn to `max_turn_tokens`, so its episodes cost several times a trained one's: a CPU
+            recipe plays fewer (its rate is then over those first questions; the comparison says how many).
 
     Warm start:
         sft: the SFT warm start on a teacher's episodes before GRPO, a `WarmStart` section (its fields and defaults
@@ -309,6 +318,7 @@ class TrainConfig:
     enable_thinking: bool = False
     rollout: str = "environment"
     gradient_checkpointing: bool = False
+    train_top_layers: int | None = None
     seed: int = 0
     grpo: dict = dataclasses.field(default_factory=dict)
     lora: dict | None = None
@@ -325,6 +335,7 @@ class TrainConfig:
     eval_episodes: int = 3
     comparison_episodes: int = 20
     compare_base: bool | None = None
+    zero_shot_episodes: int | None = None
     # --- warm start ---
     sft: WarmStart = dataclasses.field(default_factory=WarmStart)
     # --- hardware ---
@@ -390,8 +401,8 @@ class TrainConfig:
         for name in ("plot_every",):
             if getattr(self, name) < 1:
                 fail(f"{name} must be at least 1 (got {getattr(self, name)})")
-        for name in ("trace_every", "eval_every", "eval_episodes", "comparison_episodes"):
-            if getattr(self, name) < 0:
+        for name in ("trace_every", "eval_every", "eval_episodes", "comparison_episodes", "zero_shot_episodes"):
+            if (getattr(self, name) or 0) < 0:
                 fail(f"{name} must be >= 0 (got {getattr(self, name)}; 0 turns it off)")
         if self.device not in DEVICES:
             fail(f"device must be one of {DEVICES} (got {self.device!r})")
@@ -409,6 +420,12 @@ class TrainConfig:
         if unknown:
             fail(f"report_to: unknown tracker {unknown[0]!r}; use any of {sorted(TRACKERS)} (installed)")
         self._validate_lora()
+        if self.train_top_layers is not None:
+            if self.train_top_layers < 1:
+                fail(f"train_top_layers must be at least 1 or null (got {self.train_top_layers}; null trains every "
+                     "weight)")
+            if self.lora is not None:
+                fail("train_top_layers and lora both choose what GRPO trains: set one of them (null the other)")
         _check_owned_keys("grpo", self.grpo, GRPO_OWNED)
         generation = self.grpo.get("generation_kwargs") or {}
         if not isinstance(generation, dict):
@@ -478,6 +495,12 @@ class TrainConfig:
 
     def resolved_max_tool_calling_iterations(self) -> int:
         return self.max_tool_calling_iterations if self.max_tool_calling_iterations is not None else self.step_budget
+
+    def resolved_zero_shot_episodes(self) -> int:
+        """Questions the zero-shot eval plays: `zero_shot_episodes`, at most `comparison_episodes`."""
+        if self.zero_shot_episodes is None:
+            return self.comparison_episodes
+        return min(self.zero_shot_episodes, self.comparison_episodes)
 
     def resolved_reward_weights(self) -> list[float]:
         return list(self.reward_weights) if self.reward_weights is not None else [1.0, 0.15, 1.0]

@@ -116,7 +116,7 @@ class ZeroShotEval(Phase):
     def wanted(self, state: RunState) -> bool:
         config = state.config
         return (bool(config.compare_base) and bool(config.sft.enabled) and not config.is_builtin_model
-                and config.comparison_episodes > 0 and state.is_main)
+                and config.resolved_zero_shot_episodes() > 0 and state.is_main)
 
     def run(self, state: RunState) -> None:
         from sqlenv.evaluation import EvaluationResult
@@ -127,7 +127,8 @@ class ZeroShotEval(Phase):
             state.baselines["zero_shot"] = EvaluationResult.from_episodes(episodes, policy="zero-shot")
         elif not WarmStart.done(state):
             state.recorder.status(phase=self.name)
-            result = _play_model(state.model, state.tokenizer, state.plan, "zero-shot")
+            result = _play_model(state.model, state.tokenizer, state.plan, "zero-shot",
+                                 state.config.resolved_zero_shot_episodes())
             atomic_write_json(path, {"episodes": result.episodes})
             state.baselines["zero_shot"] = result
 
@@ -196,6 +197,9 @@ class GRPO(Phase):
                                evaluate_at_start=not config.sft.enabled and checkpoint is None,
                                last_eval_step=last_eval_step)
         trainer = build_trainer(plan, state.model, state.tokenizer, callbacks=[callback])
+        from training.models.trainable import trainable_parameters
+
+        recorder.status(grpo_trainable_parameters=trainable_parameters(trainer.model))
         if state.is_main:
             atomic_write_json(run.file("grpo_config.json"), trainer.args.to_dict())
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)

@@ -140,6 +140,10 @@ def build_trainer(plan: Any, model: Any, tokenizer: Any, *, output_dir: str | No
     source = plan.episodes(config.train_split)
     if config.beta > 0 and config.resolved_lora() is None:
         _plain_reference_source(plan, model, tokenizer)
+    if config.train_top_layers is not None:
+        from training.models.trainable import train_top_layers
+
+        train_top_layers(model, config.train_top_layers)
     common = dict(model=model, reward_funcs=list(REWARD_FUNCS), args=args, processing_class=tokenizer,
                   callbacks=callbacks, peft_config=lora_config(config))
     with warnings.catch_warnings():
