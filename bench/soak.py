@@ -1,4 +1,4 @@
-"""Soak: a real server under honest and hostile sessions at once, for a bounded time (issue 20).
+"""Soak: a real server under honest and hostile sessions at once, for a bounded time (issues 20 and 26).
 
     python bench/soak.py [--duration 600] [--honest 64] [--hostile 64] [--dataset builtin]
 
@@ -6,12 +6,16 @@ Starts `python -m sqlenv serve` on 127.0.0.1 (a free port, room for every sessio
 asyncio loop, `--honest` sessions (`SQLEnvClient`) play oracle episodes back to back, and `--hostile` sessions
 (raw WebSocket frames) keep attacking: costly SQL (quadratic `instr` over the longest values allowed, sorts of
 random blobs, runaway recursive CTEs, huge cross joins, deep nesting), malformed and unknown frames, abrupt
-disconnects and reconnects, HTTP `openenv/session/create` on `/mcp`, oversized HTTP bodies, idle pauses. A
-watcher asks `/health` every 2 s and samples the server's RSS.
+disconnects and reconnects, HTTP `openenv/session/create` on `/mcp` (plain, and spelled with JSON escapes, in
+UTF-16 or in a batch), oversized HTTP bodies, half-sent requests (part of a head, or a head and part of a body,
+then silence), resets with a 1 MB `question_id`, idle pauses. A watcher asks `/health` every 2 s and samples the
+server's RSS.
 
 Prints, last line one JSON object: requests (steps and calls sent), honest_errors (exceptions, error frames and
 oracle episodes not correct in honest sessions: must be 0), hostile_errors (exceptions a hostile session met;
-refusals are its normal fate), max_step_s (the longest reply to a step, honest or hostile, measured by the
+refusals are its normal fate), breaches (hostile requests that got what the server must refuse: a session
+opened over HTTP, a half-sent request's connection kept past the request timeout + 5 s, a value sent back
+whole: must be 0), max_step_s (the longest reply to a step, honest or hostile, measured by the
 client: must be <= the 5 s limit + 1 s), health_failures, sessions_leaked (open after every client left),
 rss_growth_mb (server RSS at rest after the soak minus after the warm-up: must be <= 50), and client_max_stall_s (the
 longest the bench's own event loop was late: a reply that arrives while it stalls is timed that much longer). Bounded:
@@ -46,7 +50,7 @@ from serverproc import ServerProcess, get_json  # noqa: E402
 from sqlenv.datasets import load_questions, resolve_dataset  # noqa: E402
 from sqlenv.policies import OraclePolicy  # noqa: E402
 from sqlenv.server.client import SQLEnvClient  # noqa: E402
-from sqlenv.server.app import TRIM_INTERVAL_S  # noqa: E402
+from sqlenv.server.app import DEFAULT_REQUEST_TIMEOUT_S as REQUEST_TIMEOUT_S, TRIM_INTERVAL_S  # noqa: E402
 from sqlenv.server.models import SQLAction as WireAction  # noqa: E402
 
 STEP_LIMIT_S = 5.0  # the server's default SQL time limit (SandboxSettings.timeout_s)
@@ -76,6 +80,19 @@ HOSTILE_SQL = [
     "SELECT 1; DROP TABLE x",
     "SELECT '" + "x" * 19_000 + "'",
 ]
+#: `openenv/session/create` as OpenEnv reads it (JSON-parsed) but not as the bytes read: each must be refused.
+_CREATE = {"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create", "params": {}}
+SESSION_CREATE_BODIES = [
+    json.dumps(_CREATE).encode(),
+    json.dumps(_CREATE).replace("/", "\\/").encode(),  # "openenv\/session\/create"
+    json.dumps(_CREATE).replace("create", "\\u0063reate").encode(),
+    json.dumps(_CREATE).encode("utf-16"),
+    json.dumps([{**_CREATE, "method": "tools/list"}, _CREATE]).encode(),
+]
+#: Requests that stop half-way: part of a head, or a head and part of its declared body.
+HALF_SENT = [b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ", b"",
+             b"POST /step HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+             b"Content-Length: 100000\r\n\r\n{\"action\": "]
 GARBAGE_FRAMES = ['{"type": "step", "data": {"action_type": "QUERY"}}', '{"type": "bogus"}', "not json", "{" * 10_000,
                   '{"type": "reset", "data": {"seed": "x"}}', '{"type": "step", "data": 5}', "[]", "null"]
 
@@ -94,6 +111,7 @@ class Tally:
         self.honest_episodes = 0
         self.honest_errors: list[str] = []
         self.hostile_errors: list[str] = []
+        self.breaches: list[str] = []
         self.hostile_refused = 0
         self.max_step_s = {"honest": 0.0, "hostile": 0.0}
         self.slowest = ""
@@ -139,16 +157,35 @@ async def honest(client: SQLEnvClient, plan, index: int, deadline: float, budget
             return
 
 
-def _http(url: str, body: bytes, timeout: float = 30.0) -> int:
+def _http(url: str, body: bytes, timeout: float = 30.0) -> tuple[int, bytes]:
+    """(status, the first 100 KB of the reply); status 0 when the connection failed."""
     request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            response.read(100_000)
-            return response.status
+            return response.status, response.read(100_000)
     except urllib.error.HTTPError as err:
-        return err.code
+        return err.code, err.read(100_000)
     except (urllib.error.URLError, ConnectionError):
-        return 0
+        return 0, b""
+
+
+async def half_sent(port: int, prefixes: list[bytes], tally: Tally) -> None:
+    """Open a connection per prefix, send it and fall silent; each must be closed by the server within its
+    request timeout (+ 5 s on a loaded machine), or it is a breach."""
+    streams = [await asyncio.open_connection("127.0.0.1", port) for _ in prefixes]
+    for (_, writer), prefix in zip(streams, prefixes):
+        writer.write(prefix)
+    for (reader, writer), prefix in zip(streams, prefixes):
+        try:
+            while await asyncio.wait_for(reader.read(65536), REQUEST_TIMEOUT_S + 5.0):
+                pass  # a 408 before the close
+            tally.hostile_refused += 1
+        except asyncio.TimeoutError:
+            tally.breaches.append(f"half-sent request held open: {prefix[:60]!r}")
+        except ConnectionError:
+            tally.hostile_refused += 1
+        finally:
+            writer.close()
 
 
 async def hostile(url: str, port: int, index: int, deadline: float, budget: "Budget", tally: Tally) -> None:
@@ -159,16 +196,27 @@ async def hostile(url: str, port: int, index: int, deadline: float, budget: "Bud
     while time.monotonic() < deadline and budget.take():
         attack = rng.random()
         try:
-            if attack < 0.05:  # sessions over HTTP (refused) and an oversized body (413)
-                create = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create",
-                                     "params": {}}).encode()
-                await asyncio.to_thread(_http, url + "/mcp", create)
+            if attack < 0.05:  # sessions over HTTP, however spelled (refused), and an oversized body (413)
+                status, reply = await asyncio.to_thread(_http, url + "/mcp", rng.choice(SESSION_CREATE_BODIES))
+                if status == 200 and b'"result"' in reply:
+                    tally.breaches.append(f"session opened over HTTP /mcp: {reply[:120]!r}")
                 await asyncio.to_thread(_http, url + "/step", b" " * (2 * 1024 * 1024))
                 tally.requests += 2
                 tally.hostile_refused += 2
                 continue
+            if attack < 0.07:  # requests that stop half-way, a few at once
+                await half_sent(port, [rng.choice(HALF_SENT) for _ in range(rng.randint(1, 5))], tally)
+                tally.requests += 1
+                continue
             async with connect(f"ws://127.0.0.1:{port}/ws", proxy=None, compression=None, open_timeout=30,
                                max_size=None) as ws:
+                if attack < 0.09:  # a 1 MB question_id: refused, and not sent back
+                    await ws.send(json.dumps({"type": "reset", "data": {"question_id": "q" * 1_000_000}}))
+                    reply = await asyncio.wait_for(ws.recv(), 60)
+                    tally.requests += 1
+                    tally.hostile_refused += 1
+                    if len(reply) > 10_000:
+                        tally.breaches.append(f"a 1 MB question_id sent back ({len(reply):,} characters)")
                 await ws.send(json.dumps({"type": "reset", "data": {}}))
                 await asyncio.wait_for(ws.recv(), 60)
                 tally.requests += 1
@@ -257,7 +305,8 @@ async def soak(server: ServerProcess, questions: list, args: argparse.Namespace,
                              *(honest(c, (questions,), i, deadline, budget, tally) for i, c in enumerate(clients)),
                              *(hostile(server.url, server.port, i, deadline, budget, tally)
                                for i in range(args.hostile)))
-    return {"rss_after_warmup": rss_after_warmup, "rss_samples": rss, "warmup_errors": warm.honest_errors}
+    return {"rss_after_warmup": rss_after_warmup, "rss_samples": rss, "warmup_errors": warm.honest_errors,
+            "warmup_breaches": warm.breaches}
 
 
 def main() -> None:
@@ -293,9 +342,13 @@ def main() -> None:
         print("  honest error:", line)
     for line in tally.hostile_errors[:5]:
         print("  hostile error:", line)
+    breaches = extra["warmup_breaches"] + tally.breaches
+    for line in breaches[:5]:
+        print("  breach:", line)
     max_step = max(tally.max_step_s.values())
     print(f"requests {tally.requests}, honest episodes {tally.honest_episodes} ({tally.honest_steps} steps), "
-          f"honest errors {honest_errors}, hostile errors {len(tally.hostile_errors)}, refused {tally.hostile_refused}")
+          f"honest errors {honest_errors}, hostile errors {len(tally.hostile_errors)}, refused {tally.hostile_refused}, "
+          f"breaches {len(breaches)}")
     print(f"max step time {max_step:.2f} s (honest {tally.max_step_s['honest']:.2f}, hostile "
           f"{tally.max_step_s['hostile']:.2f}; slowest {tally.slowest!r}); limit {STEP_LIMIT_S:g} s + 1 s; "
           f"the client's own longest stall {tally.client_max_stall_s:.2f} s")
@@ -308,6 +361,7 @@ def main() -> None:
         "duration_s": args.duration, "honest_sessions": args.honest, "hostile_sessions": args.hostile,
         "requests": tally.requests, "honest_episodes": tally.honest_episodes, "honest_errors": honest_errors,
         "hostile_errors": len(tally.hostile_errors), "hostile_refused": tally.hostile_refused,
+        "breaches": len(breaches),
         "max_step_s": round(max_step, 3), "max_honest_step_s": round(tally.max_step_s["honest"], 3),
         "max_hostile_step_s": round(tally.max_step_s["hostile"], 3), "step_limit_s": STEP_LIMIT_S,
         "client_max_stall_s": round(tally.client_max_stall_s, 3),

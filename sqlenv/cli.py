@@ -203,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="most concurrent WebSocket sessions (default 64)")
     srv.add_argument("--session-timeout", type=_positive_float, default=600.0,
                      help="seconds an idle session is kept before the server closes it (default 600)")
+    srv.add_argument("--request-timeout", type=_positive_float, default=10.0,
+                     help="seconds a connection has to send a request head, and a POST its body, before the server "
+                          "closes it (default 10)")
     srv.add_argument("--web", action="store_true", help="also serve OpenEnv's playground page at /web")
     srv.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="warning",
                      help="uvicorn log level (default warning)")
@@ -605,7 +608,7 @@ def _cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     except ValueError as exc:
         raise CLIError(_one_line(exc)) from None
     serve(config, host=args.host, port=args.port, max_sessions=args.max_sessions, web=args.web,
-          log_level=args.log_level, session_timeout_s=args.session_timeout)
+          log_level=args.log_level, session_timeout_s=args.session_timeout, request_timeout_s=args.request_timeout)
     return 0
 
 

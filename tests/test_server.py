@@ -2,9 +2,10 @@
 `GenericEnvClient` and by raw WebSocket frames.
 
 Every test on the shared server checks the session count before and after (no leaked sessions). The fault
-cases: malformed JSON, unknown message and action types, wrong field types, a 1 MB argument, a message over the
-size limit, an unknown session, a client dropping mid-episode, capacity, and a server restarted under
-connected clients.
+cases: malformed JSON, unknown message and action types, wrong field types, a 1 MB argument, 1 MB reset values
+(not sent back), bad HTTP `/reset` values (422), a `state` too big for one reply, a message over the size limit,
+an unknown session, a closed session's environment, a client dropping mid-episode, capacity, and a server
+restarted under connected clients.
 """
 
 from __future__ import annotations
@@ -65,9 +66,13 @@ def _ws(server, query: str = "", **kwargs):
                    **kwargs)
 
 
-def _request(ws, message) -> dict:
+def _request_raw(ws, message) -> str:
     ws.send(message if isinstance(message, str) else json.dumps(message))
-    return json.loads(ws.recv(timeout=30))
+    return ws.recv(timeout=30)
+
+
+def _request(ws, message) -> dict:
+    return json.loads(_request_raw(ws, message))
 
 
 # ----------------------------------------------------------------------------------- same as in-process
@@ -234,6 +239,90 @@ def test_malformed_messages_get_clear_errors_and_the_session_goes_on(no_leak, qu
         assert reply["data"]["reward"] == pytest.approx(-0.02)  # it costs its step, as in-process
         reply = _request(ws, {"type": "step", "data": {"action_type": "query", "argument": q.gold_sql}})
         assert reply["data"]["observation"]["error"] == ""
+
+
+def test_a_huge_reset_value_is_not_sent_back(no_leak):
+    """Issue 26: a 1 MB `question_id` came back whole in the error message. An error quotes a short prefix."""
+    with _ws(no_leak, max_size=None) as ws:
+        for data, words in (({"question_id": "q" * 1_000_000}, "question_id must be at most"),
+                            ({"question_id": "builtin-" + "q" * 200}, "unknown question_id"),
+                            ({"step_budget": "9" * 1_000_000}, "step_budget must be"),
+                            ({"step_budget": [0] * 100_000}, "step_budget must be"),
+                            ({"episode_id": "e" * 1_000_000}, "episode_id must be")):
+            raw = _request_raw(ws, {"type": "reset", "data": data})
+            reply = json.loads(raw)
+            assert reply["data"]["code"] == "EXECUTION_ERROR" and words in reply["data"]["message"], raw[:300]
+            assert len(raw) < 1000, len(raw)
+        assert _request(ws, {"type": "reset", "data": {}})["type"] == "observation"  # the session goes on
+
+
+@pytest.mark.parametrize("body,words", [
+    ({"question_id": 7}, "question_id must be a string"),
+    ({"question_id": "nope"}, "unknown question_id"),
+    ({"question_id": "q" * 1_000_000}, "question_id must be at most"),
+    ({"step_budget": 0}, "step_budget must be"),
+    ({"step_budget": "x" * 1_000_000}, "step_budget must be"),
+    ({"episode_id": "e" * 1_000_000}, "at most 255 characters"),  # refused by OpenEnv's request model
+    ({"seed": "s" * 1_000_000}, "valid integer"),
+])
+def test_http_reset_answers_bad_values_with_422(no_leak, body, words):
+    """Issue 26: OpenEnv's `/reset` let the environment's `ValueError` become a 500, and FastAPI's own 422
+    sends each failing value back whole. A client's bad value is a 422 with a short reason."""
+    import urllib.error
+
+    request = urllib.request.Request(no_leak.url + "/reset", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    reply = refused.value.read()
+    assert refused.value.code == 422, (refused.value.code, reply[:300])
+    assert words in json.dumps(json.loads(reply)["detail"]) and len(reply) < 1000, reply[:300]
+
+
+def test_a_state_reply_is_bounded(no_leak):
+    """Issue 26: a 1,000-step episode of 10 KB arguments made `state` replies of 10 MB, each built on the server's
+    event loop (~50 ms of every session's time). A transcript over the bound is left out of the reply, saying
+    why; the state's other fields are still there."""
+    from sqlenv.server.environment import MAX_STATE_TRANSCRIPT_CHARS
+
+    bound = MAX_STATE_TRANSCRIPT_CHARS + 200_000  # the step text allowed, plus each step's keys and numbers
+    with _ws(no_leak, max_size=None) as ws:
+        assert _request(ws, {"type": "reset", "data": {"step_budget": 1000}})["type"] == "observation"
+        state = None
+        for i in range(1, 401):
+            sql = f"SELECT '{i:04d}{'y' * 9000}'"  # ~9 KB of argument and 2 KB of observation a step
+            reply = _request(ws, {"type": "step", "data": {"action_type": "QUERY", "argument": sql}})
+            assert reply["type"] == "observation", str(reply)[:300]
+            if i % 20 == 0:
+                raw = _request_raw(ws, {"type": "state"})
+                assert len(raw) <= bound, (i, len(raw))  # the old server: 1 MB at step 100, 4 MB at step 400
+                state = json.loads(raw)["data"]
+                if state["transcript"] is None:
+                    break
+        assert state["transcript"] is None and state["step_count"] == i, (i, str(state)[:300])
+        assert f"{MAX_STATE_TRANSCRIPT_CHARS:,}" in state["transcript_omitted"]
+        assert _request(ws, {"type": "step", "data": {"action_type": "ANSWER", "argument": "1"}})["type"] == \
+            "observation"  # the session goes on
+
+
+def test_a_closed_session_environment_refuses_to_play(builtin, questions):
+    """A session's environment closed by the server (its connection ended or went silent) is never played
+    again, whatever still holds it: OpenEnv's reaper used to close it while its WebSocket went on resetting and
+    stepping there (outside the session limit, `/sessions` saying 0)."""
+    from sqlenv.server.environment import ServerConfig, SessionClosedError, SQLEnvServerEnvironment
+    from sqlenv.server.models import SQLAction as WireAction
+
+    config = ServerConfig.from_dataset(builtin.root)
+    env = SQLEnvServerEnvironment(config)
+    assert config.sessions.open == 1
+    env.reset(question_id=questions[0].question_id)
+    env.close()
+    assert config.sessions.open == 0
+    for play in (lambda: env.reset(question_id=questions[0].question_id),
+                 lambda: env.step(WireAction(action_type="QUERY", argument="SELECT 1")), lambda: env.state):
+        with pytest.raises(SessionClosedError, match="connect again"):
+            play()
+    assert config.sessions.open == 0
 
 
 @pytest.mark.parametrize("kind", ["DESCRIBE", "SAMPLE", "QUERY", "ANSWER"])

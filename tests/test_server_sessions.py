@@ -1,14 +1,20 @@
-"""Server sessions cannot be used up (issue 20, finding 1): a real `python -m sqlenv serve` on 127.0.0.1.
+"""Server sessions and connections cannot be used up: a real `python -m sqlenv serve` on 127.0.0.1.
 
-Sixteen `POST /mcp` calls of `openenv/session/create` once held every slot of a 16-session server for good (no
-connection owned them and nothing expired them). Now sessions come only with a WebSocket, idle ones are closed
-after `--session-timeout`, and HTTP bodies are bounded.
+Issue 20: sixteen `POST /mcp` calls of `openenv/session/create` once held every slot of a 16-session server for
+good (no connection owned them and nothing expired them). Issue 26: the guard then looked for those bytes, so
+`openenv\\/session\\/create` went through; OpenEnv's idle reaper freed a session but its WebSocket went on
+playing (12 working sessions on a 4-session server); half-sent requests held connections for ever. Now a
+session comes only with a WebSocket and ends with it, a silent WebSocket is closed after `--session-timeout`,
+session creation is refused however it is spelled, a connection has `--request-timeout` to send a request head
+(and a body), and HTTP bodies are bounded.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import socket
+import time
 import urllib.error
 import urllib.request
 
@@ -19,13 +25,15 @@ pytest.importorskip("openenv.core", reason="the server extra is not installed (p
 from serverproc import ServerProcess  # noqa: E402
 
 MAX_SESSIONS = 3
-TIMEOUT_S = 1.0  # OpenEnv's reaper looks every max(timeout / 4, 5 s)
+TIMEOUT_S = 3.0  # a WebSocket silent this long is closed (with margin for a loaded machine between two calls)
+REQUEST_TIMEOUT_S = 1.0  # a connection's time to send a request head, and a POST body
+GRACE_S = 5.0  # how much later than its deadline a close may come on a shared, loaded machine
 
 
 @pytest.fixture(scope="module")
 def server(builtin):
     with ServerProcess(["--dataset", str(builtin.root), "--split", "train", "--max-sessions", str(MAX_SESSIONS),
-                        "--session-timeout", str(TIMEOUT_S)]) as proc:
+                        "--session-timeout", str(TIMEOUT_S), "--request-timeout", str(REQUEST_TIMEOUT_S)]) as proc:
         yield proc
 
 
@@ -62,13 +70,153 @@ def test_http_session_creation_cannot_fill_the_server(server):
     assert server.wait_sessions(0) == 0
 
 
+# The bodies that once opened sessions past the byte-pattern guard, and the other spellings OpenEnv reads the
+# same way (it parses with `json.loads` of the bytes): JSON escapes, UTF-16, repeated keys, a batch.
+CREATE_SPELLINGS = {
+    "escaped slashes": b'{"jsonrpc":"2.0","id":1,"method":"openenv\\/session\\/create","params":{}}',
+    "unicode escape": b'{"jsonrpc":"2.0","id":1,"method":"openenv/session/\\u0063reate","params":{}}',
+    "utf-16 body": json.dumps({"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create",
+                               "params": {}}).encode("utf-16"),
+    "repeated key": b'{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{},"method":"openenv/session/create"}',
+    "batch": json.dumps([{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+                         {"jsonrpc": "2.0", "id": 2, "method": "openenv/session/create", "params": {}}]).encode(),
+}
+
+
+@pytest.mark.parametrize("spelling", sorted(CREATE_SPELLINGS))
+def test_session_creation_is_refused_however_it_is_spelled(server, spelling):
+    """Judged on the parsed request: the old guard looked for the bytes `openenv/session/create`, and the
+    escaped spellings went through (62 requests took all 64 sessions of a server in 0.06 s)."""
+    assert server.wait_sessions(0) == 0
+    for _ in range(MAX_SESSIONS + 1):
+        status, reply = _post(server.url + "/mcp", CREATE_SPELLINGS[spelling])
+        assert status == 200 and "result" not in reply, reply
+        assert "/ws" in reply["error"]["message"], reply
+    assert server.sessions() == {"open": 0, "max": MAX_SESSIONS}
+
+
 def test_an_idle_session_is_closed_after_the_timeout(server):
     with _ws(server) as ws:
         assert _reset(ws)["type"] == "observation"
         assert server.sessions()["open"] == 1
-        # Silent past the timeout: the reaper (every 5 s at most) closes the session and frees its slot.
-        assert server.wait_sessions(0, timeout=20) == 0
+        # Silent past the timeout: the server closes the connection and the session with it.
+        assert server.wait_sessions(0, timeout=TIMEOUT_S + GRACE_S) == 0
     assert server.wait_sessions(0) == 0
+
+
+def test_a_session_closed_for_silence_is_closed_for_its_websocket(server):
+    """Issue 26: OpenEnv's reaper freed an idle session but left its WebSocket playing on a closed environment,
+    outside the session limit. Now the server closes the WebSocket itself (a close frame saying why), so the
+    old connection can neither reset nor step, and the freed slots serve new clients."""
+    from websockets.exceptions import ConnectionClosed
+
+    assert server.wait_sessions(0) == 0
+    with contextlib.ExitStack() as stack:
+        first = [stack.enter_context(_ws(server)) for _ in range(MAX_SESSIONS)]
+        assert all(_reset(ws)["type"] == "observation" for ws in first)
+        assert server.sessions()["open"] == MAX_SESSIONS
+        started = time.monotonic()
+        for ws in first:
+            with pytest.raises(ConnectionClosed) as closed:  # on the old server: TimeoutError, no close came
+                ws.recv(timeout=TIMEOUT_S + GRACE_S)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
+            assert "no message for" in closed.value.rcvd.reason and "connect again" in closed.value.rcvd.reason
+        assert TIMEOUT_S - 0.5 <= time.monotonic() - started <= TIMEOUT_S + GRACE_S
+        assert server.wait_sessions(0) == 0
+        for ws in first:
+            with pytest.raises(ConnectionClosed):
+                _reset(ws)
+        second = [stack.enter_context(_ws(server)) for _ in range(MAX_SESSIONS)]
+        assert all(_reset(ws)["type"] == "observation" for ws in second)
+        assert server.sessions()["open"] == MAX_SESSIONS  # never more sessions at work than the limit
+    assert server.wait_sessions(0) == 0
+
+
+def test_a_remote_environment_starts_over_after_an_idle_close(server, questions):
+    """What a trainer paused past the timeout sees: the episode ends with an error observation (`done`,
+    `truncated`), and the next reset opens a new session that plays."""
+    from sqlenv.server.remote import RemoteSQLEnvironment
+    from sqlenv.types import SQLAction
+
+    q = questions[0]
+    with RemoteSQLEnvironment(server.url, questions=questions) as remote:
+        remote.reset(question_id=q.question_id)
+        assert server.wait_sessions(0, timeout=TIMEOUT_S + GRACE_S) == 0  # closed for silence
+        lost = remote.step(SQLAction("QUERY", q.gold_sql))
+        assert lost.done and lost.truncated and "Lost the connection" in lost.error, lost
+        assert remote.reset(question_id=q.question_id).question == q.question_text
+        assert remote.step(SQLAction("QUERY", q.gold_sql)).error == ""
+    assert server.wait_sessions(0) == 0
+
+
+def test_a_websocket_in_use_outlives_both_timeouts(server):
+    """The request-head deadline ends with the WebSocket handshake, and every message restarts the silence
+    clock: a session quiet for longer than `--request-timeout` each time, and in use for longer than
+    `--session-timeout` in all, keeps playing."""
+    with _ws(server) as ws:
+        started = time.monotonic()
+        assert _reset(ws)["type"] == "observation"
+        while time.monotonic() - started < TIMEOUT_S + 1.0:
+            time.sleep(REQUEST_TIMEOUT_S + 0.5)
+            assert _reset(ws)["type"] == "observation"
+        assert server.sessions()["open"] == 1
+    assert server.wait_sessions(0) == 0
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> tuple[bool, bytes]:
+    """(whether the server closed `sock` within `seconds`, what it sent before closing)."""
+    sock.settimeout(seconds)
+    received = b""
+    try:
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return True, received
+            received += chunk
+    except (ConnectionResetError, BrokenPipeError):
+        return True, received
+    except TimeoutError:
+        return False, received
+
+
+def test_a_connection_must_send_its_request_head_in_time(server):
+    """Issue 26: uvicorn bounds only the silence between two kept-alive requests, so a connection that sent part
+    of a request head (or nothing) was held for ever: 400 of them were held at once. Now each must complete its
+    head within `--request-timeout`, counted from when it opened or its previous response ended."""
+    port = server.port
+    with contextlib.ExitStack() as stack:
+        half_open = [stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=10))
+                     for _ in range(50)]
+        for i, sock in enumerate(half_open):
+            if i % 2:
+                sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")  # part of a head
+        # Kept alive after a full request, then part of the next head.
+        kept = stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=10))
+        kept.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        response = b""
+        while b'"healthy"' not in response:  # the whole response (head and body may come apart)
+            chunk = kept.recv(65536)
+            assert chunk, response
+            response += chunk
+        assert response.startswith(b"HTTP/1.1 200")
+        kept.sendall(b"GET /health HTTP/1.1\r\n")
+        started = time.monotonic()
+        with urllib.request.urlopen(server.url + "/health", timeout=10) as response:  # others are served meanwhile
+            assert json.loads(response.read())["status"] == "healthy"
+        for sock in [*half_open, kept]:
+            closed, received = _closed_within(sock, REQUEST_TIMEOUT_S + GRACE_S)
+            assert closed and received == b"", (closed, received[:200])
+        assert time.monotonic() - started <= REQUEST_TIMEOUT_S + GRACE_S
+
+
+def test_a_request_body_must_arrive_in_time(server):
+    """The same for a POST body: a declared body not sent gets 408 and the connection is closed."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"POST /step HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000\r\n\r\n{\"action\": ")
+        closed, received = _closed_within(sock, REQUEST_TIMEOUT_S + GRACE_S)
+    assert closed and received.startswith(b"HTTP/1.1 408"), received[:300]
+    assert b"request body not received" in received
 
 
 def test_http_bodies_are_bounded(server):

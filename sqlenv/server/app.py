@@ -7,10 +7,15 @@ Endpoints are OpenEnv's: `/ws` (one WebSocket per session: reset, step, state, c
 playground page at `/web` (one shared episode for every visitor). SQLEnv adds `GET /sessions`: how many
 environments are open and the session limit, so a leak is visible from outside.
 
-A session lives as long as its WebSocket: OpenEnv's HTTP way of opening one (`POST /mcp` with
-`openenv/session/create`) is refused here, since a session no connection holds would take a slot for good
-(16 such calls once filled a 16-session server). Sessions idle past `session_timeout_s` are closed (OpenEnv's
-reaper), and no HTTP request body may exceed `MAX_HTTP_BODY_BYTES`.
+A session lives as long as its WebSocket, and a WebSocket as long as its client speaks:
+- OpenEnv's HTTP way of opening a session (`POST /mcp` with `openenv/session/create`) is refused, judged on the
+  parsed JSON-RPC request (batches too), since a session no connection holds would take a slot for good
+  (16 such calls once filled a 16-session server);
+- a WebSocket that sends nothing for `session_timeout_s` is closed by the server, which ends its session.
+  OpenEnv's own idle reaper is off: it freed the environment but left the WebSocket playing on outside the
+  session limit.
+Every connection must also send its request head within `request_timeout_s` (and a POST body within as long
+again), no HTTP request body may exceed `MAX_HTTP_BODY_BYTES`, and bad `/reset` values are answered 422.
 """
 
 from __future__ import annotations
@@ -21,15 +26,17 @@ import functools
 import json
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from openenv.core.env_server.http_server import create_fastapi_app
 from openenv.core.env_server.types import ConcurrencyConfig
 
-from sqlenv.server.environment import ServerConfig, SQLEnvServerEnvironment
+from sqlenv.server.environment import ResetArgumentError, ServerConfig, SQLEnvServerEnvironment
 from sqlenv.server.models import EpisodeState, SQLAction, SQLObservation
 
-__all__ = ["create_app", "serve", "DEFAULT_MAX_SESSIONS", "DEFAULT_SESSION_TIMEOUT_S", "WS_MAX_MESSAGE_BYTES",
-           "MAX_HTTP_BODY_BYTES"]
+__all__ = ["create_app", "serve", "DEFAULT_MAX_SESSIONS", "DEFAULT_SESSION_TIMEOUT_S", "DEFAULT_REQUEST_TIMEOUT_S",
+           "WS_MAX_MESSAGE_BYTES", "MAX_HTTP_BODY_BYTES"]
 
 #: Concurrent WebSocket sessions by default: TRL opens one per generation of a batch.
 DEFAULT_MAX_SESSIONS = 64
@@ -40,8 +47,13 @@ DEFAULT_SESSION_TIMEOUT_S = 600.0
 WS_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 #: The largest HTTP request body (`/reset`, `/step`, `/mcp`): a bigger one is answered 413 unread.
 MAX_HTTP_BODY_BYTES = 1024 * 1024
+#: Seconds a connection has to send a request head (from when it opens, or from the end of the previous
+#: response), and again to send a POST body: a client that holds connections half-sent is cut off.
+DEFAULT_REQUEST_TIMEOUT_S = 10.0
 
 _SESSION_CREATE = "openenv/session/create"
+#: The close reason sent to a WebSocket closed for silence (at most 123 bytes, as the protocol requires).
+_IDLE_CLOSE_REASON = "no message for {s:g} s: the session is closed; connect again for a new one"
 #: Seconds between two `malloc_trim` calls (glibc only; see `_trim_freed_memory`).
 TRIM_INTERVAL_S = 10.0
 
@@ -66,14 +78,42 @@ async def _trim_freed_memory(trim: Any, interval_s: float) -> None:
         await asyncio.to_thread(trim, 0)
 
 
-class _HttpGuard:
-    """ASGI middleware in front of OpenEnv's HTTP routes: bodies over `max_body` bytes get 413 (read no further),
-    and a JSON-RPC `openenv/session/create` on `POST /mcp` gets a JSON-RPC error (sessions come with a WebSocket).
-    WebSocket traffic passes untouched (uvicorn's `ws_max_size` bounds its messages)."""
+def _creates_session(body: bytes) -> tuple[bool, Any]:
+    """Whether a `POST /mcp` body asks OpenEnv to open a session, and the request id to answer with.
 
-    def __init__(self, app: Any, max_body: int = MAX_HTTP_BODY_BYTES):
+    The body is read as OpenEnv reads it (`json.loads` of the bytes, then the `method` of the object), so
+    whatever spelling reaches OpenEnv's handler reaches this test too: escaped slashes (`openenv\\/session`),
+    `\\u` escapes, UTF-16 bodies, repeated keys (the last one counts, for both). A batch (a JSON array) is refused
+    when any of its requests is a session creation. A body that does not parse is left to OpenEnv, which fails it
+    the same way."""
+    try:
+        request = json.loads(body)
+    except (ValueError, RecursionError):  # not JSON (or nested too deep to read): OpenEnv answers a parse error
+        return False, None
+    requests = request if isinstance(request, list) else [request]
+    creates = any(isinstance(r, dict) and r.get("method") == _SESSION_CREATE for r in requests)
+    rid = request.get("id") if isinstance(request, dict) else None
+    if not (isinstance(rid, int) and not isinstance(rid, bool) or isinstance(rid, str) and len(rid) <= 255):
+        rid = None  # an id JSON-RPC does not allow, or one too long to send back
+    return creates, rid
+
+
+class _HttpGuard:
+    """ASGI middleware in front of OpenEnv's HTTP routes, for requests with a body (POST, PUT, PATCH):
+
+    - a body over `max_body` bytes gets 413 (read no further);
+    - a body not received within `body_timeout_s` gets 408 (a client sending it a byte at a time holds nothing);
+    - `POST /mcp` asking to open a session (`_creates_session`) gets a JSON-RPC error: sessions come with a
+      WebSocket.
+
+    Both replies close the connection. WebSocket traffic passes untouched (uvicorn's `ws_max_size` bounds its
+    messages, `_IdleWebSocketClose` its silences)."""
+
+    def __init__(self, app: Any, max_body: int = MAX_HTTP_BODY_BYTES,
+                 body_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S):
         self.app = app
         self.max_body = max_body
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope.get("method") not in ("POST", "PUT", "PATCH"):
@@ -83,23 +123,26 @@ class _HttpGuard:
         if declared.isdigit() and int(declared) > self.max_body:
             await self._reply(send, 413, {"detail": f"request body over {self.max_body} bytes"})
             return
-        body, more = bytearray(), True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-            if len(body) > self.max_body:
-                await self._reply(send, 413, {"detail": f"request body over {self.max_body} bytes"})
-                return
-        if scope.get("path", "").rstrip("/").endswith("/mcp") and _SESSION_CREATE.encode() in body:
-            try:
-                request = json.loads(body)
-            except ValueError:
-                request = None
-            if isinstance(request, dict) and request.get("method") == _SESSION_CREATE:
-                await self._reply(send, 200, {"jsonrpc": "2.0", "id": request.get("id"), "error": {
+        body = bytearray()
+        try:
+            async with asyncio.timeout(self.body_timeout_s):
+                more = True
+                while more:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return
+                    body += message.get("body", b"")
+                    more = message.get("more_body", False)
+                    if len(body) > self.max_body:
+                        await self._reply(send, 413, {"detail": f"request body over {self.max_body} bytes"})
+                        return
+        except TimeoutError:
+            await self._reply(send, 408, {"detail": f"request body not received within {self.body_timeout_s:g} s"})
+            return
+        if scope.get("path", "").rstrip("/").endswith("/mcp"):
+            creates, rid = _creates_session(bytes(body))
+            if creates:
+                await self._reply(send, 200, {"jsonrpc": "2.0", "id": rid, "error": {
                     "code": -32601, "message": "Sessions are opened by connecting to /ws; "
                                                "openenv/session/create over HTTP is disabled on this server."}})
                 return
@@ -117,13 +160,129 @@ class _HttpGuard:
     @staticmethod
     async def _reply(send: Any, status: int, payload: dict) -> None:
         data = json.dumps(payload).encode()
+        # `connection: close`: what is left of a refused body must not be read as the next request.
         await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
+                                (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": data})
 
 
+class _IdleWebSocketClose:
+    """ASGI middleware: a WebSocket that sends no message for `idle_s` seconds is closed by the server.
+
+    The client gets a close frame (code 1000, a reason saying why); the app gets the disconnect a client's own
+    close would give it, so OpenEnv ends the session as it ends a dropped one: environment closed, slot free.
+    The clock runs only while the app waits for the next message (a 5 s step does not count as silence), and
+    any message restarts it.
+
+    This is the server's idle timeout. OpenEnv's reaper (`ConcurrencyConfig.session_timeout`) is left off: it
+    closed an idle session's environment but not its WebSocket, and OpenEnv's loop went on resetting and
+    stepping there, outside the session limit (12 working sessions on a 4-session server, `/sessions` saying
+    0). Ending the connection ends everything the session holds, through one path."""
+
+    def __init__(self, app: Any, idle_s: float):
+        self.app = app
+        self.idle_s = idle_s
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+        closed = False
+        reason = _IDLE_CLOSE_REASON.format(s=self.idle_s)
+
+        async def timed_receive() -> dict:
+            nonlocal closed
+            if closed:
+                return {"type": "websocket.disconnect", "code": 1000, "reason": reason}
+            try:
+                async with asyncio.timeout(self.idle_s):  # a cancelled wait leaves the message in uvicorn's queue
+                    return await receive()
+            except TimeoutError:
+                closed = True
+                try:
+                    await send({"type": "websocket.close", "code": 1000, "reason": reason})
+                except Exception:  # noqa: BLE001 - the client left meanwhile: nothing to close
+                    pass
+                return {"type": "websocket.disconnect", "code": 1000, "reason": reason}
+
+        async def guarded_send(message: dict) -> None:
+            if not closed:  # after the idle close, the app's own close (and anything else) has nowhere to go
+                await send(message)
+
+        await self.app(scope, timed_receive, guarded_send)
+
+
+def _http_protocol(request_timeout_s: float) -> type:
+    """uvicorn's HTTP/1.1 protocol class (httptools, else h11: the one uvicorn's "auto" picks) with a deadline on
+    request heads, for `uvicorn.run(http=...)`.
+
+    uvicorn bounds only the silence between two requests of a kept-alive connection (`timeout_keep_alive`): a
+    connection that opens and sends part of a request head, or nothing, is kept for ever (400 such connections
+    were held open at once). Here a connection has `request_timeout_s` to complete each request head, counted
+    from when the server starts waiting for it (the connection opened, or the previous response ended), and is
+    closed when it has not. The head is complete when uvicorn starts a new request cycle (or hands the
+    connection to the WebSocket protocol), which both parsers do as soon as they have read it."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    class HeadDeadlineProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
+        _sqlenv_head_timer: asyncio.TimerHandle | None = None
+        _sqlenv_waiting_after: Any = None  # the request cycle before the head awaited (None: the first)
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._sqlenv_await_head()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self._sqlenv_head_timer is not None and self.cycle is not self._sqlenv_waiting_after:
+                self._sqlenv_stop_timer()  # a head was read: uvicorn started its request cycle
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            # Kept alive, and no pipelined request already read: the next head is awaited from now.
+            if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
+                self._sqlenv_await_head()
+
+        def handle_websocket_upgrade(self, *args: Any) -> None:
+            self._sqlenv_stop_timer()  # the WebSocket protocol takes the connection over
+            super().handle_websocket_upgrade(*args)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._sqlenv_stop_timer()
+            super().connection_lost(exc)
+
+        def _sqlenv_await_head(self) -> None:
+            self._sqlenv_stop_timer()
+            self._sqlenv_waiting_after = self.cycle
+            self._sqlenv_head_timer = self.loop.call_later(request_timeout_s, self._sqlenv_head_late)
+
+        def _sqlenv_stop_timer(self) -> None:
+            if self._sqlenv_head_timer is not None:
+                self._sqlenv_head_timer.cancel()
+                self._sqlenv_head_timer = None
+
+        def _sqlenv_head_late(self) -> None:
+            self._sqlenv_head_timer = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+    return HeadDeadlineProtocol
+
+
+async def _refuse_invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """FastAPI's 422 for a body that fails its model, without the values: FastAPI's own reply carries each
+    failing value whole (`input`), so a 1 MB `episode_id` came back as 1 MB. Kept: where (`loc`, each part cut
+    short, since a key is the client's too), what (`msg`) and the error `type`."""
+    detail = [{"loc": [part if isinstance(part, int) else str(part)[:60] for part in error.get("loc", ())],
+               "msg": str(error.get("msg", ""))[:200], "type": str(error.get("type", ""))}
+              for error in exc.errors()[:20]]
+    return JSONResponse({"detail": detail}, status_code=422)
+
+
 def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS, web: bool = False,
-               session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S) -> FastAPI:
+               session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
+               request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> FastAPI:
     """The FastAPI app serving `config`.
 
     Args:
@@ -131,15 +290,20 @@ def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS
         max_sessions: most concurrent WebSocket sessions (default 64); one more gets a `CAPACITY_REACHED` error.
         web: also mount OpenEnv's playground page at `/web` (default False). It plays one episode shared by
             every visitor, as OpenEnv's environments do on a Space.
-        session_timeout_s: seconds a session may go without a message before the server closes it (default
-            600; OpenEnv's reaper looks every quarter of it, at least every 5 s). A client that comes back later
-            gets an error and opens a new session.
+        session_timeout_s: seconds a WebSocket may go without sending a message before the server closes it,
+            and its session with it (default 600). A client that comes back later finds the connection closed
+            and opens a new one (`RemoteSQLEnvironment` does so at its next reset).
+        request_timeout_s: seconds a client has to send a request body once its head is read (default 10; the
+            head's own deadline is the HTTP protocol's, set by `serve`).
     """
     if max_sessions < 1:
         raise ValueError(f"max_sessions must be at least 1, got {max_sessions}")
     if not session_timeout_s > 0:
         raise ValueError(f"session_timeout_s must be > 0, got {session_timeout_s}")
-    concurrency = ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=session_timeout_s)
+    if not request_timeout_s > 0:
+        raise ValueError(f"request_timeout_s must be > 0, got {request_timeout_s}")
+    # No reaper (session_timeout=None): `_IdleWebSocketClose` closes silent connections, which ends their sessions.
+    concurrency = ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=None)
     factory = functools.partial(SQLEnvServerEnvironment, config)
     if web:
         from openenv.core.env_server.web_interface import create_web_interface_app
@@ -150,7 +314,15 @@ def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS
     else:
         app = create_fastapi_app(factory, SQLAction, SQLObservation, concurrency_config=concurrency,
                                  env_name="sqlenv", state_cls=EpisodeState)
-    app.add_middleware(_HttpGuard)
+    app.add_middleware(_HttpGuard, body_timeout_s=request_timeout_s)
+    app.add_middleware(_IdleWebSocketClose, idle_s=session_timeout_s)
+
+    async def refuse_reset(request: Request, exc: ResetArgumentError) -> JSONResponse:
+        # A client's bad value (OpenEnv's /reset lets the environment's ValueError become a 500).
+        return JSONResponse({"detail": str(exc)}, status_code=422)
+
+    app.add_exception_handler(ResetArgumentError, refuse_reset)
+    app.add_exception_handler(RequestValidationError, _refuse_invalid_request)
     trim = _malloc_trim()
     if trim is not None:
         tasks: list[asyncio.Task] = []
@@ -174,7 +346,8 @@ def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS
 
 def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, *,
           max_sessions: int = DEFAULT_MAX_SESSIONS, web: bool = False, log_level: str = "warning",
-          session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S) -> None:
+          session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
+          request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> None:
     """Run the server in this process until interrupted (uvicorn; SIGINT/SIGTERM stop it cleanly).
 
     Args:
@@ -185,12 +358,14 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, *,
         web: mount the playground page at `/web` (default False).
         log_level: uvicorn's log level (default "warning": one line per request would cost more than a step).
         session_timeout_s: seconds an idle session is kept (default 600).
+        request_timeout_s: seconds a connection has to send each request head, and a POST its body (default 10).
     """
     import gc
 
     import uvicorn
 
-    app = create_app(config, max_sessions=max_sessions, web=web, session_timeout_s=session_timeout_s)
+    app = create_app(config, max_sessions=max_sessions, web=web, session_timeout_s=session_timeout_s,
+                     request_timeout_s=request_timeout_s)
     # Everything loaded so far (FastAPI, OpenEnv, Gradio, the questions) lives as long as the process: keep it
     # out of the garbage collector's full passes, which otherwise stall every session for ~0.2 s now and then.
     gc.collect()
@@ -201,4 +376,4 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, *,
     # No per-message compression: observations are small text, and deflating every frame costs more CPU on
     # both ends than the bytes it saves.
     uvicorn.run(app, host=host, port=port, log_level=log_level, ws_max_size=WS_MAX_MESSAGE_BYTES,
-                ws_per_message_deflate=False)
+                ws_per_message_deflate=False, http=_http_protocol(request_timeout_s))

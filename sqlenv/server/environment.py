@@ -25,10 +25,46 @@ from sqlenv.sandbox import SandboxSettings
 from sqlenv.server.models import EpisodeState, SQLAction, SQLObservation
 from sqlenv.types import Question
 
-__all__ = ["ServerConfig", "SessionCounter", "SQLEnvServerEnvironment", "MAX_STEP_BUDGET"]
+__all__ = ["ServerConfig", "SessionCounter", "SQLEnvServerEnvironment", "ResetArgumentError", "SessionClosedError",
+           "MAX_STEP_BUDGET", "MAX_ID_CHARS", "MAX_STATE_TRANSCRIPT_CHARS"]
 
 #: The largest step budget a client may ask for in `reset(step_budget=...)`.
 MAX_STEP_BUDGET = 1000
+#: The longest `question_id` or `episode_id` a reset accepts (ids are short names; a longer one is refused
+#: without being read or sent back).
+MAX_ID_CHARS = 255
+#: The most text (characters of the steps' arguments, observations and errors, and the answer) the transcript in
+#: a `state` reply carries; past it the reply leaves the transcript out. OpenEnv builds `state` replies on the
+#: server's event loop, where every session's messages wait their turn: a 1,000-step episode of 10 KB arguments
+#: once made 10 MB replies costing ~50 ms of it each. The bound leaves room for a 100-step episode at the
+#: longest arguments and observations the environment keeps, or a 1 MB answer (an honest 15-step episode holds
+#: ~40,000), and costs a few ms.
+MAX_STATE_TRANSCRIPT_CHARS = 2_000_000
+#: How much of a client's bad value an error message quotes.
+_SHOWN_CHARS = 40
+
+
+class ResetArgumentError(ValueError):
+    """A `reset` argument the server refuses (a bad seed, question id, episode id or budget).
+
+    A `ValueError`, as in-process; over HTTP `/reset` it is answered 422 with the message (`sqlenv.server.app`),
+    over the WebSocket it is OpenEnv's `EXECUTION_ERROR` with the message."""
+
+
+class SessionClosedError(RuntimeError):
+    """The session's environment was closed (its connection ended or it sat idle too long): it plays no more."""
+
+
+def _shown(value: Any) -> str:
+    """A client's value as an error message quotes it: at most `_SHOWN_CHARS` characters of it, so a 1 MB value
+    is not sent back (nor its repr built)."""
+    if isinstance(value, str):
+        head = repr(value[:_SHOWN_CHARS])
+        return head if len(value) <= _SHOWN_CHARS else f"{head}… ({len(value):,} characters)"
+    if value is None or isinstance(value, (bool, int, float)):
+        text = repr(value)  # a JSON integer has at most 4,300 digits (Python's own limit)
+        return text if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS]}… ({len(text):,} digits)"
+    return f"a {type(value).__name__}"  # a list or an object: its type says enough
 
 
 class SessionCounter:
@@ -64,6 +100,8 @@ class ServerConfig:
         reward_config: reward constants (default `RewardConfig()`); sent to clients at each reset.
         sandbox: sandbox limits (default `SandboxSettings()`).
         sessions: the open-environment counter the app reports at `/sessions`.
+
+    `question_ids` (derived) is the set of the served questions' ids, so a reset checks an id without a scan.
     """
 
     questions: list[Question]
@@ -74,12 +112,14 @@ class ServerConfig:
     reward_config: RewardConfig = field(default_factory=RewardConfig)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     sessions: SessionCounter = field(default_factory=SessionCounter)
+    question_ids: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.questions:
             raise ValueError("ServerConfig needs at least one question")
         if not 1 <= int(self.step_budget) <= MAX_STEP_BUDGET:
             raise ValueError(f"step_budget must be between 1 and {MAX_STEP_BUDGET}, got {self.step_budget}")
+        self.question_ids = frozenset(q.question_id for q in self.questions)
 
     @classmethod
     def from_dataset(cls, name_or_path: str | Path = "builtin", split: str = "train", data_root=None,
@@ -96,8 +136,13 @@ class SQLEnvServerEnvironment(Environment[SQLAction, SQLObservation, EpisodeStat
     """A `SQLEnvironment` as an OpenEnv environment (one per session; build it with `functools.partial`).
 
     `reset` takes OpenEnv's `seed` and `episode_id`, plus `question_id` (play this question) and `step_budget`
-    (1..1000, default the server's). A bad value raises `ValueError`, which the server sends back as an
-    error message; `step` never raises (bad actions are error observations, as in-process).
+    (1..1000, default the server's). A bad value raises `ResetArgumentError` (a `ValueError`), which the server
+    sends back as an error message quoting at most a short prefix of the value; `step` never raises for an
+    action (bad actions are error observations, as in-process).
+
+    Once closed (the server closes a session's environment when its connection ends or goes idle) the
+    instance refuses `reset`, `step` and `state` with `SessionClosedError`: a connection that outlived its
+    session cannot go on playing outside the session limit.
     """
 
     SUPPORTS_CONCURRENT_SESSIONS = True
@@ -117,15 +162,25 @@ class SQLEnvServerEnvironment(Environment[SQLAction, SQLObservation, EpisodeStat
     def reset(self, seed: int | None = None, episode_id: str | None = None, question_id: str | None = None,
               step_budget: int | None = None, **kwargs: Any) -> SQLObservation:
         """Start an episode on `question_id`, or on a question drawn with `seed` (same seed, same question)."""
+        self._check_open()
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"seed must be an integer, got {type(seed).__name__}")
-        if question_id is not None and not isinstance(question_id, str):
-            raise ValueError(f"question_id must be a string, got {type(question_id).__name__}")
-        if episode_id is not None and (not isinstance(episode_id, str) or len(episode_id) > 255):
-            raise ValueError("episode_id must be a string of at most 255 characters")
+            raise ResetArgumentError(f"seed must be an integer, got {type(seed).__name__}")
+        if question_id is not None:
+            if not isinstance(question_id, str):
+                raise ResetArgumentError(f"question_id must be a string, got {type(question_id).__name__}")
+            if len(question_id) > MAX_ID_CHARS:
+                raise ResetArgumentError(f"question_id must be at most {MAX_ID_CHARS} characters, got "
+                                         f"{len(question_id):,}")
+            if question_id not in self.config.question_ids:
+                some = ", ".join(q.question_id for q in self.config.questions[:5])
+                raise ResetArgumentError(f"unknown question_id {_shown(question_id)} (e.g. {some}; "
+                                         f"{len(self.config.questions)} in all)")
+        if episode_id is not None and (not isinstance(episode_id, str) or len(episode_id) > MAX_ID_CHARS):
+            raise ResetArgumentError(f"episode_id must be a string of at most {MAX_ID_CHARS} characters")
         budget = self.config.step_budget if step_budget is None else step_budget
         if isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= MAX_STEP_BUDGET:
-            raise ValueError(f"step_budget must be an integer from 1 to {MAX_STEP_BUDGET}, got {step_budget!r}")
+            raise ResetArgumentError(f"step_budget must be an integer from 1 to {MAX_STEP_BUDGET}, "
+                                     f"got {_shown(step_budget)}")
         obs = self._env.reset(seed=seed, question_id=question_id, step_budget=budget, episode_id=episode_id)
         meta = self._metadata(obs)
         meta["step_budget"] = budget
@@ -134,6 +189,7 @@ class SQLEnvServerEnvironment(Environment[SQLAction, SQLObservation, EpisodeStat
 
     def step(self, action: SQLAction, timeout_s: float | None = None, **kwargs: Any) -> SQLObservation:
         """Apply one action (the sandbox's own time limit bounds it; `timeout_s` is not used)."""
+        self._check_open()
         obs = self._env.step(action.to_core() if isinstance(action, SQLAction) else action)
         return SQLObservation.from_core(obs, self._metadata(obs))
 
@@ -145,16 +201,34 @@ class SQLEnvServerEnvironment(Environment[SQLAction, SQLObservation, EpisodeStat
 
     @property
     def state(self) -> EpisodeState:
+        """The episode and its transcript (gold withheld until done); a transcript holding more than
+        `MAX_STATE_TRANSCRIPT_CHARS` characters of text (steps and answer) is left out, and `transcript_omitted`
+        says why.
+
+        OpenEnv reads this property and serializes it on the server's event loop, so what it costs is bounded
+        here: building the transcript is cheap, its JSON is not."""
+        self._check_open()
         env = self._env
-        transcript = None
+        transcript, omitted = None, ""
         if env.question is not None:
             transcript = env.transcript()
             if not env.state.done:  # the answer stays on the server until the episode is over
                 transcript["gold_sql"] = transcript["gold_answer"] = None
+            size = _text_chars(transcript)
+            if size > MAX_STATE_TRANSCRIPT_CHARS:
+                transcript = None
+                omitted = (f"the episode's transcript holds {size:,} characters of text, more than the "
+                           f"{MAX_STATE_TRANSCRIPT_CHARS:,} a state reply carries; every step's observation "
+                           "was sent with its reply")
         return EpisodeState(episode_id=env.state.episode_id or None, step_count=env.state.step_count,
                             question_id=env.state.question_id, done=env.state.done, step_budget=env.state.step_budget,
                             outcome=env.outcome, reward_breakdown=env.reward_breakdown.to_dict(),
-                            transcript=transcript)
+                            transcript=transcript, transcript_omitted=omitted)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosedError("This session is closed (its connection ended or it was idle past the "
+                                     "server's session timeout): connect again for a new session.")
 
     def get_metadata(self) -> EnvironmentMetadata:
         served = f"{self.config.dataset or 'a dataset'}, split {self.config.split or '?'}"
@@ -171,3 +245,13 @@ class SQLEnvServerEnvironment(Environment[SQLAction, SQLObservation, EpisodeStat
             self._closed = True
             self._env.close()
             self.config.sessions.closed()
+
+
+def _text_chars(transcript: dict[str, Any]) -> int:
+    """Characters of text in a transcript's steps and answer: what its JSON's size grows with."""
+    total = len(transcript.get("answer") or "")
+    for step in transcript.get("steps") or ():
+        for value in step.values():
+            if isinstance(value, str):
+                total += len(value)
+    return total

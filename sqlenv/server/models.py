@@ -87,6 +87,8 @@ class EpisodeState(State):
 
     `transcript` is the episode in the shared transcript format (`sqlenv.transcript`); its `gold_sql` and
     `gold_answer` are withheld (None) until the episode is over, so a client cannot read the answer mid-episode.
+    A transcript too big for one reply (`MAX_STATE_TRANSCRIPT_CHARS` in `sqlenv.server.environment`) is left out
+    (None) and `transcript_omitted` says so; `RemoteSQLEnvironment.transcript()` then uses its own record.
     """
 
     question_id: str | None = Field(default=None, description="the question being played")
@@ -96,3 +98,5 @@ class EpisodeState(State):
     reward_breakdown: dict[str, float] = Field(default_factory=dict, description="the episode's reward by layer")
     transcript: dict[str, Any] | None = Field(default=None, description="the episode record (gold withheld "
                                                                         "until done)")
+    transcript_omitted: str = Field(default="", description="why `transcript` is None although an episode "
+                                                            "was played ('' otherwise)")
