@@ -62,6 +62,10 @@ MAX_THROTTLED_CLIENTS = 10_000
 # Reverse proxies in front of the app whose X-Forwarded-For entries are trusted (the client address is the
 # entry that many hops from the right); 0 = none: the TCP peer is the client.
 PROXY_HOPS_ENV = "SQLENV_PROXY_HOPS"
+# uvicorn's own list of proxy addresses whose X-Forwarded-For it believes, rewriting the request's client address
+# (default 127.0.0.1: any local process could then name any address). The app serves with it empty unless the
+# operator set it (`trusted_proxies_setting`), so one setting, never a loopback peer's header, decides.
+FORWARDED_ALLOW_IPS_ENV = "FORWARDED_ALLOW_IPS"
 OWNER_ROLES = ("admin", "write")  # roles in an owner organization that count as owner
 HOW_TO_ENABLE = (
     "To turn them on, set <code>SQLENV_ADMIN_PASSWORD</code> (on a Space: a secret in its settings) and log in "
@@ -131,6 +135,10 @@ class AccessPolicy:
         hops_text = (env.get(PROXY_HOPS_ENV) or "0").strip()
         if not hops_text.isdigit():
             raise ValueError(f"{PROXY_HOPS_ENV} must be a non-negative integer, got {hops_text!r}")
+        if int(hops_text) and (env.get(FORWARDED_ALLOW_IPS_ENV) or "").strip():
+            raise ValueError(f"{PROXY_HOPS_ENV} and {FORWARDED_ALLOW_IPS_ENV} both say which proxies to trust: set "
+                             f"one ({PROXY_HOPS_ENV}: how many proxies append to X-Forwarded-For; "
+                             f"{FORWARDED_ALLOW_IPS_ENV}: uvicorn's list of their addresses)")
         if password:
             return cls("password", password=password, reason=f"{PASSWORD_ENV} is set: the owner logs in with it.",
                        proxy_hops=int(hops_text))
@@ -182,9 +190,10 @@ class AccessPolicy:
         return True
 
     def client_address(self, peer: str | None, forwarded_for: str | None) -> str:
-        """The address a request comes from, for throttling: the TCP `peer`, or with `proxy_hops` trusted proxies
-        the `X-Forwarded-For` entry added by the outermost of them (entries further left are the client's own
-        words). "unknown" when there is neither."""
+        """The address a request comes from, for throttling: the `peer` uvicorn reports, or with `proxy_hops`
+        trusted proxies the `X-Forwarded-For` entry added by the outermost of them (entries further left are the
+        client's own words). "unknown" when there is neither. `peer` is the TCP peer as long as uvicorn trusts
+        no proxy (`trusted_proxies_setting`), else the client its operator-set FORWARDED_ALLOW_IPS resolved."""
         if self.proxy_hops and forwarded_for:
             entries = [e.strip() for e in forwarded_for.split(",")[-64:] if e.strip()]
             if len(entries) >= self.proxy_hops:
@@ -220,6 +229,15 @@ class AccessPolicy:
         if self.mode == "oauth":
             return self.profile_allowed(profile)
         return False
+
+
+def trusted_proxies_setting(env: Mapping[str, str] | None = None) -> str:
+    """The FORWARDED_ALLOW_IPS the app's server must run with (`dashboard.app.launch` sets it): the operator's
+    own value when set, else "" (uvicorn trusts no peer's X-Forwarded-For). Gradio starts uvicorn with its
+    default otherwise, 127.0.0.1: a client connecting from this machine (a local proxy, or anything else on it)
+    would then choose the address that the login throttle counts, by sending a header."""
+    env = os.environ if env is None else env
+    return env.get(FORWARDED_ALLOW_IPS_ENV) or ""
 
 
 class LoginThrottle:

@@ -12,7 +12,7 @@ import gradio as gr
 from starlette.middleware import Middleware
 
 from dashboard import compare_tab, play_tab, runs_tab, train_tab
-from dashboard.access import AccessPolicy, OwnerGate
+from dashboard.access import FORWARDED_ALLOW_IPS_ENV, AccessPolicy, OwnerGate, trusted_proxies_setting
 from dashboard.context import AppContext
 from dashboard.storage import choose_runs_root
 from dashboard.live_plot import plotly_js_path
@@ -55,13 +55,15 @@ def build_app(ctx: AppContext | None = None) -> gr.Blocks:
                 compare_parts = compare_tab.build(ctx)
                 loads.append(compare_parts)
             with gr.Tab("Play", id="play"):
-                loads.append(play_tab.build(ctx))
+                play_parts = play_tab.build(ctx)
+                loads.append(play_parts)
             with gr.Tab("Runs", id="runs") as runs:
                 runs_parts = runs_tab.build(ctx)
                 loads.append(runs_parts)
         for parts in loads:
             fn, inputs, outputs = parts["load"]
             demo.load(fn, inputs=inputs, outputs=outputs, show_progress="hidden")
+        demo.unload(play_parts["unload"])  # a closed page's Play episode is closed at once
         # Opening a tab shows what is on disk now (a run may have finished since the page loaded).
         fn, inputs, outputs = compare_parts["load"]
         compare.select(fn, inputs=inputs, outputs=outputs, show_progress="hidden")
@@ -132,6 +134,9 @@ GRADIO_QUEUE_ENV = {"GRADIO_ANALYTICS_MAX_EVENTS": "100", "GRADIO_ANALYTICS_CACH
 def launch(demo: gr.Blocks, host: str, port: int, prevent_thread_lock: bool = False):
     for name, value in GRADIO_QUEUE_ENV.items():
         os.environ.setdefault(name, value)
+    # uvicorn reads its proxy trust from here when Gradio starts it: none unless the operator set it, so a
+    # request's client address is its TCP peer (or what SQLENV_PROXY_HOPS reads), never a loopback peer's header.
+    os.environ[FORWARDED_ALLOW_IPS_ENV] = trusted_proxies_setting()
     demo.queue(default_concurrency_limit=4)
     tune_queue(demo)
     plotly_js = plotly_js_path()  # the live charts' plotly.js, served from the installed package (offline)
@@ -149,7 +154,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2)
     try:
         access = AccessPolicy.from_env(args.host)
-    except ValueError as exc:  # a malformed owner setting (SQLENV_PROXY_HOPS): one line, exit 2
+        play_tab.limits_from_env()
+    except ValueError as exc:  # a malformed owner or Play setting (SQLENV_PROXY_HOPS, ...): one line, exit 2
         print(f"app.py: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     print(f"[dashboard] training controls: {access.mode} ({access.reason})", file=sys.stderr)

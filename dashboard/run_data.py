@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from training.run_dir import InvalidRunName, RunDir, default_runs_root, list_runs, live_status, resolve_run
+from training.run_dir import (InvalidRunName, RunDir, default_runs_root, list_runs, live_status, redact_secrets,
+                              resolve_run)
 
 WATCHED = ("status.json", "config.json", "metrics.jsonl", "evals.jsonl", "transcripts.jsonl", "comparison.jsonl")
 
@@ -113,7 +114,9 @@ class RunCache:
                 return cached
         config, config_error = None, None
         try:
-            config = run.read_config()
+            # Every page shows a run's config to anyone: a secret-named value (a run written before TrainConfig
+            # refused them, or by hand) is redacted here, once for every reader.
+            config = redact_secrets(run.read_config())
             if not isinstance(config, dict):
                 config, config_error = None, "config.json is not a JSON object"
         except FileNotFoundError:

@@ -268,3 +268,82 @@ def test_a_malformed_proxy_setting_stops_the_app_with_one_line(tmp_path):
                           text=True, timeout=120)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and "SQLENV_PROXY_HOPS" in lines[0], done.stderr[-1000:]
+
+
+# ------------------------------------------------------------------------------ issue 26: items 3 and 10
+def test_one_proxy_setting_decides_the_client_address():
+    """uvicorn believed any loopback peer's X-Forwarded-For (its default FORWARDED_ALLOW_IPS), beside
+    SQLENV_PROXY_HOPS: the app serves with no trusted proxy unless the operator lists one, and refuses both."""
+    from dashboard.access import trusted_proxies_setting
+
+    assert trusted_proxies_setting({}) == "" and trusted_proxies_setting({"FORWARDED_ALLOW_IPS": ""}) == ""
+    assert trusted_proxies_setting({"FORWARDED_ALLOW_IPS": "10.0.0.5"}) == "10.0.0.5"  # the operator's own
+    both = {"SQLENV_ADMIN_PASSWORD": "pw", "SQLENV_PROXY_HOPS": "1", "FORWARDED_ALLOW_IPS": "10.0.0.5"}
+    with pytest.raises(ValueError, match="SQLENV_PROXY_HOPS and FORWARDED_ALLOW_IPS both"):
+        AccessPolicy.from_env("0.0.0.0", env=both)
+    assert AccessPolicy.from_env("0.0.0.0", env={**both, "SQLENV_PROXY_HOPS": "0"}).proxy_hops == 0
+
+
+def _opened(episodes, builtin, session=None):
+    """A real environment on an episode, kept by `episodes`: (handle, a weak reference to the environment)."""
+    import weakref
+
+    from sqlenv.environment import SQLEnvironment
+
+    env = SQLEnvironment.from_dataset(builtin, split="eval", step_budget=5)
+    env.reset(seed=0)
+    return episodes.open(env, ("builtin", "eval", 5), session), weakref.ref(env)
+
+
+def test_play_episodes_are_bounded_in_number_and_idle_time_and_free_their_environments(builtin):
+    import gc
+
+    from dashboard.play_tab import EpisodeBusy, PlayEpisodes
+
+    now = [0.0]
+    episodes = PlayEpisodes(capacity=2, idle_s=60, clock=lambda: now[0])
+    a, a_env = _opened(episodes, builtin, "s1")
+    now[0] = 1
+    b, b_env = _opened(episodes, builtin, "s2")
+    now[0] = 2
+    episode = episodes.take(a)  # a played: b is now the least recently played
+    with pytest.raises(EpisodeBusy):
+        episodes.take(a)  # one step at a time
+    episodes.give_back(episode)
+    del episode
+    c, c_env = _opened(episodes, builtin, "s3")
+    gc.collect()
+    assert len(episodes) == 2 and episodes.take(b) is None and b_env() is None  # closed and freed
+
+    busy = episodes.take(c)  # a step is running on c when it is closed: it closes when the step ends
+    episodes.close(c)
+    assert episodes.take(c) is None and busy.closed and busy.env is c_env()
+    assert not busy.env.step(("QUERY", "SELECT 1")).error  # the running step keeps its environment
+    episodes.give_back(busy)
+    assert busy.env is None
+    del busy
+    gc.collect()
+    assert c_env() is None
+
+    now[0] = 2 + 59
+    episodes.sweep()
+    assert len(episodes) == 1
+    now[0] = 2 + 60  # a: a minute without a step
+    d, _ = _opened(episodes, builtin, "s4")  # opening sweeps too
+    gc.collect()
+    assert a_env() is None and len(episodes) == 1
+    episodes.close_session("other")
+    assert len(episodes) == 1
+    episodes.close_session("s4")
+    assert len(episodes) == 0 and episodes.take(d) is None and episodes.take(None) is None
+
+
+def test_play_limits_come_from_the_environment():
+    from dashboard.play_tab import IDLE_S, MAX_EPISODES, limits_from_env
+
+    assert limits_from_env({}) == (MAX_EPISODES, IDLE_S)
+    assert limits_from_env({"SQLENV_PLAY_MAX_EPISODES": "3", "SQLENV_PLAY_IDLE_S": "2.5"}) == (3, 2.5)
+    for name, value in (("SQLENV_PLAY_MAX_EPISODES", "0"), ("SQLENV_PLAY_MAX_EPISODES", "many"),
+                        ("SQLENV_PLAY_IDLE_S", "-1"), ("SQLENV_PLAY_IDLE_S", "inf"), ("SQLENV_PLAY_IDLE_S", "x")):
+        with pytest.raises(ValueError, match=name):
+            limits_from_env({name: value})

@@ -11,9 +11,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import shutil
 import time
 
+import httpx
 import pytest
 
 from app_server import app_config, call_event, default_inputs, serve
@@ -21,8 +23,9 @@ from training.run_dir import RunDir
 
 PASSWORD = "correct horse battery staple"
 REFUSED = "Refused: only the owner may"
-# The owner bar's own events (log in, log out, set the page up): private, but not owner-only.
-GATE_EVENTS = ("login", "logout", "on_load")
+# Private but not owner-only: the owner bar's own events (log in, log out, set the page up) and the page's
+# unload (closes the caller's own Play episode).
+GATE_EVENTS = ("login", "logout", "on_load", "close_play_episodes")
 OWNER_EVENTS = {"start", "stop", "push", "on_dataset"}  # at least these are owner-only (on_dataset: Train form)
 MEGABYTE = "x" * 1_000_000
 
@@ -293,3 +296,138 @@ def test_hostile_values_in_public_events_get_clear_messages_and_the_app_keeps_se
     assert again["success"] and 'data-budget="15"' in again["output"][1]
     assert sorted(p.name for p in root.iterdir()) == before  # nothing written beside runs/ and data/
     assert run_dirs(password_app) == []
+
+
+# ---------------------------------------------------------------------------------- issue 26: items 3, 9, 10
+def open_databases(app) -> int:
+    """How many SQLite files under the app's folders its process holds open (a Play episode's connections)."""
+    fd_dir = f"/proc/{app['proc'].pid}/fd"
+    count = 0
+    for fd in os.listdir(fd_dir):
+        try:
+            target = os.readlink(f"{fd_dir}/{fd}")
+        except OSError:
+            continue
+        count += target.startswith(str(app["root"])) and target.endswith(".sqlite")
+    return count
+
+
+def wait_for(predicate, timeout: float, what: str) -> float:
+    start = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - start < timeout, f"{what}: not within {timeout} s"
+        time.sleep(0.2)
+    return time.monotonic() - start
+
+
+def test_play_keeps_few_episodes_and_closes_idle_and_abandoned_ones():
+    """Each Play session's environment (connections and last result, ~100 MB) lived as long as the server: 8
+    sessions took the app from 286 to 1,084 MB for good. Now at most SQLENV_PLAY_MAX_EPISODES are open (the least
+    recently played closes first, its visitor told to start again), an episode idle for SQLENV_PLAY_IDLE_S closes,
+    and so does one whose page is closed."""
+    idle_s = 15  # long enough that nothing expires before the idle part, even on a loaded machine
+    with serve({"SQLENV_PLAY_MAX_EPISODES": "2", "SQLENV_PLAY_IDLE_S": str(idle_s)}, log_name="play") as app:
+        config = app_config(app["url"])
+        new, step = event(config, "new_episode"), event(config, "do_step")
+
+        def play(session, sql="SELECT 1"):
+            started = call(app, new, ["builtin", "eval", "random", 15, None], session_hash=session)
+            assert started["success"] and 'data-budget="15"' in started["output"][1], started
+            return call(app, step, ["QUERY", sql, None], session_hash=session)
+
+        for session in ("a", "b", "c"):
+            assert 'data-budget="14"' in play(session)["output"][1]
+        assert open_databases(app) <= 2, open_databases(app)  # a's, the least recently played, closed for c
+        closed = call(app, step, ["QUERY", "SELECT 1", None], session_hash="a")
+        assert 'id="play-closed"' in closed["output"][2] and "New episode" in closed["output"][2], closed
+        assert 'data-budget="13"' in call(app, step, ["QUERY", "SELECT 2", None], session_hash="b")["output"][1]
+
+        # Nobody plays for SQLENV_PLAY_IDLE_S: every episode closes and its connections with it.
+        wait_for(lambda: open_databases(app) == 0, idle_s + 10, "idle episodes closed")
+        assert 'id="play-closed"' in call(app, step, ["QUERY", "SELECT 1", None], session_hash="b")["output"][2]
+
+        # A page that goes away (its heartbeat stream ends: tab closed or reloaded) closes its episode at once.
+        with httpx.Client(timeout=30) as http:
+            with http.stream("GET", app["url"] + "gradio_api/heartbeat/d") as heartbeat:
+                assert heartbeat.status_code == 200
+                assert 'data-budget="14"' in play("d")["output"][1]
+                played = time.monotonic()
+                assert open_databases(app) == 1, open_databases(app)
+        wait_for(lambda: open_databases(app) == 0, 8, "a closed page's episode closed")
+        assert time.monotonic() - played < idle_s  # before it could have expired
+        assert app["proc"].poll() is None
+
+
+def test_a_finished_play_episode_says_what_to_press(password_app):
+    """After the last step Play answered "call reset() to start a new one" (the API's words); the page has a
+    New episode button."""
+    config, session = password_app["config"], "visitor-finished"
+    started = call(password_app, event(config, "new_episode"), ["builtin", "eval", "random", 1, None],
+                   session_hash=session)
+    assert 'data-budget="1"' in started["output"][1]
+    step = event(config, "do_step")
+    last = call(password_app, step, ["QUERY", "SELECT 1", None], session_hash=session)
+    assert 'id="play-verdict"' in last["output"][2]  # the budget is spent: the episode is over
+    again = call(password_app, step, ["QUERY", "SELECT 1", None], session_hash=session)
+    text = again["output"][2]
+    assert "press New episode to start another" in text and "reset()" not in text, text
+
+
+def test_a_runs_config_never_shows_a_secret_and_the_owner_cannot_save_one(password_app):
+    """`grpo.hub_token` in the owner's Advanced JSON was saved in config.json, which the public Runs tab shows."""
+    config = password_app["config"]
+    token = login(password_app)
+    start = event(config, "start")
+    data = default_inputs(config, start)
+    advanced = elem_ids(config, start["inputs"]).index("cfg-advanced")
+    for secret in ({"grpo": {"hub_token": "hf_OWNERSECRET"}}, {"sft": {"args": {"hub_token": "hf_OWNERSECRET"}}}):
+        data[advanced] = json.dumps(secret)
+        try:
+            result = call(password_app, start, [*data[:-1], token])
+            assert result["success"] and "HF_TOKEN" in result["output"][0] and "Started" not in result["output"][0]
+            assert run_dirs(password_app) == []
+        finally:  # on a build that accepted it, stop the run it started
+            if run_dirs(password_app):
+                stop = event(config, "stop")
+                call(password_app, stop, [*default_inputs(config, stop)[:-1], token])
+                time.sleep(5)
+                for name in run_dirs(password_app):
+                    shutil.rmtree(password_app["runs"] / name, ignore_errors=True)
+
+    # A run written before TrainConfig refused them (or by hand): its readers redact the value.
+    run = RunDir.create(password_app["runs"], "run-with-secret")
+    try:
+        run.write_config({"model": "builtin:tiny", "grpo": {"hub_token": "hf_RUNSECRET", "loss_type": "dr_grpo"},
+                          "sft": {"args": {"model_init_kwargs": {"token": "hf_RUNSECRET"}}}})
+        run.write_status("completed", step=1, total_steps=1)
+        session = "visitor-runs"
+        listed = call(password_app, event(config, "refresh", "runs-table"), [None, []], session_hash=session)
+        assert listed["success"], listed
+        shown = call(password_app, event(config, "show", "runs-detail"), ["run-with-secret"], session_hash=session)
+        text = json.dumps(shown)
+        assert shown["success"] and "dr_grpo" in text and "hf_RUNSECRET" not in text, text[:500]
+        assert "<redacted>" in text
+    finally:
+        shutil.rmtree(run.path)
+
+
+def test_a_local_client_cannot_choose_the_address_the_login_throttle_counts():
+    """uvicorn believes X-Forwarded-For from 127.0.0.1 by default, so any local client named a new address per
+    guess: 195 guesses in 10 s. With no proxy configured the throttle counts the TCP peer."""
+    with serve({"SQLENV_ADMIN_PASSWORD": PASSWORD}, log_name="no-proxy") as app:
+        app["config"] = config = app_config(app["url"])
+        for i in range(5):
+            guess = call(app, event(config, "login"), ["guess"], headers={"X-Forwarded-For": f"203.0.113.{i}"})
+            assert "Wrong password" in guess["output"][1], guess
+        refused = call(app, event(config, "login"), [PASSWORD], headers={"X-Forwarded-For": "198.51.100.1"})
+        assert refused["output"][0] == "" and "Too many wrong passwords" in refused["output"][1], refused
+
+    # An operator who lists the proxy's address for uvicorn (FORWARDED_ALLOW_IPS) gets clients told apart by it.
+    with serve({"SQLENV_ADMIN_PASSWORD": PASSWORD, "FORWARDED_ALLOW_IPS": "127.0.0.1"}, log_name="uvicorn-proxy") as app:
+        app["config"] = config = app_config(app["url"])
+        guesser = {"X-Forwarded-For": "203.0.113.9"}
+        for _ in range(5):
+            assert "Wrong password" in call(app, event(config, "login"), ["guess"], headers=guesser)["output"][1]
+        assert "Too many" in call(app, event(config, "login"), [PASSWORD], headers=guesser)["output"][1]
+        welcome = call(app, event(config, "login"), [PASSWORD], headers={"X-Forwarded-For": "198.51.100.1"})
+        assert welcome["output"][0] and 'data-owner="true"' in welcome["output"][1]

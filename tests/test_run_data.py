@@ -90,3 +90,20 @@ def test_the_runs_listing_never_leaves_the_runs_folder(tmp_path):
     assert listed.returncode == 0, listed.stderr
     assert [json.loads(line)["run_id"] for line in listed.stdout.splitlines()] == ["run-inside"]
     assert "SECRET" not in listed.stdout
+
+
+def test_the_run_cache_redacts_secret_named_config_values(tmp_path):
+    """A run's config.json is shown to anyone (Runs tab, Compare, Train): a value named like a credential that
+    got into one (a run saved before TrainConfig refused them, or a file written by hand) is never shown."""
+    run = RunDir.create(tmp_path, "r1")
+    written = {"model": "builtin:tiny", "grpo": {"hub_token": "hf_SECRET", "loss_type": "dr_grpo",
+                                                 "model_init_kwargs": {"token": "hf_SECRET", "dtype": "bf16"}},
+               "sft": {"args": {"apiKey": "k", "eos_token": "<eos>", "max_length": 512}}}
+    run.write_config(written)
+    run.write_status("completed", step=1, total_steps=1)
+    shown = RunCache(tmp_path).snapshot("r1").config
+    REDACTED = "<redacted>"
+    assert shown == {"model": "builtin:tiny", "grpo": {"hub_token": REDACTED, "loss_type": "dr_grpo",
+                                                       "model_init_kwargs": {"token": REDACTED, "dtype": "bf16"}},
+                     "sft": {"args": {"apiKey": REDACTED, "eos_token": "<eos>", "max_length": 512}}}
+    assert run.read_config() == written  # the file itself is the run's: resume reads what was written

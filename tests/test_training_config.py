@@ -264,3 +264,22 @@ def test_zero_shot_episodes_defaults_to_the_comparison_and_never_exceeds_it():
     assert TrainConfig(comparison_episodes=100, zero_shot_episodes=32).resolved_zero_shot_episodes() == 32
     assert TrainConfig(comparison_episodes=20, zero_shot_episodes=32).resolved_zero_shot_episodes() == 20
     assert TrainConfig(zero_shot_episodes=0).resolved_zero_shot_episodes() == 0
+
+
+def test_a_secret_in_a_pass_through_section_is_refused_and_the_token_comes_from_the_environment():
+    """`grpo.hub_token` from the owner's Advanced JSON was saved in the run's config.json, which the dashboard
+    shows to anyone. No value named like a credential gets into a config, at any depth of `grpo` or `sft.args`."""
+    for values, path in (({"grpo": {"hub_token": "hf_x"}}, "grpo.hub_token"),
+                         ({"sft": {"args": {"hub_token": "hf_x"}}}, "sft.args.hub_token"),
+                         ({"grpo": {"model_init_kwargs": {"token": "hf_x"}}}, "grpo.model_init_kwargs.token"),
+                         ({"grpo": {"vllm_api_key": "k"}}, "grpo.vllm_api_key"),
+                         ({"sft": {"args": {"password": "p"}}}, "sft.args.password")):
+        with pytest.raises(ConfigError, match="HF_TOKEN") as refused:
+            TrainConfig.from_dict(values)
+        assert path in str(refused.value)
+    with pytest.raises(ConfigError, match="grpo.hub_token looks like a secret"):
+        TrainConfig().with_overrides(["grpo.hub_token=hf_x"])
+    # Token counts and a tokenizer's special tokens are not secrets.
+    kept = TrainConfig(grpo={"generation_kwargs": {"top_k": 20}, "max_prompt_length": 64},
+                       sft={"args": {"eos_token": "<|im_end|>", "pad_token": "<pad>"}})
+    assert kept.sft.args["eos_token"] == "<|im_end|>"

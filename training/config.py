@@ -726,10 +726,19 @@ def _check_types(obj: Any, prefix: str = "") -> None:
 
 
 def _check_owned_keys(name: str, values: dict, owned: dict[str, str]) -> None:
-    """`grpo` / `sft.args`: none of the fields this config sets itself (TRL checks the rest: `check_config`)."""
+    """`grpo` / `sft.args`: none of the fields this config sets itself (TRL checks the rest: `check_config`), and no
+    key named like a credential at any depth."""
     for key in values:
         if key in owned:
             raise ConfigError(f"{name}.{key} is set by this config and cannot be overridden: {owned[key]}")
+    from training.run_dir import secret_paths
+
+    # The config is saved in the run's config.json, which the dashboard shows to anyone: no credentials in it.
+    found = secret_paths(values, name)
+    if found:
+        raise ConfigError(f"{found[0]} looks like a secret (a token, key or password) and would be saved in the "
+                          "run's config.json, which anyone may read: remove it; a run takes its Hub token from the "
+                          "environment (HF_TOKEN)")
 
 
 def _split_override(text: str) -> tuple[str, str]:

@@ -49,6 +49,48 @@ HEARTBEAT_TIMEOUT = 90.0
 RESUMABLE_STATUSES = ("stopped", "failed", INTERRUPTED)
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 JSONL_FILES = ("metrics", "evals", "transcripts", "comparison")
+#: What readers show in place of a secret-named value (see `is_secret_name`).
+REDACTED = "<redacted>"
+# A run's config.json is shown to anyone on the dashboard's Runs tab and pushed with the run to the Hub, so no
+# value named like a credential belongs in it (the Hub token comes from the environment, HF_TOKEN).
+_SECRET_WORDS = ("token", "password", "passwd", "passphrase", "secret", "apikey", "credential", "credentials")
+# `<x>_token` names that hold a tokenizer's special token (SFTConfig.eos_token, pad_token), not a credential.
+_SPECIAL_TOKENS = ("bos", "eos", "unk", "sep", "pad", "cls", "mask")
+
+
+def is_secret_name(name: Any) -> bool:
+    """Whether a config key names a credential: a word `token` (hub_token, use_auth_token, hfToken), `key`
+    (api_key, private_key), `password`, `secret`, ... Counts (`max_tokens`) and special tokens (`eos_token`)
+    are not secrets."""
+    if not isinstance(name, str):
+        return False
+    words = [w.lower() for w in re.findall(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])", name)]
+    if len(words) == 2 and words[0] in _SPECIAL_TOKENS and words[1] == "token":
+        return False
+    return any(w == "key" or w.endswith(_SECRET_WORDS) for w in words)
+
+
+def secret_paths(obj: Any, prefix: str = "") -> list[str]:
+    """The dotted paths of every secret-named key in `obj` (dicts and lists, any depth), e.g. `grpo.hub_token`."""
+    found: list[str] = []
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            found += [path] if is_secret_name(key) else secret_paths(value, path)
+    elif isinstance(obj, list):
+        for i, value in enumerate(obj):
+            found += secret_paths(value, f"{prefix}[{i}]")
+    return found
+
+
+def redact_secrets(obj: Any) -> Any:
+    """`obj` with the value of every secret-named key replaced by `REDACTED` (dicts and lists, any depth): what a
+    public reader of a run shows, should a secret have reached its files anyway."""
+    if isinstance(obj, dict):
+        return {k: REDACTED if is_secret_name(k) else redact_secrets(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [redact_secrets(v) for v in obj]
+    return obj
 
 
 def default_runs_root() -> Path:
