@@ -18,12 +18,14 @@ from sqlenv.dataset_dir import load_questions
 from sqlenv.datasets import resolve_dataset
 from sqlenv.execution import results_match
 from sqlenv.rewards import GoldProfile, RewardConfig, progress_score
-from sqlenv.sandbox import (Sandbox, SandboxError, SandboxSettings, _clean_for_display, cut_text,
-                            has_top_level_order_by, normalize_sql)
+from sqlenv.result_text import clean_for_display as _clean_for_display
+from sqlenv.result_text import cut_text
+from sqlenv.sandbox import Sandbox, SandboxError, SandboxSettings
+from sqlenv.sql_checks import has_top_level_order_by, normalize_sql, sql_too_long, table_name_too_long
 from sqlenv.transcript import make_step, make_transcript
 from sqlenv.types import (ACTION_TYPES, EpisodeState, Question, RewardBreakdown, RewardLayers, SQLAction,
                           SQLObservation)
-from sqlenv.verifier import verify_answer
+from sqlenv.verifier import MAX_ANSWER_CHARS, verify_answer
 
 _ARGUMENT_HELP = {
     "DESCRIBE": "DESCRIBE needs a table name, e.g. DESCRIBE {table}.",
@@ -36,6 +38,8 @@ _ARGUMENT_HELP = {
 _GOLD_CACHE_SIZE = 4096
 _GOLD_CACHE: OrderedDict[tuple, GoldProfile | None] = OrderedDict()
 _GOLD_LOCK = threading.Lock()
+# Longest action type looked at: longer text is no action type, and is never copied or kept.
+_MAX_ACTION_TYPE_CHARS = 32
 
 
 class SQLEnvironment:
@@ -70,6 +74,10 @@ class SQLEnvironment:
         self.sandbox = sandbox if isinstance(sandbox, Sandbox) else Sandbox(self.db_dir, self.sandbox_settings)
         if isinstance(sandbox, Sandbox):
             self.sandbox_settings = sandbox.settings
+        settings = self.sandbox_settings
+        # The door: one length limit per action type, checked before any work, cache or record sees the argument.
+        self._argument_limits = {"DESCRIBE": settings.max_name_chars, "SAMPLE": settings.max_name_chars,
+                                 "QUERY": settings.max_sql_chars, "ANSWER": MAX_ANSWER_CHARS}
         self._by_id = {q.question_id: i for i, q in enumerate(self.questions)}
         self.dataset = None  # the DatasetInfo when built by from_dataset
         self._rng = random.Random(seed)
@@ -211,19 +219,29 @@ class SQLEnvironment:
             return self._fail("The episode is over: call reset() to start a new one.")
 
         action_type, argument = unpack_action(action)
-        kind = action_type.strip().upper()
-        arg = argument.strip()
+        kind = action_type.strip().upper() if len(action_type) <= _MAX_ACTION_TYPE_CHARS else ""
         cfg = self.reward_config
         self.state.step_count += 1
 
         result, error, new_info, progress, terminal = "", "", False, 0.0, 0.0
         terminated = truncated = False  # Gymnasium's two ends: ANSWER terminates, the budget truncates
-        repeat_key = (kind, self._normalize_argument(kind, arg))
-        repeat = repeat_key in self._seen_actions
-        self._seen_actions.add(repeat_key)
         summary = ""
+        # The door: an argument over its action's limit is refused before it is stripped, parsed, cached or
+        # stored (a refused 15 MB QUERY used to stay in the process's caches, a 15 MB table name in this episode).
+        limit = self._argument_limits.get(kind)
+        at_door = limit is not None and len(argument) > limit
+        if at_door:
+            arg, repeat = "", False
+            error = self._too_long(kind, len(argument), limit)
+        else:
+            arg = argument.strip() if kind in ACTION_TYPES else ""  # an unknown type's argument is never read
+            repeat_key = (kind, self._normalize_argument(kind, arg))
+            repeat = repeat_key in self._seen_actions
+            self._seen_actions.add(repeat_key)
 
-        if kind not in ACTION_TYPES:
+        if error:
+            pass
+        elif kind not in ACTION_TYPES:
             error = (f"Unknown action type {_clean_for_display(action_type, 40)!r}. "
                      f"Use one of: {', '.join(ACTION_TYPES)}.")
         elif not arg:
@@ -295,7 +313,9 @@ class SQLEnvironment:
         error = cut_text(error, limit)
         result = cut_text(result, limit)
         known = kind in ACTION_TYPES
-        if known:
+        if at_door:  # an excerpt, whatever the argument's size
+            shown_arg, shown_kind = _clean_for_display(argument, 60), kind
+        elif known:
             head = arg[:60]
             if head.isprintable():
                 shown_arg = head if len(arg) <= 60 else head[:59] + "…"
@@ -317,11 +337,22 @@ class SQLEnvironment:
         return obs
 
     def _normalize_argument(self, kind: str, arg: str) -> str:
+        """The argument as kept in the episode's seen actions (for the repeat penalty): bounded, because the
+        door has bounded `arg` by its action type's limit."""
         if kind == "QUERY":
             return normalize_sql(arg, self.sandbox_settings.max_sql_chars)
         if kind in ("DESCRIBE", "SAMPLE"):
             return arg.strip().strip(";").strip().strip('"`[]\'').strip().lower()
         return " ".join(arg.split()).lower()[:10_000]
+
+    def _too_long(self, kind: str, length: int, limit: int) -> str:
+        """The error observation of an argument refused at the door: what the limit is and what to send."""
+        if kind == "QUERY":
+            return sql_too_long(length, limit)
+        if kind in ("DESCRIBE", "SAMPLE"):
+            return table_name_too_long(length, limit)
+        return (f"Answer too long ({length} characters, limit {limit}): answer with the values only (a number, "
+                "a name, a list or a table of rows).")
 
     # ------------------------------------------------------------------------------------- observations
     @property

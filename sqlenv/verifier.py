@@ -17,6 +17,11 @@ FLOAT_REL_TOL = 0.01  # floats match within 1% (relative)
 FLOAT_ABS_TOL = 1e-9  # ... or this close to a gold value of 0
 EMPTY_ANSWERS = {"[]", "[[]]", "none", "no results", "no result", "no rows", "empty", "null", "nothing", "n/a"}
 MAX_ITEMS = 10_000  # more predicted items than this is never right and would only cost time
+# The answer is sized before it is split (a 15 MB table answer cost 4.5 s of Python splitting it before the item
+# check): longer text, or more separators than cells a gold result has, is never right. Spider's longest canonical
+# answer has 188,887 characters and its largest gold result 19,918 cells; both bounds are 5 times that.
+MAX_ANSWER_CHARS = 1_000_000
+MAX_CELLS = 100_000
 
 _FENCE_RE = re.compile(r"^```[A-Za-z0-9_+-]*\s*\n?(.*?)\n?```$", re.DOTALL)
 _ANSWER_PREFIX_RE = re.compile(r"^(?:final\s+)?answer\s*[:=]\s*", re.IGNORECASE)
@@ -257,8 +262,17 @@ def _is_header(row: Sequence, columns: Sequence[str] | None) -> bool:
         _squash(_unquote(c)) == _squash(name) for c, name in zip(row, columns))
 
 
+def _separators(text: str) -> int:
+    """How many pieces `text` could split into, less one: every way the list and table readers split (JSON
+    commas, lines, cells) needs one of these characters between two items. Counted in C, before any split."""
+    return text.count(",") + text.count("\n") + text.count("|") + text.count("\t")
+
+
 def _verify(predicted, gold, answer_type, gold_rows, ordered, gold_sql, columns) -> bool:
-    text = strip_wrappers(predicted)
+    raw = "" if predicted is None else predicted if isinstance(predicted, str) else str(predicted)
+    if len(raw) > MAX_ANSWER_CHARS:
+        return False
+    text = strip_wrappers(raw)
     if not text:
         return False
     if _is_empty_gold(gold, gold_rows):
@@ -266,7 +280,7 @@ def _verify(predicted, gold, answer_type, gold_rows, ordered, gold_sql, columns)
     if ordered is None:
         ordered = False
         if gold_sql:
-            from sqlenv.sandbox import has_top_level_order_by
+            from sqlenv.sql_checks import has_top_level_order_by
 
             ordered = has_top_level_order_by(gold_sql)
     answer_type = (answer_type or "string").lower()
@@ -289,6 +303,8 @@ def _verify(predicted, gold, answer_type, gold_rows, ordered, gold_sql, columns)
             g = g[0]
         return cell_equal(_scalar_text(text), g)
 
+    if _separators(text) >= MAX_CELLS:  # lists and tables: more items than any gold result, never split
+        return False
     if answer_type == "list":
         gold_items = _flatten_gold_list(gold if gold_rows is None else gold_rows)
         pred_items = parse_list(text)
@@ -308,6 +324,8 @@ def _verify(predicted, gold, answer_type, gold_rows, ordered, gold_sql, columns)
         pred_rows = [[i] for i in parse_list(text)]  # a one-column table written as a list
     if pred_rows and len(pred_rows) == len(gold_table) + 1 and _is_header(pred_rows[0], columns):
         pred_rows = pred_rows[1:]  # a header line copied from a QUERY result
+    if len(pred_rows) != len(gold_table) or set(map(len, pred_rows)) != {width}:
+        return False  # a row of another width never equals a gold row: no cell is keyed
     return multiset_equal(pred_rows, gold_table, ordered, _rows_equal)
 
 

@@ -6,7 +6,8 @@ Beyond the fixed reproductions of the hardening tests, each property here is tri
   joins, deep nesting, compound chains, writes, PRAGMA/ATTACH, odd text) through the sandbox: every query ends
   within its time limit plus one second, with a result or a `SandboxError`, the database files stay
   byte-identical, no temporary file is written, and the sandbox answers the next query;
-- hostile actions (any type, any text) through `SQLEnvironment.step`: always an observation, within the limit;
+- hostile actions (any type, any text, arguments of megabytes) through `SQLEnvironment.step`: always an
+  observation, within the limit, and nothing of an argument over its action's limit kept by the episode;
 - hostile WebSocket frames and HTTP requests against a real server on 127.0.0.1: the server keeps answering
   `/health`, every session is released, no process is left behind.
 
@@ -23,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sqlenv.environment import SQLEnvironment
@@ -103,21 +104,41 @@ def _digest(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+CAP_BYTES = 8_000_000  # the fuzzed sandbox's max_result_bytes
+
+
 @pytest.fixture(scope="module")
 def fuzz_sandbox(toy):
-    sandbox = Sandbox(toy[1], SandboxSettings(timeout_s=TIMEOUT_S))
+    sandbox = Sandbox(toy[1], SandboxSettings(timeout_s=TIMEOUT_S, max_result_bytes=CAP_BYTES))
     before = _digest(toy[1])
     yield sandbox
     sandbox.close()
     assert _digest(toy[1]) == before  # every generated query left the databases byte-identical
 
 
+# Issue 26: one sort of millions of rows ran as a single SQLite step, 11.5-16.8 s against a 5 s limit; a result
+# whose rows were tiny exactly where each batch was sampled (first, middle, last) held 3x the byte cap.
+LONG_SORT = ("WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c LIMIT 12000000) "
+             "SELECT count(*) FROM (SELECT random() r FROM c GROUP BY r)")
+SAMPLED_ROWS_TINY = ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 10000) "
+                     "SELECT CASE WHEN n % 256 IN (0, 1, 129) THEN 0 ELSE zeroblob(9000) END FROM r")
+
+
+def _held_bytes(rows: list[tuple]) -> int:
+    import sys
+
+    return sum(sys.getsizeof(row) + 8 + sum(sys.getsizeof(value) for value in row) for row in rows)
+
+
 @given(sql=HOSTILE_SQL)
+@example(sql=LONG_SORT)
+@example(sql=SAMPLED_ROWS_TINY)
 def test_hostile_sql_ends_in_time_and_changes_nothing(fuzz_sandbox, sql):
     start = time.monotonic()
     try:
         result = fuzz_sandbox.execute("music", sql)
         fuzz_sandbox.render(result)
+        assert _held_bytes(result.rows) <= CAP_BYTES, sql[:300]
     except SandboxError as err:
         assert str(err)  # a message for the agent, never an empty one
     elapsed = time.monotonic() - start
@@ -129,8 +150,12 @@ def test_hostile_sql_ends_in_time_and_changes_nothing(fuzz_sandbox, sql):
 
 ACTION_TYPES = st.one_of(st.sampled_from(["QUERY", "DESCRIBE", "SAMPLE", "ANSWER", "query", " answer ", ""]),
                          st.text(max_size=20))
-ARGUMENTS = st.one_of(HOSTILE_SQL, st.text(max_size=2000), st.sampled_from(["singer", "SINGER", '"singer"', "[x]",
-                                                                             "../../etc/passwd", "x" * 100_000]))
+# Arguments of megabytes (issue 26: 8-15 MB QUERY arguments stayed as cache keys, 15 MB table names in the episode,
+# a 15 MB table ANSWER cost 4.5 s of Python).
+HUGE = st.builds(lambda n, c: c * n, st.integers(20_000, 3_000_000), st.sampled_from(["x", " ", "é", "|", "1 | a\n"]))
+ARGUMENTS = st.one_of(HOSTILE_SQL, st.text(max_size=2000), HUGE,
+                      st.sampled_from(["singer", "SINGER", '"singer"', "[x]", "../../etc/passwd", "x" * 100_000]))
+QUESTIONS = st.sampled_from(["music_q1", "music_q4", "music_q5", "shop_q3"])  # integer, list, table, table
 
 
 @pytest.fixture(scope="module")
@@ -140,14 +165,22 @@ def fuzz_env(toy):
     env.close()
 
 
-@given(actions=st.lists(st.tuples(ACTION_TYPES, ARGUMENTS), min_size=1, max_size=6))
-def test_hostile_actions_always_get_an_observation_in_time(fuzz_env, actions):
-    fuzz_env.reset(question_id="music_q1")
+@given(question=QUESTIONS, actions=st.lists(st.tuples(ACTION_TYPES, ARGUMENTS), min_size=1, max_size=6))
+@example(question="music_q5", actions=[("DESCRIBE", "singer" * 500_000), ("SAMPLE", "x" * 3_000_000),
+                                       ("QUERY", "SELECT 1 -- " + "x" * 3_000_000), ("QUERY", LONG_SORT),
+                                       ("ANSWER", "Central Arena | 8\n" * 200_000)])
+def test_hostile_actions_always_get_an_observation_in_time(fuzz_env, question, actions):
+    fuzz_env.reset(question_id=question)
+    settings = fuzz_env.sandbox_settings
     for action_type, argument in actions:
         start = time.monotonic()
         observation = fuzz_env.step(SQLAction(action_type, argument))
         assert time.monotonic() - start <= TIMEOUT_S + GRACE_S, (action_type, argument[:200])
         assert isinstance(observation.result, str) and isinstance(observation.error, str)
+        # What the episode keeps of an argument is bounded by its action's limit, whatever the argument's size.
+        assert all(len(kind) <= 32 and len(key) <= 2 * settings.max_sql_chars + 1
+                   for kind, key in fuzz_env._seen_actions), action_type[:40]
+        assert len(fuzz_env.transcript()["steps"][-1]["argument"]) <= 10_000
         if observation.done:
             break
 

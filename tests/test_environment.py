@@ -359,3 +359,47 @@ def test_runaway_query_is_stopped_and_the_episode_goes_on(toy):
     obs = env.step(SQLAction("QUERY", "SELECT count(*) FROM singer"))
     assert obs.error == "" and obs.result == "count(*)\n30"
     assert env.step(SQLAction("ANSWER", "30")).reward_layers.terminal == 1.0
+
+
+# --------------------------------------------------------------------- hardening (issue 26: items 2 and 4)
+
+@pytest.mark.parametrize("kind,limit", [("DESCRIBE", 256), ("SAMPLE", 256), ("QUERY", 20_000),
+                                        ("ANSWER", 1_000_000)])
+def test_each_action_type_has_a_length_limit_at_the_door(env, kind, limit):
+    """An argument over its action's limit is refused before anything is done with it: 15 MB QUERY arguments used
+    to stay as keys of the process's SQL caches (60 steps: +900 MB) and 15 MB table names in the episode's seen
+    actions (30 steps: 555 MB). Ten 2 MB arguments here leave nothing of themselves behind."""
+    import tracemalloc
+
+    env.reset(question_id="music_q1")
+    assert not tracemalloc.is_tracing()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        observations = [env.step(SQLAction(kind, f"{i} " + "x" * 2_000_000)) for i in range(10)]
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 500_000, held  # 20 MB before
+    assert max(len(key) for _, key in env._seen_actions or [("", "")]) <= limit
+    for i, obs in enumerate(observations):
+        assert "too long" in obs.error and f"limit {limit}" in obs.error, obs.error
+        assert obs.step_count == i + 1 and not obs.done and obs.result == ""
+    step = env.transcript()["steps"][-1]
+    assert len(step["argument"]) <= 10_000 and "too long" in step["error"]
+    assert len(obs.action_history[-1]) < 120
+
+
+def test_arguments_at_their_limit_pass_the_door(env):
+    env.reset(question_id="music_q1")
+    query = "SELECT count(*) FROM singer -- "
+    obs = env.step(SQLAction("QUERY", query + "x" * (20_000 - len(query))))
+    assert obs.error == "" and obs.result.endswith("30")
+    obs = env.step(SQLAction("QUERY", query + "x" * (20_001 - len(query))))
+    assert "SQL too long (20001 characters, limit 20000)" in obs.error
+    assert "Unknown table" in env.step(SQLAction("DESCRIBE", "s" * 256)).error
+    assert "Table name too long (257 characters, limit 256)" in env.step(SQLAction("SAMPLE", "s" * 257)).error
+    obs = env.step(SQLAction("X" * 1_000_000, "y" * 1_000_000))  # an action type that long is no action type
+    assert obs.error.startswith("Unknown action type") and len(obs.error) < 200
+    assert all(len(kind) <= 32 and len(key) <= 20_000 for kind, key in env._seen_actions)
+    assert env.step(SQLAction("ANSWER", " 30 ")).reward_layers.terminal == 1.0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from sqlenv.verifier import format_answer, verify_answer
@@ -150,3 +152,32 @@ def test_format_answer(gold, answer_type, expected):
 ])
 def test_format_answer_round_trips_through_the_verifier(gold, answer_type):
     assert verify_answer(format_answer(gold, answer_type), gold, answer_type)
+
+
+def test_an_answer_is_sized_before_it_is_split(monkeypatch):
+    """Issue 26 (5): a 15 MB ANSWER on a table question cost 4.3-4.6 s of Python holding the interpreter lock: the
+    table was split before the 10,000-item check. Answers are sized first (characters, then separators, counted in
+    C): these are refused without a split or a JSON parse."""
+    from sqlenv import verifier
+
+    gold = [["garden", 7], ["tools", 3]]
+
+    def no_split(*args, **kwargs):
+        raise AssertionError("the answer was split")
+
+    huge = ["garden | 7\ntools | 3\n" * 750_000,  # 15 MB
+            "|" * 500_000, "a,\n" * 200_000, "[" + "[1, 2], " * 60_000 + "[1, 2]]"]  # under 1 M characters
+    for name in ("parse_table", "parse_list", "_json"):
+        monkeypatch.setattr(verifier, name, no_split)
+    for text in huge:
+        for answer_type in ("table", "list"):
+            start = time.monotonic()
+            assert not verify_answer(text, gold, answer_type)
+            assert time.monotonic() - start < 0.5
+    monkeypatch.undo()
+    # The bounds are far above any real answer: Spider's longest (188,887 characters, 19,918 cells) is read.
+    table = [[f"station {i}", f"2013-0{i % 9 + 1}-{i % 28 + 1:02d}"] for i in range(9_959)]
+    text = format_answer(table, "table")
+    assert 250_000 < len(text) < verifier.MAX_ANSWER_CHARS
+    assert verify_answer("Answer:\n" + text, table, "table")
+    assert verify_answer(", ".join(str(i) for i in range(10_000)), list(range(10_000)), "list")

@@ -1,0 +1,416 @@
+"""Execution in the SQL sandbox: the read-only connection, the time limit, SQLite's shared heap, and the fetch
+of a statement's rows under the row and byte caps.
+
+- A connection's own main database is an empty one in SQLite's in-memory VFS (`memdb`), and the question's
+  database file is attached read-only (`mode=ro`) as `data` (unqualified names find its tables). Temporary
+  storage goes through the main database's VFS, so with `temp_store = FILE` every temporary table and sort run
+  is an in-memory file under SQLite's hard heap limit: nothing is written to disk, and a big sort spills into
+  runs of at most `SORT_RUN_KIB` that are merged step by step. With temporary storage in memory
+  (`temp_store = MEMORY`) SQLite instead sorts one whole list inside a single VM instruction, where neither the
+  interrupt nor the progress handler reaches: 8 million random integers took 9 s past the end of their feed.
+  Where the `memdb` VFS is missing (SQLite before 3.36), the file is the main database with `temp_store =
+  MEMORY`, as before: sorts are then out of the time limit's reach.
+- A statement that runs past `timeout_s` is interrupted: a watchdog thread calls `Connection.interrupt()` at its
+  deadline (SQLite stops at its next jump, even while this process's threads fight over the interpreter lock),
+  and a progress handler checks the clock too.
+- When a statement finds the heap already full of other statements' memory, the longest-running of those is
+  stopped to make room and the statement runs once more within its own time limit (`make_room`).
+- Rows are fetched in batches; at most `max_scoring_rows` rows and `max_result_bytes` bytes (measured on every
+  row kept) are held.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import sqlite3
+import sys
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlenv.result_text import clean_for_display
+from sqlenv.sandbox_limits import HEAP, SandboxSettings, connection_limits, lower_heap_limit
+from sqlenv.sql_checks import (DATA_SCHEMA, SCHEMA_TABLE_REFUSAL, SandboxError, authorizer, is_schema_read,
+                               refusal_message)
+
+
+@dataclass(slots=True)
+class QueryResult:
+    """A statement's result: column names, the kept rows (≤ max_scoring_rows) and the total row count."""
+
+    columns: list[str]
+    rows: list[tuple]
+    n_rows: int
+    truncated: bool = False  # rows were dropped past max_scoring_rows (n_rows may be a lower bound)
+    elapsed_s: float = 0.0
+
+
+@dataclass
+class TableInfo:
+    """Schema of one table: `columns` as (name, type, is_pk) and `foreign_keys` as col -> 'table.col'."""
+
+    name: str
+    columns: list[tuple[str, str, bool]]
+    foreign_keys: dict[str, str] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------- the watchdog
+
+class Watchdog:
+    """One daemon thread per process that interrupts statements at their deadlines (`sqlite3_interrupt`).
+
+    The progress handler alone checks the clock only when SQLite calls back into Python, which needs the
+    interpreter lock: with many sessions' statements running at once (each releases the lock inside SQLite)
+    those checks were late by seconds on a loaded machine. The interrupt flag is read by SQLite itself at
+    every jump, with no lock to take."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        """Empty and threadless: at start, and in a forked child (which inherits no threads)."""
+        self._heap: list[tuple[float, int, Any]] = []
+        self._count = 0
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, db: "Database", deadline: float) -> None:
+        with self._wake:
+            self._count += 1
+            heapq.heappush(self._heap, (deadline, self._count, weakref.ref(db)))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="sqlenv-sandbox-watchdog", daemon=True)
+                self._thread.start()
+            if self._heap[0][1] == self._count:  # a new earliest deadline: wake up sooner
+                self._wake.notify()
+
+    # Deadlines due within this many seconds are handled in one wake-up: thousands of short statements a second
+    # cost a few dozen wake-ups, not one each (a late interrupt is late by at most this much).
+    GRANULARITY_S = 0.05
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._heap or self._heap[0][0] > time.monotonic():
+                    self._wake.wait(None if not self._heap
+                                    else self._heap[0][0] - time.monotonic() + self.GRANULARITY_S)
+                due = []
+                now = time.monotonic()
+                while self._heap and self._heap[0][0] <= now:
+                    deadline, _, ref = heapq.heappop(self._heap)
+                    due.append((deadline, ref))
+            for deadline, ref in due:  # statements that ended long ago have another deadline (or none): skipped
+                db = ref()
+                if db is not None and db.deadline == deadline:
+                    db.interrupt_if_due(deadline)
+
+    def stop_oldest(self, before: float) -> bool:
+        """Interrupt, to free its memory, the running statement with the earliest deadline earlier than `before`
+        (the one that has run longest, when time limits are alike); False when there is none."""
+        with self._wake:
+            running = [(deadline, db) for deadline, _, ref in self._heap
+                       if deadline < before and (db := ref()) is not None and db.deadline == deadline]
+        for deadline, db in sorted(running, key=lambda item: item[0]):
+            if db.interrupt_if_due(deadline, for_memory=True):
+                return True
+        return False
+
+
+WATCHDOG = Watchdog()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=WATCHDOG._reset)
+
+
+def make_room(deadline: float, settle_s: float = 0.5, poll_s: float = 0.01) -> bool:
+    """After a statement (or a connection being opened) ran out of SQLite's shared heap and gave back what it
+    held: whether to try it once more. When the heap is still mostly held by others, the running statement that has
+    run longest (its deadline before `deadline`) is stopped, and this waits for its memory to come back (at most
+    `settle_s`). No when the statement was too big by itself, when no older statement runs, or when time is up.
+
+    Callers make room once per statement: SQLite reports a program past `max_program_ops` as out of memory too,
+    and such a statement, sent while the heap is full, must not stop one statement after another."""
+    if not HEAP.mostly_held() or not WATCHDOG.stop_oldest(before=deadline):
+        return False
+    settled = min(deadline, time.monotonic() + settle_s)
+    while HEAP.mostly_held() and time.monotonic() < settled:
+        time.sleep(poll_s)
+    return time.monotonic() < deadline
+
+
+# ----------------------------------------------------------------------------------------- the connection
+
+#: Largest sort run SQLite holds before writing it (sorted) to a temporary in-memory file: the main database's
+#: `cache_size` sets it (SQLite's default, made explicit). Sorting one run is the longest step a sort takes
+#: between two interrupt checks (~2 MiB: tens of milliseconds); the runs are then merged step by step.
+SORT_RUN_KIB = 2048
+
+_FILE_VFS = "win32" if os.name == "nt" else "unix"  # the default VFS, for the attached database file
+_memdb_available: bool | None = None
+
+
+def _memdb_vfs() -> bool:
+    """Whether this SQLite has the in-memory `memdb` VFS (3.36+, unless compiled without it)."""
+    global _memdb_available
+    if _memdb_available is None:
+        try:
+            sqlite3.connect("file:sqlenv-probe?vfs=memdb", uri=True).close()
+            _memdb_available = True
+        except sqlite3.Error:
+            _memdb_available = False
+    return _memdb_available
+
+
+def _lenient_text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
+class Database:
+    """One read-only connection to a question's database plus its schema, owned by one `Sandbox`."""
+
+    def __init__(self, path: Path, settings: SandboxSettings):
+        self.path = path
+        self.settings = settings
+        stat = path.stat()
+        # The file this connection reads, as of opening (a file replaced later is a new identity once reopened):
+        # keys caches of results derived from it, without a stat per use.
+        self.identity = (str(path), stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        file_uri = path.as_uri() + "?mode=ro"
+        in_memory_main = _memdb_vfs()
+        uri = "file:sqlenv-sandbox?vfs=memdb" if in_memory_main else file_uri  # a private, empty main database
+        conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None,
+                               cached_statements=max(0, settings.statement_cache_size))
+        try:
+            if in_memory_main:
+                # The file, read-only through the ordinary VFS (ATTACH would default to the main database's).
+                conn.execute(f"ATTACH DATABASE ? AS {DATA_SCHEMA}", (f"{file_uri}&vfs={_FILE_VFS}",))
+                conn.execute("PRAGMA temp_store = FILE")  # temporary files, in memory (memdb): see the module doc
+                conn.execute(f"PRAGMA main.cache_size = -{SORT_RUN_KIB}")
+                self.schema = DATA_SCHEMA
+            else:
+                conn.execute("PRAGMA temp_store = MEMORY")  # never a temporary file on disk, but sorts unbounded
+                self.schema = "main"
+            conn.execute("PRAGMA query_only = 1")
+            lower_heap_limit(conn, settings.max_heap_bytes)
+            self.tables: dict[str, TableInfo] = self._read_schema(conn, self.schema)
+            for limit, value in connection_limits(settings).items():
+                conn.setlimit(limit, value)
+            conn.set_authorizer(self._authorize)
+        except Exception:
+            conn.close()
+            raise
+        self.conn = conn
+        self.deadline = float("inf")
+        self.deadline_lock = threading.Lock()  # the watchdog interrupts only the statement whose deadline passed
+        self.stopped_for_memory = False  # the running statement was interrupted to free memory, not at its deadline
+        self.read_schema_table = False  # the statement being prepared was refused a schema table (for the message)
+        conn.set_progress_handler(self._on_progress, max(1, settings.progress_interval))
+        self.row_counts: dict[str, int] = {}
+
+    def _authorize(self, action: int, arg1: Any, arg2: Any, db_name: Any, source: Any) -> int:
+        verdict = authorizer(action, arg1, arg2, db_name, source)
+        if verdict == sqlite3.SQLITE_DENY and is_schema_read(action, arg1, db_name):
+            self.read_schema_table = True
+        return verdict
+
+    def _on_progress(self) -> int:
+        return 1 if time.monotonic() > self.deadline else 0  # non-zero interrupts the statement
+
+    def start_statement(self, deadline: float) -> float:
+        """Arm the time limit of the statement about to run (a `time.monotonic()` deadline); returns its start."""
+        with self.deadline_lock:
+            self.deadline = deadline
+            self.stopped_for_memory = False
+        self.read_schema_table = False
+        WATCHDOG.watch(self, deadline)
+        return time.monotonic()
+
+    def end_statement(self) -> None:
+        with self.deadline_lock:
+            self.deadline = float("inf")
+
+    def interrupt_if_due(self, deadline: float, for_memory: bool = False) -> bool:
+        """(The watchdog.) Interrupt the running statement if it is the one armed with `deadline`; whether it was."""
+        with self.deadline_lock:
+            if self.deadline != deadline:
+                return False
+            self.stopped_for_memory = for_memory
+            try:
+                self.conn.interrupt()
+            except sqlite3.ProgrammingError:  # closed meanwhile
+                return False
+            return True
+
+    @staticmethod
+    def _read_schema(conn: sqlite3.Connection, schema: str) -> dict[str, TableInfo]:
+        # Schema introspection runs before the authorizer is installed (it needs PRAGMAs).
+        names = [r[0] for r in conn.execute(
+            f"SELECT name FROM {schema}.sqlite_master WHERE type IN ('table','view') AND name NOT LIKE 'sqlite_%' "
+            "ORDER BY rowid")]
+        tables = {}
+        for name in names:
+            quoted = '"' + name.replace('"', '""') + '"'
+            cols = [(r[1], (r[2] or "").upper(), bool(r[5]))
+                    for r in conn.execute(f"PRAGMA {schema}.table_info({quoted})")]
+            fks = {}
+            for r in conn.execute(f"PRAGMA {schema}.foreign_key_list({quoted})"):
+                fks[r[3]] = f"{r[2]}.{r[4]}" if r[4] else str(r[2])
+            tables[name] = TableInfo(name, cols, fks)
+        return tables
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except Exception:
+            pass
+
+
+# ------------------------------------------------------------------------------------- result size, measured
+
+_getsizeof = sys.getsizeof
+_NUMBER_TYPES = {int, float, type(None)}
+_NUMBER_BYTES = 36  # sys.getsizeof of the largest 64-bit int; floats (24) and None (16) take less
+_ASCII_TEXT_BYTES = _getsizeof("")  # a str of n ASCII characters takes this + n bytes
+
+
+def _column_bytes(column: tuple) -> int:
+    """Python's own size of one column of a batch, in C-level passes: text lengths summed (ASCII text, the common
+    case), numbers and NULL at a fixed size, anything else (non-ASCII text, blobs, mixed columns) measured value by
+    value with `sys.getsizeof`. Never less than what the values hold."""
+    try:
+        chars = sum(map(len, column))  # TypeError on a number or NULL
+    except TypeError:
+        if set(map(type, column)) <= _NUMBER_TYPES:
+            return _NUMBER_BYTES * len(column)
+        return sum(map(_getsizeof, column))
+    try:
+        if all(map(str.isascii, column)):  # TypeError on a blob
+            return chars + _ASCII_TEXT_BYTES * len(column)
+    except TypeError:
+        pass
+    return sum(map(_getsizeof, column))
+
+
+def rows_bytes(rows: list[tuple]) -> int:
+    """Bytes that holding `rows` costs: each row tuple (with its slot in the result list) and every value in it.
+    Every row is measured, so no arrangement of big and small rows is under-counted."""
+    if not rows:
+        return 0
+    per_row = _getsizeof(rows[0]) + 8
+    return per_row * len(rows) + sum(map(_column_bytes, zip(*rows)))
+
+
+def _value_bound(settings: SandboxSettings) -> int:
+    """The most a value can take in Python: a text of `max_value_bytes` UTF-8 bytes is at most 4 bytes a byte (a
+    4-byte-wide str, or lenient decoding's 2-byte replacement characters), plus the object's header."""
+    return 4 * settings.max_value_bytes + 80
+
+
+# ------------------------------------------------------------------------------------------ running a statement
+
+class _DecodeError(Exception):
+    pass
+
+
+class _OutOfMemory(Exception):
+    pass
+
+
+def run_statement(db: Database, sql: str, max_rows: int, settings: SandboxSettings) -> QueryResult:
+    """Run one statement on `db` within `settings.timeout_s` and fetch at most `max_rows` rows (and at most
+    `max_result_bytes`); raises `SandboxError` with a message for the agent."""
+    deadline = time.monotonic() + settings.timeout_s  # one time limit for the statement, however often it runs
+    made_room = False
+    while True:
+        try:
+            return _run_once(db, sql, max_rows, deadline, settings)
+        except _DecodeError:
+            # Some real databases hold invalid UTF-8 text: switch this connection to lenient decoding
+            # (slower, so only where needed) and run again.
+            db.conn.text_factory = _lenient_text
+        except _OutOfMemory:  # SQLITE_NOMEM: the heap limit, or a program past max_program_ops
+            if made_room or not make_room(deadline):
+                raise SandboxError(
+                    f"Query too large or needs too much memory (limits: {settings.max_program_ops} SQLite "
+                    f"instructions, {settings.max_heap_bytes // 2**20} MiB shared by all sessions); simplify "
+                    "it.") from None
+            made_room = True
+
+
+def _run_once(db: Database, sql: str, max_rows: int, deadline: float, settings: SandboxSettings) -> QueryResult:
+    start = db.start_statement(deadline)
+    cursor = None
+    try:
+        cursor = db.conn.execute(sql)
+        columns = [d[0] for d in (cursor.description or ())]
+        rows: list[tuple] = []
+        n_rows = 0
+        truncated = False
+        batch = max(1, settings.fetch_batch_rows)
+        held_bytes, byte_cap = 0, settings.max_result_bytes
+        # An upper bound of one row's size: a short last batch whose bound fits needs no measuring (the common
+        # case: counts, names, short lists).
+        row_bound = _getsizeof((None,) * len(columns)) + 8 + len(columns) * _value_bound(settings)
+        while True:
+            chunk = cursor.fetchmany(batch)
+            if not chunk:
+                break
+            n_rows += len(chunk)
+            room = max_rows - len(rows)
+            if room > 0:
+                taken = chunk if room >= len(chunk) else chunk[:room]
+                if len(chunk) < batch and held_bytes + len(taken) * row_bound <= byte_cap:
+                    rows.extend(taken)  # the last batch, and even its bound fits
+                else:
+                    size = rows_bytes(taken)
+                    if held_bytes + size <= byte_cap:
+                        rows.extend(taken)
+                        held_bytes += size
+                    else:  # past the cap rows are counted, not kept: keep the batch's rows that still fit
+                        for row in taken:
+                            size = rows_bytes([row])
+                            if held_bytes + size > byte_cap:
+                                break
+                            rows.append(row)
+                            held_bytes += size
+                        max_rows = len(rows)
+            if n_rows > max_rows:
+                truncated = True
+                if not settings.count_rows_past_cap:
+                    break
+            if len(chunk) < batch:
+                break  # a short batch is the last one: skip the empty fetch
+        return QueryResult(columns, rows, n_rows, truncated and not settings.count_rows_past_cap,
+                           time.monotonic() - start)
+    except sqlite3.OperationalError as err:
+        message = str(err).lower()
+        if "could not decode" in message and db.conn.text_factory is str:
+            raise _DecodeError() from None
+        if "interrupted" in message:
+            if db.stopped_for_memory:
+                raise SandboxError(
+                    f"Query stopped after {time.monotonic() - start:.1f} s to free memory: the sandbox's "
+                    f"{settings.max_heap_bytes // 2**20} MiB are shared by all sessions and this query "
+                    "had run longest while they were full. Sort or group fewer rows.") from None
+            raise SandboxError(f"Query timed out after {settings.timeout_s:g} s and was stopped.") from None
+        if db.schema == DATA_SCHEMA and ("disk i/o error" in message or "disk is full" in message):
+            raise _OutOfMemory() from None  # the only files written are in-memory ones: their growth failed
+        raise SandboxError(SCHEMA_TABLE_REFUSAL if db.read_schema_table else refusal_message(err)) from None
+    except sqlite3.Warning as err:  # "You can only execute one statement at a time."
+        raise SandboxError(f"SQL error: {err}") from None
+    except sqlite3.Error as err:
+        raise SandboxError(SCHEMA_TABLE_REFUSAL if db.read_schema_table else refusal_message(err)) from None
+    except MemoryError:  # SQLITE_NOMEM: handled by `run_statement` once this statement has given its memory back
+        raise _OutOfMemory() from None
+    except (ValueError, OverflowError, UnicodeError) as err:
+        raise SandboxError(f"SQL error: {clean_for_display(str(err), 160)}") from None
+    finally:
+        db.end_statement()
+        if cursor is not None:
+            try:
+                cursor.close()
+            except Exception:
+                pass
