@@ -11,7 +11,6 @@ anything is opened or run.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import secrets
 import threading
@@ -23,6 +22,7 @@ from typing import Any, Callable, Mapping
 import gradio as gr
 
 from dashboard import inputs as checked
+from sqlenv.native_memory import fix_mmap_threshold, malloc_trim
 from dashboard.context import AppContext, dataset_choices, dataset_splits
 from dashboard.transcripts import esc, format_gold, layers_html, steps_table, transcript_html, verdict_badge
 
@@ -68,18 +68,10 @@ def _close_env(env: Any) -> None:
         pass
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's `malloc_trim`, or None where the C library has none (musl, macOS)."""
-    try:
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
 # Episodes step on Gradio's worker threads, and glibc keeps what a thread's arena freed: without a trim a
 # closed episode's result stays in the app's RSS (measured: 8 episodes of 30 MB results, 243 -> 515 MB, and
 # still 515 MB after all of them closed).
-_TRIM = _malloc_trim()
+_TRIM = malloc_trim()
 
 
 @dataclass
@@ -119,6 +111,7 @@ class PlayEpisodes:
         self.capacity, self.idle_s, self.clock = capacity, idle_s, clock
         self._episodes: OrderedDict[str, Episode] = OrderedDict()  # least recently used first
         self._lock = threading.Lock()
+        fix_mmap_threshold()  # a closed episode's big blocks go back to the system (see sqlenv.native_memory)
 
     def __len__(self) -> int:
         with self._lock:

@@ -21,7 +21,6 @@ again), no HTTP request body may exceed `MAX_HTTP_BODY_BYTES`, and bad `/reset` 
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import functools
 import json
 from typing import Any
@@ -32,6 +31,7 @@ from fastapi.responses import JSONResponse
 from openenv.core.env_server.http_server import create_fastapi_app
 from openenv.core.env_server.types import ConcurrencyConfig
 
+from sqlenv.native_memory import fix_mmap_threshold, malloc_trim
 from sqlenv.server.environment import ResetArgumentError, ServerConfig, SQLEnvServerEnvironment
 from sqlenv.server.models import EpisodeState, SQLAction, SQLObservation
 
@@ -56,14 +56,6 @@ _SESSION_CREATE = "openenv/session/create"
 _IDLE_CLOSE_REASON = "no message for {s:g} s: the session is closed; connect again for a new one"
 #: Seconds between two `malloc_trim` calls (glibc only; see `_trim_freed_memory`).
 TRIM_INTERVAL_S = 10.0
-
-
-def _malloc_trim() -> Any:
-    """glibc's `malloc_trim`, or None where the C library has none (musl, macOS)."""
-    try:
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
 
 
 async def _trim_freed_memory(trim: Any, interval_s: float) -> None:
@@ -323,7 +315,8 @@ def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS
 
     app.add_exception_handler(ResetArgumentError, refuse_reset)
     app.add_exception_handler(RequestValidationError, _refuse_invalid_request)
-    trim = _malloc_trim()
+    fix_mmap_threshold()  # big freed blocks go back to the system (see sqlenv.native_memory)
+    trim = malloc_trim()
     if trim is not None:
         tasks: list[asyncio.Task] = []
 
