@@ -15,30 +15,31 @@ __all__ = ["decoder_layers", "train_top_layers", "trainable_parameters"]
 
 def decoder_layers(model: Any) -> Any:
     """The model's stack of decoder layers (`model.get_decoder().layers`, as transformers' causal LMs have it)."""
+    return _decoder(model).layers
+
+
+def _decoder(model: Any) -> Any:
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
-    layers = getattr(decoder, "layers", None)
-    if layers is None:
+    if getattr(decoder, "layers", None) is None:
         raise ValueError(f"{type(model).__name__} has no decoder layers to choose from (model.get_decoder().layers): "
                          "train_top_layers works on transformers' causal LMs; set it to null")
-    return layers
+    return decoder
 
 
-def train_top_layers(model: Any, n: int | None) -> None:
-    """Train only the top `n` decoder layers and the decoder's final norm; `None` trains every weight.
+def train_top_layers(model: Any, n: int) -> None:
+    """Train only the top `n` decoder layers and the decoder's final norm; freeze every other weight.
 
     Raises ValueError when `n` is not between 1 and the model's number of layers.
     """
-    if n is None:
-        model.requires_grad_(True)
-        return
-    layers = decoder_layers(model)
+    decoder = _decoder(model)
+    layers = decoder.layers
     if not 1 <= n <= len(layers):
         raise ValueError(f"train_top_layers={n}, but the model has {len(layers)} decoder layers: use 1 to "
                          f"{len(layers)}, or null to train every weight")
     model.requires_grad_(False)
     for layer in layers[len(layers) - n:]:
         layer.requires_grad_(True)
-    norm = getattr(model.get_decoder(), "norm", None)
+    norm = getattr(decoder, "norm", None)
     if norm is not None:
         norm.requires_grad_(True)
 
