@@ -51,6 +51,9 @@ __all__ = ["Sandbox", "SandboxError", "SandboxSettings", "QueryResult", "TableIn
            "check_sql", "quick_check", "normalize_sql", "has_top_level_order_by", "resolve_database_path",
            "format_rows", "format_value", "cut_text", "clean_for_display"]
 
+#: Pause before an opening short of memory tries again when no statement could be stopped for it.
+OPEN_RETRY_S = 0.05
+
 
 class Sandbox:
     """Read-only executor over the databases in `db_dir`. One instance per environment; thread-safe.
@@ -72,16 +75,21 @@ class Sandbox:
                 self._dbs.move_to_end(name)
                 return db
             path = resolve_database_path(self.db_dir, name)
-            deadline, made_room = time.monotonic() + self.settings.timeout_s, False
+            deadline = time.monotonic() + self.settings.timeout_s
             while True:
                 try:
                     db = Database(path, self.settings)
                     break
-                except MemoryError:  # the process-wide heap limit, reached by other statements right now
-                    if made_room or not make_room(deadline):
+                except MemoryError:
+                    # Opening needs little memory (the attach and the schema): the process-wide heap was full of
+                    # other sessions' statements, which grow and end all the time. Unlike a statement, which may be
+                    # too big by itself and so makes room once, an opening tries until its own time limit:
+                    # stopping the statement that has run longest, or waiting for the heap to move.
+                    if not make_room(deadline):
+                        time.sleep(OPEN_RETRY_S)
+                    if time.monotonic() >= deadline:
                         raise SandboxError(f"Cannot open database {name!r} now: the sandbox is out of memory; "
                                            "try again.") from None
-                    made_room = True
                 except (sqlite3.Error, OSError) as err:
                     raise SandboxError(f"Cannot open database {name!r}: {err}") from None
             self._dbs[name] = db
