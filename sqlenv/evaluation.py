@@ -8,8 +8,8 @@ transcript dict in the format of `sqlenv/transcript.py`, with the policy name an
 An episode that raises (a broken policy, a bug) is recorded as failed with outcome "error" and its message, and
 the run goes on.
 
-Results report answer success and execution accuracy (EX, `sqlenv.execution`), overall, per hardness and per
-database, each with its episode count and a 95% Wilson interval (`sqlenv.breakdown`).
+Results report answer success and execution accuracy (EX: the official Spider rules, `sqlenv.execution`), overall,
+per hardness and per database, each with its episode count and a 95% Wilson interval (`sqlenv.breakdown`).
 """
 
 from __future__ import annotations
@@ -73,8 +73,9 @@ class EvaluationResult:
 
     @property
     def execution_accuracy(self) -> float | None:
-        """Fraction of episodes whose last successful QUERY's result equals the gold result (EX), over the
-        episodes that record it; None when none does (transcripts older than EX)."""
+        """Fraction of episodes whose last successful QUERY matches the gold query under the official Spider rules
+        (EX, `sqlenv.execution`), over the episodes that record it; None when none does (transcripts older than
+        EX)."""
         return rate_cell(self.episodes)["execution_accuracy"]
 
     def breakdown(self) -> dict[str, Any]:

@@ -1,120 +1,218 @@
-"""Execution accuracy (EX): whether a query's result equals the gold query's result.
+"""Execution accuracy (EX), exactly as published Spider results compute it: test-suite-sql-eval's
+`eval_exec_match` (Zhong et al., EMNLP 2020) with its default settings (`keep_distinct=False`,
+`plug_value=False`) on the question's one database file (the official code runs both queries on every `.sqlite`
+file in the database's folder; Spider's folders hold one).
 
-An episode's EX is that of the agent's last QUERY that ran without error (no such QUERY: no match). It is
-scored beside answer success because it is what published Spider results report: the comparison follows the
-rules of test-suite-sql-eval's `result_eq` (Zhong et al., EMNLP 2020), with the answer verifier's typing for
-the values:
+An episode's EX is that of the agent's last QUERY that ran without error (no such QUERY: no match), scored
+when the episode ends. For a predicted SQL `p` and the gold SQL `g` the official rules are:
 
-* two empty results are equal, whatever their columns;
-* otherwise the row counts and the widths must be equal;
-* columns may come in any order: some permutation of the predicted columns must make the results equal;
-* rows are compared as a multiset, and in order only when the gold SQL has a top-level ORDER BY;
-* values compare as `sqlenv.verifier.cell_equal` compares them (integers exactly, other numbers within 1%,
-  text case- and whitespace-insensitively), except that NULL equals only NULL.
+1. `postprocess`: '> =', '< =' and '! =' are closed up in both texts;
+2. `remove_distinct`: every token that reads DISTINCT (any case) is deleted from both texts, as sqlparse tokenizes
+   them, and only the first statement of each text is kept (`official_sql`);
+3. order matters when the gold text, after 1-2, contains "order by" anywhere (a substring test, subqueries and
+   string literals included: `order_matters`);
+4. `YEAR(CURDATE())` reads 2020 in both (`replace_cur_year`), then both run; a prediction that fails is wrong;
+5. every row of both results is compared under `result_eq` (`sqlenv.result_eq.results_match`): the same row
+   count and width, its quick rejection, then a column bijection under which the rows are equal as lists (order
+   matters) or as multisets, with values compared as Python compares them (1 == 1.0, '1' != 1, 'Ann' != 'ann'). Text is decoded
+   from UTF-8 dropping invalid bytes, as the official connection does.
 
-The cost is bounded whatever the predicted query: results of different shapes are rejected at once, only
-columns whose values match a gold column's are permuted, the search over orders is bounded (`MAX_PERMUTATIONS`),
-and results too big for the column search (`MAX_PERMUTED_CELLS`) are compared in their own column order only.
+test-suite-sql-eval's `evaluation.py` also replaces the word "value" in a prediction with 1 before calling
+`eval_exec_match`; this module follows `eval_exec_match` and does not. The answer verifier (`sqlenv.verifier`)
+stays the typed, lenient judge of an ANSWER; EX is the strict one, comparable with published figures.
+
+Both queries run through the sandbox (`sqlenv.sandbox`): the prediction is the model's, so its time, memory and
+result size stay bounded. Exact and bounded at once:
+
+* the gold query runs once per question and database file in this process (its rows all kept, cached);
+* the stored result of the episode's QUERY is reused when the official rules leave its text unchanged and it
+  holds every row, decoded as the official code decodes it; otherwise (DISTINCT removed, a result cut at the
+  sandbox's row cap) the official text runs again, fetching at most one row more than the gold has: a longer
+  result already differs;
+* the column search is bounded (`sqlenv.result_eq`).
+
+Where the sandbox refuses or stops a statement (its time limit, SQLite heap, value length, program size, more
+rows than `max_result_bytes` holds) the prediction counts as wrong, as a failed statement does; the official
+code would wait for it. A gold query that cannot run, or whose rows do not fit in `max_result_bytes`, scores
+every prediction wrong.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from typing import Any, Iterator, Sequence
+import dataclasses
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
 
-from sqlenv.verifier import cell_equal, multiset_equal
+from sqlenv.result_eq import MAX_SEARCH_CELLS, quick_rejects, results_match
+from sqlenv.sandbox import Sandbox, SandboxError, SandboxSettings
+from sqlenv.sql_runner import QueryResult
 
-__all__ = ["results_match", "value_equal", "MAX_PERMUTATIONS", "MAX_PERMUTED_CELLS"]
+__all__ = ["execution_match", "official_sql", "order_matters", "replace_cur_year", "gold_result", "OfficialGold",
+           "results_match", "quick_rejects", "MAX_SEARCH_CELLS"]
 
-#: Column orders searched (x the width: steps of the search) before a result counts as different (test-suite-sql-eval
-#: tries all; a bound keeps a hostile 30-column result from costing 30! comparisons).
-MAX_PERMUTATIONS = 256
-#: Column pairs x rows above which columns are compared in their own order only (the search over column orders
-#: compares every predicted column with every gold column: width^2 x rows values).
-MAX_PERMUTED_CELLS = 200_000
-
-
-def value_equal(pred: Any, gold: Any) -> bool:
-    """One predicted value against one gold value: NULL only equals NULL, the rest as `cell_equal`."""
-    if pred is None or gold is None:
-        return pred is None and gold is None
-    return cell_equal(pred, gold)
+_CUR_YEAR = re.compile(r"YEAR\s*\(\s*CURDATE\s*\(\s*\)\s*\)\s*", flags=re.IGNORECASE)
 
 
-def _rows_equal(pred: Sequence, gold: Sequence) -> bool:
-    return len(pred) == len(gold) and all(value_equal(p, g) for p, g in zip(pred, gold))
+# ------------------------------------------------------------------------------------------- the text rules
+
+def replace_cur_year(sql: str) -> str:
+    """`YEAR(CURDATE())` (any spacing and case, with the spaces after it) replaced by 2020, as the official
+    runner does before executing either query."""
+    return _CUR_YEAR.sub("2020", sql)
 
 
-def results_match(pred_rows: Sequence[Sequence], gold_rows: Sequence[Sequence], ordered: bool = False, *,
-                  pred_count: int | None = None, gold_count: int | None = None) -> bool:
-    """Whether a predicted result equals the gold result under test-suite-sql-eval's rules (module docstring).
+def official_sql(sql: str) -> str:
+    """`sql` as the official rules run it (rules 1-2 of the module docstring): '> =' / '< =' / '! =' closed up,
+    then the first statement as sqlparse splits it, without its tokens that read DISTINCT (whitespace kept)."""
+    sql = sql.replace("> =", ">=").replace("< =", "<=").replace("! =", "!=")
+    # With no DISTINCT to drop and nothing sqlparse splits statements on (';', the keyword GO), the one statement
+    # is the whole text: sqlparse's lexer keeps every character.
+    if "distinct" not in sql.lower() and ";" not in sql and "GO" not in sql:
+        return sql if sql.strip() else ""
+    from sqlparse.engine import FilterStack  # imported when needed: most queries never reach here
+
+    # The official code groups the statement (`sqlparse.parse`) before flattening it back into the same tokens;
+    # grouping moves no token, so the ungrouped statement gives the same text without its cost.
+    for statement in FilterStack().run(sql):
+        return "".join(token.value for token in statement.flatten() if token.value.lower() != "distinct")
+    return ""
+
+
+def order_matters(gold_sql: str) -> bool:
+    """Whether rows compare in order (rule 3): the gold text, after `official_sql`, contains "order by" in any
+    case, wherever it stands (a subquery's ORDER BY counts; "order  by" with two spaces does not)."""
+    return "order by" in official_sql(gold_sql).lower()
+
+
+# -------------------------------------------------------------------------------------------- the running
+
+def _official_text(data: bytes) -> str:
+    """TEXT values as the official connection decodes them (`text_factory`): UTF-8, invalid bytes dropped."""
+    return data.decode(errors="ignore")
+
+
+def _run(sandbox: Sandbox, db_name: str, sql: str, max_rows: int, settings: SandboxSettings) -> QueryResult:
+    """Run `sql` in the sandbox (its text checks, authorizer, time and memory limits) with TEXT decoded as the
+    official code decodes it; raises `SandboxError` when the sandbox refuses or stops it."""
+    return sandbox.execute(db_name, sql, max_rows, settings=settings, text_factory=_official_text)
+
+
+@dataclass(frozen=True)
+class OfficialGold:
+    """The gold query's result under the official rules: every row, and whether their order matters."""
+
+    rows: list
+    order_matters: bool
+
+    @property
+    def values(self) -> int:
+        return len(self.rows) * (len(self.rows[0]) if self.rows else 0)
+
+
+class GoldCache:
+    """Official gold results shared by all environments of the process (read-only once built), least recently
+    used first out, bounded by entries and by the values they hold."""
+
+    def __init__(self, max_entries: int = 4096, max_values: int = 5_000_000):  # Spider dev's 1,034 hold 23k values
+        self.max_entries, self.max_values = max_entries, max_values
+        self._golds: OrderedDict[tuple, OfficialGold] = OrderedDict()
+        self._values = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple) -> OfficialGold | None:
+        with self._lock:
+            gold = self._golds.get(key)
+            if gold is not None:
+                self._golds.move_to_end(key)
+            return gold
+
+    def put(self, key: tuple, gold: OfficialGold) -> None:
+        with self._lock:
+            if key in self._golds:  # another thread ran the same gold meanwhile
+                return
+            self._golds[key] = gold
+            self._values += gold.values
+            while len(self._golds) > 1 and (len(self._golds) > self.max_entries or self._values > self.max_values):
+                _, old = self._golds.popitem(last=False)
+                self._values -= old.values
+
+
+_GOLD_CACHE = GoldCache()
+
+
+def gold_result(sandbox: Sandbox, db_name: str, gold_sql: str) -> OfficialGold | None:
+    """The gold result as the official rules compute it (`official_sql`, `replace_cur_year`, every row), once per
+    database file, gold text and sandbox limits in this process; None when it cannot be had (the gold fails in
+    the sandbox, or its rows do not fit in `max_result_bytes`). Failures are not cached: a gold stopped by a busy
+    moment runs again next time."""
+    try:
+        identity = sandbox.database(db_name).identity
+    except SandboxError:
+        return None
+    settings = sandbox.settings
+    key = (identity, gold_sql, dataclasses.astuple(settings))
+    gold = _GOLD_CACHE.get(key)
+    if gold is not None:
+        return gold
+    text = official_sql(gold_sql)
+    # The gold is trusted (the dataset's), so it may return more rows than the agent's queries keep; the byte cap
+    # still holds. `n_rows` counts every row, so a result cut by the byte cap is seen and refused.
+    gold_settings = dataclasses.replace(settings, count_rows_past_cap=True)
+    try:
+        result = _run(sandbox, db_name, replace_cur_year(text), max_rows=2**62, settings=gold_settings)
+    except SandboxError:
+        return None
+    if len(result.rows) != result.n_rows:
+        return None
+    gold = OfficialGold(result.rows, "order by" in text.lower())
+    _GOLD_CACHE.put(key, gold)
+    return gold
+
+
+def _decoded_as_official(rows: list) -> bool:
+    """Whether rows the sandbox decoded hold the text the official decoder gives: the sandbox decodes strictly and
+    falls back to replacing invalid bytes with U+FFFD, so text without U+FFFD was valid UTF-8, which both decoders
+    read alike."""
+    for row in rows:
+        for value in row:
+            if type(value) is str and "\ufffd" in value:
+                return False
+    return True
+
+
+def execution_match(sandbox: Sandbox, db_name: str, pred_sql: str | None, gold_sql: str,
+                    pred_result: QueryResult | None = None) -> bool:
+    """Whether `pred_sql` matches `gold_sql` on database `db_name` under test-suite-sql-eval's `eval_exec_match`
+    with its default settings (module docstring).
 
     Args:
-        pred_rows: the predicted query's rows (tuples of SQLite values).
-        gold_rows: the gold query's rows.
-        ordered: compare rows in order (pass whether the gold SQL has a top-level ORDER BY). Default False.
-        pred_count, gold_count: the results' true row counts when the rows given were cut at a cap (the
-            sandbox keeps at most `max_scoring_rows`); default the number of rows given.
+        sandbox: the sandbox both queries run in.
+        db_name: the question's database.
+        pred_sql: the predicted SQL as the agent sent it (None: no prediction, no match).
+        gold_sql: the question's gold SQL.
+        pred_result: the sandbox's result of `pred_sql` when it already ran (the episode's QUERY): reused when the
+            official rules leave its text unchanged and it holds every row; otherwise the official text runs.
     """
-    n_pred = len(pred_rows) if pred_count is None else pred_count
-    n_gold = len(gold_rows) if gold_count is None else gold_count
-    if n_pred == 0 and n_gold == 0:
-        return True
-    if n_pred != n_gold or len(pred_rows) != len(gold_rows):
+    if not pred_sql:
         return False
-    width = len(gold_rows[0])
-    if len(pred_rows[0]) != width:  # a result's rows all have its width (ragged rows simply never compare equal)
+    gold = gold_result(sandbox, db_name, gold_sql)
+    if gold is None:
         return False
-    if _identical(pred_rows, gold_rows, ordered):
-        return True  # the same values: every query that returns the gold result as the gold SQL does, at C speed
-    if multiset_equal(pred_rows, gold_rows, ordered, _rows_equal):
-        return True  # the identity order with the verifier's typing
-    if width < 2 or width * width * len(gold_rows) > MAX_PERMUTED_CELLS:
-        return False
-    pred_columns = list(zip(*pred_rows))
-    gold_columns = list(zip(*gold_rows))
-    # Gold column i may be read from predicted column j only when their values match as multisets.
-    candidates = [[j for j, column in enumerate(pred_columns) if multiset_equal(column, gold_column, False, value_equal)]
-                  for gold_column in gold_columns]
-    identity = tuple(range(width))
-    for order in _orders(candidates, MAX_PERMUTATIONS * width):
-        if order == identity:
-            continue
-        moved = [tuple(row[j] for j in order) for row in pred_rows]
-        if multiset_equal(moved, gold_rows, ordered, _rows_equal):
-            return True
-    return False
-
-
-def _identical(pred_rows: Sequence[Sequence], gold_rows: Sequence[Sequence], ordered: bool) -> bool:
-    """Whether the rows hold exactly the same values (in order when `ordered`), compared as Python compares them."""
-    if ordered:
-        return all(tuple(p) == tuple(g) for p, g in zip(pred_rows, gold_rows))  # same length: checked before
-    try:  # SQLite rows are tuples already: hashed as they are
-        return Counter(map(tuple, pred_rows)) == Counter(map(tuple, gold_rows))
-    except TypeError:  # an unhashable value (not from SQLite): the typed comparison decides
-        return False
-
-
-def _orders(candidates: list[list[int]], budget: int) -> Iterator[tuple[int, ...]]:
-    """Assignments of distinct predicted columns to the gold columns allowed by `candidates`, searched depth-first
-    over at most `budget` partial assignments (dead ends count too, so no candidate pattern costs more)."""
-    if any(not c for c in candidates):
-        return
-    chosen: list[int] = []
-    left = [budget]
-
-    def extend(i: int) -> Iterator[tuple[int, ...]]:
-        if i == len(candidates):
-            yield tuple(chosen)
-            return
-        for j in candidates[i]:
-            if left[0] <= 0:
-                return
-            left[0] -= 1
-            if j not in chosen:
-                chosen.append(j)
-                yield from extend(i + 1)
-                chosen.pop()
-
-    yield from extend(0)
+    text = replace_cur_year(official_sql(pred_sql))
+    reusable = (pred_result is not None and text == pred_sql and len(pred_result.rows) == pred_result.n_rows
+                and not pred_result.truncated and _decoded_as_official(pred_result.rows))
+    if reusable:
+        rows = pred_result.rows
+    else:
+        # One row more than the gold has is enough to know the prediction has more: no need to count the rest.
+        settings = dataclasses.replace(sandbox.settings, count_rows_past_cap=False)
+        try:
+            result = _run(sandbox, db_name, text, len(gold.rows) + 1, settings)
+        except SandboxError:
+            return False  # the official runner scores a prediction that fails as wrong
+        if len(result.rows) != result.n_rows:
+            return False  # more rows than the gold's, or rows past the byte cap (module docstring): no match
+        rows = result.rows
+    return results_match(rows, gold.rows, gold.order_matters)

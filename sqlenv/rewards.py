@@ -127,7 +127,6 @@ class GoldProfile:
     values: set
     numbers: list  # sorted signed-log numbers (capped)
     columns: list = field(default_factory=list)  # the gold result's column names (for the verifier)
-    rows: list = field(default_factory=list)  # the gold result's kept rows (for execution accuracy)
 
     @classmethod
     def from_rows(cls, rows: list[tuple], n_rows: int | None = None, max_numbers: int = 256) -> "GoldProfile":

@@ -37,6 +37,7 @@ import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
+from typing import Callable
 
 from sqlenv.result_text import TRUNCATION_MARKER, clean_for_display, cut_text, format_rows, format_value
 from sqlenv.sandbox_limits import HEAP, SandboxSettings
@@ -164,18 +165,37 @@ class Sandbox:
         return cut_text(text, self.settings.max_observation_chars)
 
     # -- queries
-    def execute(self, db_name: str, sql: str, max_rows: int | None = None) -> QueryResult:
-        """Run one checked, read-only statement; raises `SandboxError` with a message for the agent."""
+    def execute(self, db_name: str, sql: str, max_rows: int | None = None, *, settings: SandboxSettings | None = None,
+                text_factory: Callable[[bytes], str] | None = None) -> QueryResult:
+        """Run one checked, read-only statement; raises `SandboxError` with a message for the agent.
+
+        Args:
+            db_name: the database to run it on.
+            sql: the statement.
+            max_rows: rows to keep (default `settings.max_scoring_rows`).
+            settings: limits for this statement only (default the sandbox's); e.g. whether to count rows past the
+                cap. The connection itself keeps the limits it was opened with.
+            text_factory: how TEXT values are decoded for this statement only (default: strict UTF-8, replacing
+                invalid bytes on databases that hold them); execution accuracy decodes as the official code does.
+        """
         if not isinstance(sql, str):
             raise SandboxError("SQL must be text.")
-        limit = self.settings.max_sql_chars
+        settings = settings or self.settings
+        limit = settings.max_sql_chars
         if not quick_check(sql, limit):
             raise SandboxError(check_sql(sql, limit).error
                                or "Only read-only SELECT (or WITH ... SELECT) queries are allowed.")
-        cap = self.settings.max_scoring_rows if max_rows is None else max_rows
+        cap = settings.max_scoring_rows if max_rows is None else max_rows
         try:
             with self._lock:  # no other thread may close this connection (LRU) between lookup and run
-                return self._run(self.database(db_name), sql, max_rows=cap)
+                db = self.database(db_name)
+                if text_factory is None:
+                    return run_statement(db, sql, cap, settings)
+                previous, db.conn.text_factory = db.conn.text_factory, text_factory
+                try:
+                    return run_statement(db, sql, cap, settings)
+                finally:
+                    db.conn.text_factory = previous
         except SandboxError as err:
             # SQLite refused or failed it: the full text check may name the reason better (a second
             # statement, a write keyword); otherwise SQLite's own message stands.
@@ -184,12 +204,12 @@ class Sandbox:
                 raise SandboxError(reason) from None
             raise err from None
 
+    def _run(self, db: Database, sql: str, max_rows: int) -> QueryResult:
+        with self._lock:
+            return run_statement(db, sql, max_rows, self.settings)
+
     def render(self, result: QueryResult) -> str:
         """QUERY observation text for a result (≤ max_display_rows rows, cut to max_observation_chars)."""
         text = format_rows(result.columns, result.rows, result.n_rows, self.settings.max_display_rows,
                            self.settings.max_cell_chars, approximate=result.truncated)
         return cut_text(text, self.settings.max_observation_chars)
-
-    def _run(self, db: Database, sql: str, max_rows: int) -> QueryResult:
-        with self._lock:
-            return run_statement(db, sql, max_rows, self.settings)

@@ -1,23 +1,32 @@
-"""Execution accuracy: test-suite-sql-eval's result comparison on real SQLite results, near-misses both ways,
-and EX recorded per episode by the environment."""
+"""Execution accuracy as test-suite-sql-eval's `eval_exec_match` computes it (`sqlenv.execution`), on real SQLite
+results: near-misses both ways (each also labelled by the official code when it is installed), the comparison's
+bounds, and EX recorded per episode by the environment."""
 
 from __future__ import annotations
 
+import itertools
+import random
 import sqlite3
+import time
 
 import pytest
 
+from official_eval import official_label
 from sqlenv.environment import SQLEnvironment
 from sqlenv.evaluation import evaluate
-from sqlenv.execution import MAX_PERMUTED_CELLS, results_match
+from sqlenv.execution import execution_match, official_sql, order_matters, replace_cur_year
 from sqlenv.policies import OraclePolicy, RandomPolicy
-from sqlenv.sandbox import Sandbox, has_top_level_order_by
+from sqlenv.result_eq import results_match
+from sqlenv.sandbox import Sandbox
 from sqlenv.types import Question, SQLAction
+
+BIG_ROWS = 10_005  # past the 10,000 rows the sandbox keeps of a QUERY for display and progress
 
 
 @pytest.fixture(scope="module")
 def shop(tmp_path_factory):
-    """A real database: people with ages and scores (one duplicated name, one NULL score)."""
+    """A real database: people with ages and scores (one duplicated name, one NULL score), and a table of more
+    rows than a QUERY's result keeps."""
     root = tmp_path_factory.mktemp("shop")
     (root / "shop").mkdir()
     conn = sqlite3.connect(root / "shop" / "shop.sqlite")
@@ -25,7 +34,9 @@ def shop(tmp_path_factory):
         CREATE TABLE people (id INTEGER PRIMARY KEY, name TEXT, age INTEGER, score REAL);
         INSERT INTO people VALUES (1, 'Ann', 30, 10.0), (2, 'Bob', 25, 3.3333333), (3, 'Ann', 41, NULL),
                                   (4, 'Cid', 25, 7.5);
+        CREATE TABLE big (n INTEGER);
     """)
+    conn.executemany("INSERT INTO big VALUES (?)", [(i,) for i in range(1, BIG_ROWS + 1)])
     conn.commit()
     conn.close()
     sandbox = Sandbox(root)
@@ -34,46 +45,68 @@ def shop(tmp_path_factory):
 
 
 def _match(sandbox: Sandbox, pred: str, gold: str) -> bool:
-    p, g = sandbox.execute("shop", pred), sandbox.execute("shop", gold)
-    return results_match(p.rows, g.rows, has_top_level_order_by(gold), pred_count=p.n_rows, gold_count=g.n_rows)
+    """EX as an episode scores it: the prediction's stored QUERY result, then `execution_match`."""
+    return execution_match(sandbox, "shop", pred, gold, sandbox.execute("shop", pred))
 
 
-# (gold, a query that matches it, a near-miss that does not)
+# (gold, queries that match it, near-misses that do not): the official rules, which are stricter than the answer
+# verifier's (case, spaces, float tolerance, numbers as text) and drop DISTINCT from both queries.
 NEAR_MISSES = {
     "column order is free, even with ORDER BY": (
         "SELECT name, age FROM people ORDER BY age, id",
-        "SELECT age, name FROM people ORDER BY age, id",
-        "SELECT age, name FROM people ORDER BY age DESC, id",  # same rows, wrong order under ORDER BY
+        ["SELECT age, name FROM people ORDER BY age, id"],
+        ["SELECT age, name FROM people ORDER BY age DESC, id"],  # same rows, wrong order under ORDER BY
     ),
-    "rows are a multiset: DISTINCT matters": (
+    "DISTINCT is dropped from both queries": (
         "SELECT DISTINCT name FROM people",
-        "SELECT name FROM people GROUP BY name",
-        "SELECT name FROM people",  # an extra 'Ann' row
+        ["SELECT name FROM people"],  # the official code runs the gold without DISTINCT: 'Ann' twice
+        ["SELECT name FROM people GROUP BY name"],
     ),
     "row order is free without ORDER BY": (
         "SELECT name FROM people WHERE age < 35",
-        "SELECT name FROM people WHERE age < 35 ORDER BY name DESC",
-        "SELECT name FROM people WHERE age < 30",
+        ["SELECT name FROM people WHERE age < 35 ORDER BY name DESC"],
+        ["SELECT name FROM people WHERE age < 30"],
     ),
-    "float rounding within 1%, not beyond": (
+    "text compares exactly: case, trailing spaces and periods": (
+        "SELECT name FROM people WHERE id = 1",
+        ["SELECT 'Ann'", "SELECT max(name) FROM people WHERE age < 35 AND score > 9"],
+        ["SELECT upper(name) FROM people WHERE id = 1", "SELECT name || ' ' FROM people WHERE id = 1",
+         "SELECT name || '.' FROM people WHERE id = 1"],
+    ),
+    "floats compare exactly": (
         "SELECT score FROM people WHERE id = 2",
-        "SELECT round(score, 2) FROM people WHERE id = 2",
-        "SELECT round(score, 0) FROM people WHERE id = 2",
+        ["SELECT 3.3333333", "SELECT score + 0 FROM people WHERE id = 2"],
+        ["SELECT score * 1.004 FROM people WHERE id = 2", "SELECT round(score, 2) FROM people WHERE id = 2"],
+    ),
+    "an average rounded is another number": (
+        "SELECT avg(score) FROM people",
+        ["SELECT avg(score) FROM people WHERE score IS NOT NULL"],
+        ["SELECT round(avg(score), 2) FROM people"],
+    ),
+    "numbers: 2 equals 2.0, not '2'": (
+        "SELECT count(*) FROM people WHERE age = 25",
+        ["SELECT 2.0", "SELECT count(name) FROM people WHERE age < 30"],
+        ["SELECT '2'", "SELECT 2.01"],
+    ),
+    "an ORDER BY in a subquery makes order matter": (
+        "SELECT name FROM (SELECT name, age FROM people ORDER BY age, id LIMIT 3)",
+        ["SELECT name FROM people WHERE age < 35 ORDER BY age, id"],
+        ["SELECT name FROM people WHERE age < 35 ORDER BY name"],  # the same three names, another order
+    ),
+    "every row counts, past row 10,000 too": (
+        "SELECT n FROM big ORDER BY n",
+        ["SELECT n AS m FROM big ORDER BY n"],
+        ["SELECT CASE WHEN n = 10003 THEN 0 ELSE n END FROM big ORDER BY n", "SELECT n FROM big ORDER BY n DESC"],
     ),
     "NULL is a row, not an empty result": (
         "SELECT score FROM people WHERE id = 3",
-        "SELECT max(score) FROM people WHERE id > 2 AND name = 'Ann'",
-        "SELECT score FROM people WHERE id = 99",  # empty
+        ["SELECT max(score) FROM people WHERE id > 2 AND name = 'Ann'"],
+        ["SELECT score FROM people WHERE id = 99", "SELECT ''"],
     ),
     "two empty results are equal, whatever their columns": (
         "SELECT name FROM people WHERE age > 100",
-        "SELECT id, age FROM people WHERE name = 'Zed'",
-        "SELECT NULL",  # one NULL row is not empty
-    ),
-    "text compares case-insensitively, integers exactly": (
-        "SELECT count(*) FROM people WHERE age = 25",
-        "SELECT '2'",
-        "SELECT 2.01",
+        ["SELECT id, age FROM people WHERE name = 'Zed'"],
+        ["SELECT NULL"],  # one NULL row is not empty
     ),
 }
 
@@ -83,33 +116,83 @@ def test_near_misses_both_ways(shop, case):
     _, sandbox = shop
     gold, same, near = NEAR_MISSES[case]
     assert _match(sandbox, gold, gold)
-    assert _match(sandbox, same, gold), f"{case}: {same!r} should match {gold!r}"
-    assert not _match(sandbox, near, gold), f"{case}: {near!r} should not match {gold!r}"
+    for pred in same:
+        assert _match(sandbox, pred, gold), f"{case}: {pred!r} should match {gold!r}"
+    for pred in near:
+        assert not _match(sandbox, pred, gold), f"{case}: {pred!r} should not match {gold!r}"
 
 
-def test_shapes_and_bounds():
-    assert results_match([], [])
-    assert not results_match([(1,)], [])
-    assert not results_match([(1, 2)], [(1,)])
-    assert results_match([(2, "a"), (1, "b")], [("b", 1), ("a", 2)])
-    assert not results_match([(2, "a"), (1, "b")], [("a", 1), ("b", 2)])  # no column order fits
-    # truncated results: the true row counts decide first
-    assert not results_match([(1,)], [(1,)], pred_count=20_000, gold_count=10_000)
-    # too big for the column search: only the result's own column order counts
-    n = MAX_PERMUTED_CELLS // 4 + 1
-    gold = [(i, -i) for i in range(n)]
-    assert results_match(list(gold), gold)
-    assert not results_match([(-i, i) for i in range(n)], gold)
-    assert results_match([(-i, i) for i in range(10)], [(i, -i) for i in range(10)])
-    # NULL equals only NULL
-    assert not results_match([("",)], [(None,)]) and not results_match([("null",)], [(None,)])
-    assert results_match([(None,)], [(None,)])
+@pytest.mark.parametrize("case", list(NEAR_MISSES))
+def test_near_misses_are_labelled_so_by_the_official_code(shop, case):
+    root, _ = shop
+    gold, same, near = NEAR_MISSES[case]
+    db = root / "shop" / "shop.sqlite"
+    assert [official_label(db, pred, gold) for pred in [gold, *same, *near]] == [1] * (1 + len(same)) + [0] * len(near)
+
+
+def test_the_official_text_rules():
+    assert official_sql("SELECT DISTINCT a FROM t WHERE b > = 1") == "SELECT  a FROM t WHERE b >= 1"
+    assert official_sql("select count(distinct a), 'distinct' from t") == "select count( a), 'distinct' from t"
+    assert official_sql("SELECT a FROM t; SELECT b FROM t") == "SELECT a FROM t; "  # the first statement only
+    assert official_sql("SELECT a FROM t") == "SELECT a FROM t"
+    assert order_matters("SELECT a FROM (SELECT a FROM t ORDER BY a LIMIT 2)")
+    assert order_matters("SELECT a FROM t WHERE b = 'x order by y'")  # a substring test, as the official one
+    assert not order_matters("SELECT a FROM t ORDER  BY a")
+    assert replace_cur_year("SELECT YEAR(CURDATE()) - year FROM t") == "SELECT 2020- year FROM t"
+
+
+def test_shapes():
+    assert results_match([], [], False) and results_match([], [(1,)][:0], True)
+    assert not results_match([(1,)], [], False)
+    assert not results_match([(1, 2)], [(1,)], False)
+    assert results_match([(2, "a"), (1, "b")], [("b", 1), ("a", 2)], False)
+    assert not results_match([(2, "a"), (1, "b")], [("a", 1), ("b", 2)], False)  # no column order fits
+    assert results_match([(1, "x"), (2, "y")], [("x", 1.0), ("y", 2)], True)
+    assert not results_match([(1, "x"), (2, "y")], [("y", 2), ("x", 1)], True)
+    # the official quick rejection sorts each row's values by their text: '1.5' lands before 1 but after 1.0
+    assert results_match([("1.5", 1.0)], [(1.0, "1.5")], False)
+    assert not results_match([(1, "1.5")], [("1.5", 1.0)], False)  # though swapping the columns makes them equal
+    assert results_match([(None,)], [(None,)], False)
+    assert not results_match([("",)], [(None,)], False) and not results_match([("null",)], [(None,)], False)
+
+
+def test_the_column_search_is_bounded():
+    rng = random.Random(0)
+    # a wide result, its 300 columns shuffled: one step per column, no backtracking
+    gold = [tuple(rng.randrange(1000) for _ in range(300)) for _ in range(200)]
+    order = list(range(300))
+    rng.shuffle(order)
+    pred = [tuple(row[j] for j in order) for row in gold]
+    start = time.perf_counter()
+    assert results_match(pred[::-1], gold, False)
+    assert not results_match(pred[::-1][:-1] + [pred[0][::-1]], gold, False)
+    # 40 identical columns: one group, not 40! orders
+    assert results_match([(1,) * 39 + (2,)] * 3, [(2,) + (1,) * 39] * 3, False)
+    assert time.perf_counter() - start < 10
+    # rows that are the even permutations of 1..8, one swapped for an odd one: every column, every pair of columns
+    # and every projection short of the last two columns agrees with the gold's, so each order fails only at its
+    # end; no column order makes them equal (the official code would try all 8!). The bound ends the search.
+    even = [p for p in itertools.permutations(range(1, 9)) if _parity(p) == 0]
+    pred = even[1:] + [(2, 1, 3, 4, 5, 6, 7, 8)]
+    start = time.perf_counter()
+    assert not results_match(pred, even, False)
+    assert time.perf_counter() - start < 30
+
+
+def _parity(perm) -> int:
+    return sum(a > b for a, b in itertools.combinations(perm, 2)) % 2
 
 
 def _questions():
-    return [Question(question_id="q1", question_text="Names of people younger than 35?", database_name="shop",
-                     gold_sql="SELECT name FROM people WHERE age < 35", gold_answer=["Ann", "Bob", "Cid"],
-                     answer_type="list", difficulty="easy", tables_involved=["people"], split="eval")]
+    def question(qid, text, gold_sql, gold_answer, answer_type="list"):
+        return Question(question_id=qid, question_text=text, database_name="shop", gold_sql=gold_sql,
+                        gold_answer=gold_answer, answer_type=answer_type, difficulty="easy",
+                        tables_involved=["people"], split="eval")
+
+    return [question("q1", "Names of people younger than 35?", "SELECT name FROM people WHERE age < 35",
+                     ["Ann", "Bob", "Cid"]),
+            question("q2", "Every person's name?", "SELECT name FROM people", ["Ann", "Bob", "Ann", "Cid"]),
+            question("q3", "Every number?", "SELECT n FROM big", list(range(1, BIG_ROWS + 1)))]
 
 
 def test_episode_records_the_last_successful_query(shop):
@@ -136,6 +219,23 @@ def test_episode_records_the_last_successful_query(shop):
         assert env.transcript()["execution_match"] is False  # no query, no execution match
 
 
+def test_episode_ex_runs_the_official_text_when_it_differs(shop):
+    root, _ = shop
+    with SQLEnvironment(_questions(), root) as env:
+        # the QUERY's own result has 'Ann' once; the official rules run it without DISTINCT, as the gold
+        env.reset(question_id="q2")
+        obs = env.step(SQLAction("QUERY", "SELECT DISTINCT name FROM people"))
+        assert "3 rows" in obs.action_history[-1]
+        env.step(SQLAction("ANSWER", "Ann, Bob, Cid"))
+        assert env.transcript()["execution_match"] is True
+        # a QUERY's result keeps 10,000 rows: EX runs it again and compares every row
+        for sql, match in (("SELECT n FROM big", True), ("SELECT n FROM big WHERE n <> 10004 UNION ALL SELECT 0", False)):
+            env.reset(question_id="q3")
+            env.step(SQLAction("QUERY", sql))
+            env.step(SQLAction("ANSWER", "1"))
+            assert env.transcript()["execution_match"] is match, sql
+
+
 def test_oracle_scores_full_ex_and_random_does_not(builtin):
     for split in builtin.splits:
         with SQLEnvironment(builtin.questions_path(split), builtin.db_dir) as env:
@@ -144,17 +244,3 @@ def test_oracle_scores_full_ex_and_random_does_not(builtin):
             randoms = evaluate(env, RandomPolicy(seed=0), n_episodes=30, seed=0)
             assert all(isinstance(ep["execution_match"], bool) for ep in randoms.episodes)
             assert sum(ep["execution_match"] for ep in randoms.episodes) < 30
-
-
-def test_the_column_search_is_bounded():
-    width = 40
-    # a gold column that no predicted column matches: no search at all
-    gold = [tuple([1] * (width - 1) + [2]) for _ in range(3)]
-    assert not results_match([tuple([1] * width) for _ in range(3)], gold)
-    # 38 interchangeable columns, then two gold columns that both need the same predicted one: every order of the
-    # first 38 is a dead end found last, so only the bound on the search lets this return (38! orders otherwise)
-    gold = [tuple([1] * (width - 2) + [7, 7]) for _ in range(2)]
-    pred = [tuple([1] * (width - 2) + [7, 8]) for _ in range(2)]
-    assert not results_match(pred, gold)
-    assert results_match([tuple([1] * (width - 2) + [8, 7]) for _ in range(2)],
-                         [tuple([1] * (width - 2) + [7, 8]) for _ in range(2)])  # found within the bound
