@@ -24,7 +24,9 @@ install: $(STAMP)
 
 # The browser tests drive Debian's Chromium (playwright never downloads one).
 browser:
-	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get install -y -q chromium >/dev/null; } || \
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && \
+		echo "browser tests: chromium is missing, installing it: apt-get install -y chromium" && \
+		apt-get install -y -q chromium >/dev/null && echo "browser tests: chromium installed"; } || \
 		echo "chromium not installed: browser tests will be skipped (install Debian's chromium package)"
 
 # The dashboard on the offline default (built-in data, builtin:tiny): http://127.0.0.1:7860

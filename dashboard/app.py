@@ -28,11 +28,14 @@ CSS = TRANSCRIPT_CSS + """
 
 
 # System fonts only: the app must look right offline (no Google Fonts request).
+# Gradio paints a hovered primary button and a disabled one with the same "hover" fill, which Soft makes a pale
+# indigo: Start under a resting pointer (where it stays after a click, through the whole run) looked disabled, and
+# a reload, which drops the hover, "fixed" it. A darker hover fill reads as hover; disabled keeps Gradio's grey-out.
 THEME = gr.themes.Soft(
     primary_hue="indigo",
     font=["ui-sans-serif", "system-ui", "-apple-system", "Segoe UI", "Roboto", "sans-serif"],
     font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "monospace"],
-)
+).set(button_primary_background_fill_hover="*primary_600", button_primary_background_fill_hover_dark="*primary_700")
 
 
 def build_app(ctx: AppContext | None = None) -> gr.Blocks:

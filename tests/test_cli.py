@@ -111,6 +111,9 @@ def test_eval_all_questions_and_saved_evaluation(data_dir, tmp_path):
     "args, needles",
     [
         (["eval", "--dataset", "nope", "--split", "eval"], ["nope"]),
+        # A Spider preset not prepared yet: the command that prepares it, not only "unknown".
+        (["eval", "--dataset", "spider_dev"], ["spider_dev", "python -m sqlenv data prepare spider --preset spider_dev"]),
+        (["play", "--dataset", "spider10"], ["python -m sqlenv data prepare spider --preset spider10"]),
         (["eval", "--dataset", "/no/such/dir", "--split", "eval"], ["/no/such/dir"]),
         (["eval", "--dataset", "builtin", "--split", "validation"], ["validation"]),
         (["eval", "--episodes", "abc"], ["--episodes"]),

@@ -15,9 +15,9 @@ from training.models.gguf import PACKAGED_MODELS
 
 def test_picker_lists_models_with_size_and_device():
     choices = dict((value, label) for label, value in model_choices())
-    assert "0.66M parameters, CPU" in choices["builtin:tiny"]
+    assert "0.66M · CPU" in choices["builtin:tiny"]
     if PACKAGED_MODELS["smollm2-135m"].installed():
-        assert "135M parameters, GPU" in choices["smollm2-135m"]
+        assert "135M · GPU" in choices["smollm2-135m"]
     else:
         assert "smollm2-135m" not in choices
 

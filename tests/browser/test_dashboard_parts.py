@@ -71,9 +71,11 @@ def test_train_tab_charts_during_the_warm_start(tmp_path):
                              "time": t0 + 5})
     snap = RunCache(tmp_path).snapshot("warm")
     learning = charts.reward_figure(snap.metrics, t0=snap.t0)
-    assert [t["name"] for t in learning["data"]] == ["SFT loss (right axis)"]
-    assert learning["data"][0]["x"] == pytest.approx([0.5, 1.0]) and learning["layout"]["yaxis2"]["type"] == "log"
-    assert learning["layout"]["xaxis"]["title"]["text"] == "minutes since start"
+    assert [t["name"] for t in learning["data"]] == ["SFT loss"]
+    # Each phase on its own step axis (the hover keeps the minutes since the start).
+    assert learning["data"][0]["x"] == [10, 20] and learning["layout"]["yaxis"]["type"] == "log"
+    assert [c[0] for c in learning["data"][0]["customdata"]] == pytest.approx([0.5, 1.0])
+    assert learning["layout"]["xaxis"]["title"]["text"] == "warm start (SFT) step"
     success = charts.success_figure(snap.evals, t0=snap.t0)
     assert {t["name"] for t in success["data"]} == {"train split", "eval split", "eval: looked before answering"}
     health = charts.tool_health_figure(snap.metrics, t0=snap.t0)
@@ -85,8 +87,9 @@ def test_train_tab_charts_during_the_warm_start(tmp_path):
                            "rewards/reward_correctness/mean": 0.1, "tools/call_frequency": 1.5, "time": t0 + 120})
     snap = RunCache(tmp_path).snapshot("warm")
     learning = charts.reward_figure(snap.metrics, t0=snap.t0)
-    assert "reward (mean)" in [t["name"] for t in learning["data"]]
-    assert learning["layout"]["shapes"][0]["x0"] == pytest.approx(2.0)  # GRPO starts at minute 2
+    reward = next(t for t in learning["data"] if t["name"] == "reward (mean)")
+    assert reward["xaxis"] == "x2" and learning["layout"]["xaxis2"]["title"]["text"] == "GRPO step"
+    assert reward["customdata"][0][0] == pytest.approx(2.0)  # GRPO's first step at minute 2
     go = pytest.importorskip("plotly.graph_objects")
     for fig in (learning, success, charts.tool_health_figure(snap.metrics, t0=snap.t0)):
         go.Figure(fig)
