@@ -1,6 +1,7 @@
-"""Compare tab: a run's random-baseline and trained-model transcripts on the same eval question, side by side,
-and its tables: success and execution accuracy (95% intervals), reward and steps per policy, then per hardness and
-per database. Columns can be added from saved evaluations (`python -m sqlenv eval --out runs/evaluations/<name>`)
+"""Compare tab: a run's transcripts on the same eval question, side by side: the random baseline, the model before
+GRPO when the run played it (its warm start: the SFT model, or the base model), and the trained model; then its
+tables: success and execution accuracy (95% intervals), reward and steps per policy, then per hardness and per
+database. Columns can be added from saved evaluations (`python -m sqlenv eval --out runs/evaluations/<name>`)
 and from other runs, scored on this run's eval questions (`dashboard.compare_columns`)."""
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from dashboard.inputs import quote
 from dashboard.transcripts import transcript_html
 
 RANDOM = "random"
+#: More than any comparison plays (a few hundred questions): a list of that many options renders at once.
+MAX_QUESTIONS_LISTED = 10_000
 
 
 def pair_question_id(pair: dict[str, Any], index: int) -> str:
@@ -34,7 +37,38 @@ def pair_label(pair: dict[str, Any], index: int) -> str:
     qid = pair_question_id(pair, index)
     text = next((t.get("question", "") for t in pair_transcripts(pair) if t), "")
     text = text if len(text) <= 70 else text[:67] + "…"
-    return f"{qid} — {text}" if text else qid
+    return f"#{index + 1} {qid} — {text}" if text else f"#{index + 1} {qid}"
+
+
+# A comparison draws its questions by seed, with replacement: 200 episodes on 1022 questions repeat about 20, so a
+# question id names no single episode. The dropdown's values are episode positions instead.
+EPISODE_PREFIX = "episode:"
+
+
+def question_choices(pairs: list[dict[str, Any]]) -> list:
+    """The question dropdown's choices: random, then every paired episode (label "#i question id — text")."""
+    return [RANDOM] + [(pair_label(p, i), f"{EPISODE_PREFIX}{i}") for i, p in enumerate(pairs)]
+
+
+def find_pair(pairs: list[dict[str, Any]], question: Any) -> int | None:
+    """The index of the episode the page picked: `episode:<i>`, or (an API caller's) question id, first match."""
+    if isinstance(question, str) and question.startswith(EPISODE_PREFIX):
+        number = question[len(EPISODE_PREFIX):]
+        if number.isascii() and number.isdigit() and len(number) <= 9 and int(number) < len(pairs):
+            return int(number)
+        return None
+    return next((i for i, p in enumerate(pairs) if pair_question_id(p, i) == question), None)
+
+
+def base_title(summary: dict[str, Any] | None) -> str:
+    """The middle column's title: what the comparison calls the model before GRPO (`base_label`, e.g. "SFT
+    warm-start (before GRPO)"), as the tables' `base: ...` column does."""
+    label = (summary or {}).get("base_label")
+    return str(label) if label else "Base model (before GRPO)"
+
+
+def question_label(n_pairs: int) -> str:
+    return f"Eval question ({n_pairs} paired)" if n_pairs else "Eval question"
 
 
 def runs_with_comparison(ctx: AppContext) -> list[str]:
@@ -43,15 +77,20 @@ def runs_with_comparison(ctx: AppContext) -> list[str]:
 
 def build(ctx: AppContext) -> dict[str, Any]:
     gr.Markdown(
-        "Random baseline vs trained model on the **same eval question with the same seed**, "
-        "step by step. Pick a run that has finished its comparison, then a question (or *random*). The tables give "
-        "answer success and execution accuracy (EX: the last successful QUERY returned the gold result) with 95% "
-        "intervals, per policy, per hardness and per database; add columns from saved evaluations "
+        "Random baseline, the model before GRPO (its warm start, when the run played it) and the trained model on "
+        "the **same eval question with the same seed**, step by step. Pick a run that has finished its comparison, "
+        "then a question (or *random*). The tables give answer success and execution accuracy (EX: the last "
+        "successful QUERY matches the gold query under the official Spider rules) with 95% intervals, per policy, "
+        "per hardness and per database; add columns from saved evaluations "
         "(`python -m sqlenv eval ... --out runs/evaluations/<name>`) or other runs, scored on this run's questions."
     )
     with gr.Row():
         run_dd = gr.Dropdown([], label="Run", elem_id="compare-run", scale=3)
-        question_dd = gr.Dropdown([RANDOM], value=RANDOM, label="Eval question", elem_id="compare-question", scale=4)
+        # Every paired question listed at once: Gradio's default shows the first 100 and loads more only on
+        # scrolling, which read as "100 of the 200 questions". (None would mean "all", but a None prop never reaches
+        # the page, whose default is 100 again.)
+        question_dd = gr.Dropdown([RANDOM], value=RANDOM, label=question_label(0), elem_id="compare-question", scale=4,
+                                  num_choices_shown=MAX_QUESTIONS_LISTED)
         show_btn = gr.Button("Show", variant="primary", elem_id="compare-show", scale=1)
         refresh_btn = gr.Button("Refresh runs", elem_id="compare-refresh", scale=1)
     add_dd = gr.Dropdown([], multiselect=True, label="Add columns: saved evaluations and other runs, on this run's "
@@ -68,6 +107,8 @@ def build(ctx: AppContext) -> dict[str, Any]:
                                    elem_id="compare-database", wrap=True, max_height=360)
     with gr.Row(equal_height=False):
         left = gr.HTML("", elem_id="compare-random")
+        # The model before GRPO: shown only for runs that played it (`compare_base`), so two columns otherwise.
+        middle = gr.HTML("", elem_id="compare-warm-start", visible=False)
         right = gr.HTML("", elem_id="compare-trained")
 
     def refresh_runs(current, added):
@@ -92,12 +133,12 @@ def build(ctx: AppContext) -> dict[str, Any]:
     def on_run(name, added):
         snap, err = ctx.runs.try_snapshot(name)
         if snap is None:
-            return (gr.update(choices=[RANDOM], value=RANDOM), f'<div class="sqe-muted">{html.escape(err or "")}</div>',
-                    *empty_tables())
+            return (gr.update(choices=[RANDOM], value=RANDOM, label=question_label(0)),
+                    f'<div class="sqe-muted">{html.escape(err or "")}</div>', *empty_tables())
         pairs = snap.pairs
         name = (snap.config or {}).get("model") or snap.status.get("model")
         model = f" (model <code>{html.escape(str(name))}</code>)" if name else ""
-        choices = [RANDOM] + [(pair_label(p, i), pair_question_id(p, i)) for i, p in enumerate(pairs)]
+        choices = question_choices(pairs)
         if not pairs:
             msg = (
                 f"Run <b>{html.escape(snap.run_id)}</b>{model} ({html.escape(snap.state)}) has no comparison yet: it is "
@@ -106,7 +147,8 @@ def build(ctx: AppContext) -> dict[str, Any]:
         else:
             msg = f"Run <b>{html.escape(snap.run_id)}</b>{model}: {len(pairs)} paired eval episodes."
         problems, *frames = tables(snap, added)
-        return (gr.update(choices=choices, value=RANDOM), f'<div class="sqe-muted">{msg}</div>{problems}', *frames)
+        return (gr.update(choices=choices, value=RANDOM, label=question_label(len(pairs))),
+                f'<div class="sqe-muted">{msg}</div>{problems}', *frames)
 
     def on_added(name, added):
         snap, err = ctx.runs.try_snapshot(name)
@@ -117,30 +159,36 @@ def build(ctx: AppContext) -> dict[str, Any]:
                 f"episodes.</div>{problems}", *frames)
 
     def show(name, question):
+        hidden = gr.update(value="", visible=False)
         snap, err = ctx.runs.try_snapshot(name)
         if snap is None:
-            return f'<div class="sqe-muted">{html.escape(err or "")}</div>', ""
+            return f'<div class="sqe-muted">{html.escape(err or "")}</div>', hidden, ""
         pairs = snap.pairs
         if not pairs:
-            return '<div class="sqe-muted">No paired transcripts in this run.</div>', ""
+            return '<div class="sqe-muted">No paired transcripts in this run.</div>', hidden, ""
         if question in (None, RANDOM):
             index = random.randrange(len(pairs))
         else:
-            index = next((i for i, p in enumerate(pairs) if pair_question_id(p, i) == question), None)
+            index = find_pair(pairs, question)
             if index is None:
-                return f'<div class="sqe-muted">Question {html.escape(quote(question))} is not in this run.</div>', ""
-        baseline, trained, _ = pair_transcripts(pairs[index])
+                return (f'<div class="sqe-muted">Question {html.escape(quote(question))} is not in this run.</div>',
+                        hidden, "")
+        baseline, trained, base = pair_transcripts(pairs[index])
+        three = base is not None  # three columns side by side: each transcript in its compact layout
+        middle_update = (gr.update(value=transcript_html(base, title=base_title(snap.summary), compact=True),
+                                   visible=True) if three else hidden)
         return (
-            transcript_html(baseline, title="Random baseline"),
-            transcript_html(trained, title="Trained model"),
+            transcript_html(baseline, title="Random baseline", compact=three),
+            middle_update,
+            transcript_html(trained, title="Trained model", compact=three),
         )
 
     refresh_btn.click(refresh_runs, inputs=[run_dd, add_dd], outputs=[run_dd, add_dd])
     table_outputs = [summary, by_hardness, by_database]
     run_dd.change(on_run, inputs=[run_dd, add_dd], outputs=[question_dd, note, *table_outputs]).then(
-        show, inputs=[run_dd, question_dd], outputs=[left, right]
+        show, inputs=[run_dd, question_dd], outputs=[left, middle, right]
     )
     add_dd.input(on_added, inputs=[run_dd, add_dd], outputs=[note, *table_outputs])
-    show_btn.click(show, inputs=[run_dd, question_dd], outputs=[left, right])
-    question_dd.input(show, inputs=[run_dd, question_dd], outputs=[left, right])
+    show_btn.click(show, inputs=[run_dd, question_dd], outputs=[left, middle, right])
+    question_dd.input(show, inputs=[run_dd, question_dd], outputs=[left, middle, right])
     return {"load": (refresh_runs, [run_dd, add_dd], [run_dd, add_dd])}

@@ -1,12 +1,14 @@
-"""Runs tab: every run under runs/ (dashboard, CLI, accelerate; finished or live), one in detail, several
-overlaid. Broken runs (missing or corrupt files) are listed as such; names from the page go through
-`resolve_run`, so nothing outside runs/ can be read. The owner can push a finished run to the Hub (dashboard.hub);
-that event is owner-only (dashboard.access)."""
+"""Runs tab: every run under runs/ (dashboard, CLI, accelerate; finished or live), one in detail, two runs' configs
+compared field by field (`dashboard.config_diff`), several overlaid. Each success shown says what it measured
+(`run_data.Measured`). Broken runs (missing or corrupt files) are listed as such; names from the page go through
+`resolve_run`, so nothing outside runs/ can be read. The owner can resume a stopped, failed or interrupted run, and
+push a finished run to the Hub (dashboard.hub); those events are owner-only (dashboard.access)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -15,42 +17,30 @@ import pandas as pd
 from dashboard import charts
 from dashboard import inputs as checked
 from dashboard.context import AppContext
-from dashboard.run_data import fmt_duration, progress
+from dashboard.run_data import RunCache, fmt_duration, fmt_rate, progress
 from dashboard.transcripts import esc, transcript_html
 
-TABLE_HEADERS = ["run", "status", "model", "dataset", "steps", "final success", "final EX", "started"]
+# "success" and "EX" are one measurement, and "measured on" says which (`run_data.Measured`): the final comparison's
+# trained model, else the last periodic eval; the run detail says it in the same words.
+TABLE_HEADERS = ["run", "status", "model", "dataset", "steps", "success", "EX", "measured on", "started"]
+TABLE_WIDTHS = ["auto"] * 7 + ["260px", "auto"]  # "measured on" wraps in a fixed width; the rest fit their cells
 
 
-def final_success(row: dict[str, Any], runs_root) -> float | None:
-    """The trained model's success in the final comparison, else the last eval (as `python -m training.runs list`)."""
-    if "final_success" in row:
-        return charts.as_float(row.get("final_success"))
-    success = charts.as_float(row.get("eval_success"))
-    if success is None and runs_root is not None:
-        from training.run_dir import read_jsonl
-
-        try:
-            records = read_jsonl(runs_root / row["run_id"] / "comparison.jsonl")
-        except OSError:
-            records = []
-        summary = next((r for r in reversed(records) if isinstance(r, dict) and r.get("kind") == "summary"), None)
-        trained = summary.get("trained") if isinstance(summary, dict) else None
-        success = charts.as_float(trained.get("success_rate")) if isinstance(trained, dict) else None
-    return success
-
-
-def final_execution(row: dict[str, Any]) -> str:
-    """The trained model's execution accuracy in the final comparison, else the last eval ("–" before EX)."""
-    ex = charts.as_float(row.get("final_execution"))
-    return f"{ex:.0%}" if ex is not None else "–"
-
-
-def runs_table(rows: list[dict[str, Any]], runs_root=None) -> pd.DataFrame:
+def runs_table(rows: list[dict[str, Any]], runs: RunCache | Path | None = None) -> pd.DataFrame:
+    """The Runs table: one row per listed run (`RunCache.list`), its headline result read through `runs` (a cache,
+    or the runs folder)."""
+    if runs is not None and not isinstance(runs, RunCache):
+        runs = RunCache(Path(runs))
     data = []
     for r in rows:
         step, total = r.get("step"), r.get("total_steps")
         steps = f"{step if step is not None else '?'} / {total if total is not None else '?'}"
-        success = final_success(r, runs_root)
+        measured = None
+        if runs is not None:
+            try:
+                measured, _ = runs.measures(r["run_id"])
+            except (ValueError, OSError):  # gone or renamed since it was listed
+                measured = None
         started = r.get("started_at")
         if isinstance(started, str):
             started = started.replace("T", " ")[:19]
@@ -58,9 +48,26 @@ def runs_table(rows: list[dict[str, Any]], runs_root=None) -> pd.DataFrame:
             started = dt.datetime.fromtimestamp(r.get("mtime", 0)).strftime("%Y-%m-%d %H:%M:%S") + " (mtime)"
         data.append([
             r.get("run_id", "?"), r.get("status", "unknown"), str(r.get("model", "?")), str(r.get("dataset", "?")),
-            steps, f"{success:.0%}" if success is not None else "–", final_execution(r), started,
+            steps, fmt_rate(measured.success if measured else None), fmt_rate(measured.execution if measured else None),
+            measured.label if measured else "not measured yet", started,
         ])
     return pd.DataFrame(data, columns=TABLE_HEADERS)
+
+
+def success_html(snap) -> str:
+    """The run's headline result and, when that is the final comparison, its last periodic eval too: each with
+    what it measured, in the Runs table's words."""
+    from dashboard.run_data import comparison_measure, last_eval_measure
+
+    split = str((snap.config or {}).get("eval_split") or "eval")
+    lines = []
+    for kind, measured in (("final", comparison_measure(snap.summary, split)),
+                           ("eval", last_eval_measure(snap.evals, split))):
+        if measured is not None:
+            lines.append(f'<div data-measure="{kind}"><b>{esc(measured.rates())}</b> — {esc(measured.label)}</div>')
+    if not lines:
+        lines.append('<div data-measure="none">success not measured yet (no eval or comparison)</div>')
+    return f'<div class="sqe-meta" id="runs-detail-success">{"".join(lines)}</div>'
 
 
 def detail_header(snap) -> str:
@@ -74,14 +81,12 @@ def detail_header(snap) -> str:
     if snap.config_error:
         problems.append(snap.config_error)
     errs = "".join(f'<div class="sqe-err-box">{esc(p_)}</div>' for p_ in problems)
-    final = next((e for e in reversed(snap.evals) if isinstance(e, dict) and e.get("split") == "eval"), None)
-    success = charts.as_float(final.get("success_rate")) if final else None
     return (
         f'<div class="sqe-card sqe-status" id="runs-detail-status" data-run="{esc(snap.run_id)}" data-status="{esc(state)}">'
         f'<div><b>{esc(snap.run_id)}</b> <span class="sqe-badge sqe-{kind}">{esc(state)}</span></div>'
         f'<div class="sqe-meta">step {p["step"]} / {p["total"] if p["total"] is not None else "?"} · elapsed '
         f'{fmt_duration(p["elapsed"])} · {len(snap.metrics)} metric lines · {len(snap.evals)} evals · '
-        f'{len(snap.transcripts)} traces · eval success {f"{success:.0%}" if success is not None else "–"}</div>'
+        f'{len(snap.transcripts)} traces</div>{success_html(snap)}'
         f"{errs}</div>"
     )
 
@@ -143,42 +148,114 @@ def transcript_choices(snap) -> list:
     return choices[::-1]
 
 
-def resume_controls(ctx: AppContext, pick: Any) -> None:
+def resumable(snap) -> bool:
+    """Whether `python -m training.train --resume` (and the runner) would take the run: stopped, failed or
+    interrupted (`training.run_dir.RESUMABLE_STATUSES`), with its config.json to resume from."""
+    from training.run_dir import RESUMABLE_STATUSES
+
+    return snap is not None and snap.state in RESUMABLE_STATUSES and snap.config is not None
+
+
+def resume_controls(ctx: AppContext, pick: Any) -> tuple[Any, Any]:
     """A Resume button for the picked run: continues a stopped, failed or interrupted run from its last checkpoint
-    in the dashboard's training process (the Train tab then shows it). Owner-only: it spends compute and writes."""
+    in the dashboard's training process (the Train tab then shows it). Shown only while the picked run is resumable
+    (`resumable`: a completed run has nothing to resume); the runner refuses the others anyway. Owner-only: it
+    spends compute and writes. Returns (button, message) for the run picker to update."""
     with gr.Row():
-        resume_btn = gr.Button("Resume this run", elem_id="runs-resume", scale=0, min_width=160)
+        resume_btn = gr.Button("Resume this run", elem_id="runs-resume", scale=0, min_width=200, visible=False)
         resume_message = gr.HTML("", elem_id="runs-resume-message")
 
     def resume(name):
         from dashboard.runner import RunnerBusy
 
         if not name:
-            return '<div class="sqe-err-box">Pick a run first.</div>'
+            return '<div class="sqe-err-box">Pick a run first.</div>', gr.skip()
         try:
             run_id = ctx.runner.resume(name)
         except (RunnerBusy, ValueError, FileNotFoundError) as exc:  # InvalidRunName is a ValueError
-            return f'<div class="sqe-err-box">{esc(str(exc))}</div>'
+            return f'<div class="sqe-err-box">{esc(str(exc))}</div>', gr.skip()
+        # The run is training again, so no longer resumable: the button goes until a run picked is.
         return (f'<div class="sqe-ok-box">Resuming <b>{esc(run_id)}</b> from its last checkpoint: follow it in the '
-                "Train tab.</div>")
+                "Train tab.</div>", gr.update(visible=False))
 
     # Spends compute and writes files: owner-only (dashboard.access), checked on the server for every call.
     ctx.owner.control(resume_btn)
-    ctx.owner.owner_event(resume_btn.click, resume, inputs=[pick], outputs=[resume_message], show_progress="hidden",
-                          action="resume a run")
+    ctx.owner.owner_event(resume_btn.click, resume, inputs=[pick], outputs=[resume_message, resume_btn],
+                          show_progress="hidden", action="resume a run")
+    return resume_btn, resume_message
+
+
+DIFF_EMPTY_HEADERS = ["field", "run A", "run B"]
+
+
+def config_diff_view(runs: RunCache, name_a: Any, name_b: Any) -> tuple[str, pd.DataFrame]:
+    """(message HTML, table) of the config fields that differ between two listed runs. A public event: names from
+    the page must be runs the app lists (never a path; `RunCache.list` then `try_snapshot`'s `resolve_run`), and
+    configs come from the cache, secret-named values already redacted."""
+    from dashboard.config_diff import IDENTITY_KEYS, diff_configs, diff_table, flatten
+
+    empty = pd.DataFrame(columns=DIFF_EMPTY_HEADERS)
+    if not name_a or not name_b:
+        return '<div class="sqe-muted">Pick two runs to see the config fields that differ.</div>', empty
+    try:
+        names = [checked.name(v, "Run") for v in (name_a, name_b)]
+    except checked.InputRefused as exc:
+        return f'<div class="sqe-err-box">{esc(exc)}</div>', empty
+    listed = {r["run_id"] for r in runs.list()}
+    configs = []
+    for name in names:
+        if name not in listed:
+            return f'<div class="sqe-err-box">No run named {esc(checked.quote(name))} is listed.</div>', empty
+        snap, err = runs.try_snapshot(name)
+        if snap is None or snap.config is None:
+            why = err if snap is None else snap.config_error
+            return f'<div class="sqe-err-box">{esc(name)}: {esc(why)}</div>', empty
+        configs.append(snap.config)
+    rows = diff_configs(*configs)
+    fields = len((flatten(configs[0]).keys() | flatten(configs[1]).keys()) - set(IDENTITY_KEYS))
+    pair = f"<b>{esc(names[0])}</b> and <b>{esc(names[1])}</b>"
+    ignored = f"{' and '.join(IDENTITY_KEYS)}, each run's own folder, left out"
+    if not rows:
+        message = f"{pair} have the same config: all {fields} fields equal ({ignored})."
+        return f'<div class="sqe-ok-box" id="runs-diff-summary" data-differ="0">{message}</div>', empty
+    message = f"{len(rows)} of {fields} config fields differ between {pair} ({ignored})."
+    return (f'<div class="sqe-muted" id="runs-diff-summary" data-differ="{len(rows)}">{message}</div>',
+            diff_table(rows, f"A: {names[0]}", f"B: {names[1]}"))
+
+
+def config_diff_controls(ctx: AppContext) -> tuple[Any, Any]:
+    """The Config diff tab: two run pickers and the fields that differ. Returns the pickers (the run list fills
+    them)."""
+    with gr.Row():
+        diff_a = gr.Dropdown([], label="Run A", elem_id="runs-diff-a")
+        diff_b = gr.Dropdown([], label="Run B", elem_id="runs-diff-b")
+    message = gr.HTML('<div class="sqe-muted">Pick two runs to see the config fields that differ.</div>',
+                      elem_id="runs-diff-message")
+    table = gr.Dataframe(pd.DataFrame(columns=DIFF_EMPTY_HEADERS), interactive=False, wrap=True,
+                         label="Config fields that differ (nested sections as dotted names)", elem_id="runs-diff")
+
+    def show_diff(a, b):
+        return config_diff_view(ctx.runs, a, b)
+
+    for dropdown in (diff_a, diff_b):
+        # .input: a person picked (a refresh that keeps both values changes nothing to diff again).
+        dropdown.input(show_diff, inputs=[diff_a, diff_b], outputs=[message, table], show_progress="hidden")
+    return diff_a, diff_b
 
 
 def build(ctx: AppContext) -> dict[str, Any]:
     with gr.Row():
         gr.Markdown("Every run under `runs/`, newest first — from this dashboard, the CLI or `accelerate launch`.")
         refresh_btn = gr.Button("Refresh", elem_id="runs-refresh", scale=0, min_width=120)
+    # Widths set: Gradio sizes a column by its longest cell unwrapped, so "measured on" pushed "started" off the
+    # table; with a width, that cell wraps instead.
     table = gr.Dataframe(pd.DataFrame(columns=TABLE_HEADERS), interactive=False, elem_id="runs-table",
-                         max_height=320, wrap=True)
+                         max_height=320, wrap=True, column_widths=TABLE_WIDTHS)
     with gr.Row():
         pick = gr.Dropdown([], label="Inspect a run", elem_id="runs-pick", scale=1)
         overlay = gr.Dropdown([], multiselect=True, label="Overlay runs (reward and eval success)",
                               elem_id="runs-overlay", scale=2)
-    resume_controls(ctx, pick)
+    resume_btn, resume_message = resume_controls(ctx, pick)
     with gr.Tabs():
         with gr.Tab("Run detail", id="runs-detail"):
             detail = gr.HTML('<div class="sqe-muted">Pick a run above.</div>', elem_id="runs-detail")
@@ -207,6 +284,8 @@ def build(ctx: AppContext) -> dict[str, Any]:
                                           elem_id="runs-push-repo", max_length=checked.MAX_NAME_CHARS, scale=3)
                     push_btn = gr.Button("Push to the Hub", elem_id="runs-push-button", scale=1)
                 push_message = gr.HTML("", elem_id="runs-push-message")
+        with gr.Tab("Config diff", id="runs-diff-tab"):
+            diff_a, diff_b = config_diff_controls(ctx)
         with gr.Tab("Overlay", id="runs-overlay-tab"):
             with gr.Row():
                 overlay_reward = gr.Plot(charts.plot_data(charts.reward_overlay({})), show_label=False, elem_id="runs-overlay-reward")
@@ -218,14 +297,17 @@ def build(ctx: AppContext) -> dict[str, Any]:
         healthy = [r["run_id"] for r in rows if r.get("status") not in ("missing", "corrupt")]
         value = current if current in names else next(iter(healthy or names), None)
         keep = [n for n in (current_overlay or []) if n in names]
-        return runs_table(rows, ctx.runs.runs_root), gr.update(choices=names, value=value), gr.update(choices=names, value=keep)
+        # The config diff's pickers get the same list (their picks stay: this public endpoint keeps its two inputs).
+        diff_pick = gr.update(choices=names)
+        return (runs_table(rows, ctx.runs), gr.update(choices=names, value=value), gr.update(choices=names, value=keep),
+                diff_pick, diff_pick)
 
     def show(name):
         snap, err = ctx.runs.try_snapshot(name)
         if snap is None:
             empty = f'<div class="sqe-muted">{esc(err or "")}</div>'
             return (empty, results_frame(None), charts.plot_data(charts.reward_figure([])), charts.plot_data(charts.success_figure([])), charts.plot_data(charts.tool_health_figure([])), "",
-                    gr.update(choices=[], value=None), "")
+                    gr.update(choices=[], value=None), "", gr.update(visible=False), "")
         choices = transcript_choices(snap)
         first = choices[0][1] if choices else None
         return (
@@ -237,6 +319,8 @@ def build(ctx: AppContext) -> dict[str, Any]:
             json.dumps(snap.config, indent=2, default=str) if snap.config is not None else f"// {snap.config_error}",
             gr.update(choices=choices, value=first),
             show_trace(name, first),
+            gr.update(visible=resumable(snap)),  # a completed run offers no Resume
+            "",
         )
 
     def show_trace(name, index):
@@ -262,8 +346,10 @@ def build(ctx: AppContext) -> dict[str, Any]:
                 metrics[snap.run_id], evals[snap.run_id] = snap.metrics, snap.evals
         return charts.plot_data(charts.reward_overlay(metrics)), charts.plot_data(charts.success_overlay(evals))
 
-    detail_outputs = [detail, results, reward_plot, success_plot, health_plot, config, trace_pick, trace]
-    refresh_btn.click(refresh, inputs=[pick, overlay], outputs=[table, pick, overlay]).then(
+    detail_outputs = [detail, results, reward_plot, success_plot, health_plot, config, trace_pick, trace, resume_btn,
+                      resume_message]
+    list_inputs, list_outputs = [pick, overlay], [table, pick, overlay, diff_a, diff_b]
+    refresh_btn.click(refresh, inputs=list_inputs, outputs=list_outputs).then(
         show, inputs=[pick], outputs=detail_outputs
     )
     pick.change(show, inputs=[pick], outputs=detail_outputs)
@@ -293,4 +379,4 @@ def build(ctx: AppContext) -> dict[str, Any]:
     ctx.owner.control(hub_repo, push_btn)
     ctx.owner.owner_event(push_btn.click, push, inputs=[pick, hub_repo], outputs=[push_message],
                           action="push runs to the Hub")
-    return {"load": (refresh, [pick, overlay], [table, pick, overlay]), "refresh": refresh_btn}
+    return {"load": (refresh, list_inputs, list_outputs), "refresh": refresh_btn}

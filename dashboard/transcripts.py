@@ -49,12 +49,13 @@ def format_gold(gold: Any) -> str:
 
 
 def execution_note(transcript: dict[str, Any]) -> str:
-    """Whether the episode's last successful QUERY returned the gold result (EX); nothing for transcripts without it."""
+    """Whether the episode's last successful QUERY matches the gold query (EX, the official Spider rules:
+    `sqlenv.execution`); nothing for transcripts without it."""
     match = transcript.get("execution_match")
     if not isinstance(match, bool):
         return ""
-    text = ("the last successful QUERY returned the gold result" if match
-            else "the last successful QUERY (if any) did not return the gold result")
+    text = ("the last successful QUERY matches the gold query (official Spider EX)" if match
+            else "the last successful QUERY (if any) does not match the gold query (official Spider EX)")
     return f'<div class="sqe-ex" data-ex="{str(match).lower()}"><b>EX</b> {"✓" if match else "✗"} {text}</div>'
 
 
@@ -107,8 +108,10 @@ def steps_table(steps: list[dict[str, Any]]) -> str:
     )
 
 
-def transcript_html(transcript: dict[str, Any] | None, title: str | None = None, show_gold: bool = True) -> str:
-    """A whole episode: header (question, database, difficulty), every step, then the verdict vs the gold."""
+def transcript_html(transcript: dict[str, Any] | None, title: str | None = None, show_gold: bool = True,
+                    compact: bool = False) -> str:
+    """A whole episode: header (question, database, difficulty), every step, then the verdict vs the gold.
+    `compact`: narrower fixed columns, for three transcripts side by side."""
     if not isinstance(transcript, dict):
         return f'<div class="sqe-card sqe-muted">{esc(title) + ": " if title else ""}no transcript</div>'
     head = f'<div class="sqe-title">{esc(title)} {verdict_badge(transcript)}</div>' if title else ""
@@ -141,7 +144,7 @@ def transcript_html(transcript: dict[str, Any] | None, title: str | None = None,
             f'<div><b>gold SQL:</b> <pre class="sqe-inline">{esc(transcript.get("gold_sql", ""))}</pre></div></div>'
         )
     return (
-        f'<div class="sqe-card">{head}'
+        f'<div class="sqe-card{" sqe-compact" if compact else ""}">{head}'
         f'<div class="sqe-question">{esc(transcript.get("question", ""))}</div>'
         f'<div class="sqe-meta">{meta}</div>'
         f"{steps_table(steps)}{verdict}{gold}</div>"
@@ -180,6 +183,15 @@ table.sqe-steps, .sqe-steps tr { border: 0 !important; }
   background: #f1f5f9; font-family: ui-monospace, monospace; font-size: 0.86em; }
 .sqe-zero { color: #94a3b8; }
 .sqe-total { font-family: ui-monospace, monospace; font-weight: 700; font-size: 0.9em; }
+/* Compact transcripts: three side by side (Compare: random, warm start, trained) leave each about 370 px, where the
+   wide layout's fixed columns squeezed the observations to a word per line. (Gradio drops @container rules from
+   custom CSS, so the page asks for this layout by class.) */
+.sqe-compact .sqe-steps { font-size: 0.8em; }
+.sqe-compact .sqe-steps th:nth-child(1) { width: 1.6em; }
+.sqe-compact .sqe-steps th:nth-child(2) { width: 30%; }
+.sqe-compact .sqe-steps th:nth-child(4) { width: 6.8em; }
+.sqe-compact .sqe-steps th:nth-child(5) { width: 2.2em; }
+.sqe-compact .sqe-chip { padding: 0 3px; white-space: nowrap; font-size: 0.8em; }
 .sqe-badge { display: inline-block; padding: 1px 8px; border-radius: 999px; font-size: 0.8em; font-weight: 700; }
 .sqe-ok { background: #dcfce7; color: #166534; }
 .sqe-bad { background: #fee2e2; color: #991b1b; }
@@ -195,6 +207,9 @@ table.sqe-steps, .sqe-steps tr { border: 0 !important; }
   padding: 6px 10px; }
 .sqe-invalid { outline: 2px solid #dc2626 !important; outline-offset: -2px; border-radius: 6px; }
 .sqe-invalid [data-testid="block-info"] { color: #b91c1c !important; }
+/* Table headers wrap between words only: Gradio's break-word lets the auto layout squeeze a column below its
+   longest header word ("hardnes / s" over short cells like "all"); with normal wrapping that word is the minimum. */
+.table-wrap .header-cell span.wrap { overflow-wrap: normal !important; word-break: normal !important; }
 .sqe-ok-box { color: #166534; background: #f0fdf4; border: 1px solid #bbf7d0; border-radius: 8px;
   padding: 6px 10px; }
 """

@@ -75,7 +75,8 @@ def test_the_tiny_spider10_run_shows_its_tables(spider10_run):
     rows = list_runs(runs_root)
     assert [r["run_id"] for r in rows] == [run_id]  # saved evaluations are not runs
     table = runs_table(rows, runs_root)
-    assert "final EX" in table.columns and table.iloc[0]["final EX"].endswith("%")
+    assert table.iloc[0]["EX"].endswith("%")
+    assert table.iloc[0]["measured on"] == f"trained model · final comparison · {N} eval questions"
     detail = results_frame(snap)
     assert list(detail.columns) == list(hardness.columns) and detail.iloc[0]["hardness"] == "all"
 
@@ -129,5 +130,6 @@ def test_a_run_from_before_ex_still_displays(tmp_path):
     hardness = breakdown_frame(run_columns(snap), "hardness")
     assert list(hardness["hardness"]) == ["all", "level_1"] and hardness.iloc[0]["trained EX"] == "–"
     table = runs_table(list_runs(tmp_path), tmp_path)
-    assert table.iloc[0]["final success"] == "50%" and table.iloc[0]["final EX"] == "–"
+    assert table.iloc[0]["success"] == "50%" and table.iloc[0]["EX"] == "–"
+    assert table.iloc[0]["measured on"] == "trained model · final comparison · 2 eval questions"
     json.dumps(results_frame(snap).to_dict())

@@ -107,3 +107,79 @@ def test_the_run_cache_redacts_secret_named_config_values(tmp_path):
                                                        "model_init_kwargs": {"token": REDACTED, "dtype": "bf16"}},
                      "sft": {"args": {"apiKey": REDACTED, "eos_token": "<eos>", "max_length": 512}}}
     assert run.read_config() == written  # the file itself is the run's: resume reads what was written
+
+
+# --------------------------------------------------------------------- success labels and resume (issue 27)
+def finished_run(root, run_id, status="completed", comparison=True):
+    """A run as training writes it: periodic evals on both splits (SFT, then GRPO), then the final comparison."""
+    run = RunDir.create(root, run_id)
+    run.write_config({"model": "builtin:tiny", "dataset": "builtin", "eval_split": "eval", "eval_episodes": 32,
+                      "comparison_episodes": 200})
+    run.write_status(status, step=40, total_steps=40)
+    for phase, step, rate in (("sft", 5000, 0.0), ("grpo", 40, 0.75)):
+        for split in ("train", "eval"):
+            run.append("evals", {"phase": phase, "step": step, "split": split, "success_rate": rate,
+                                 "execution_accuracy": 0.8, "n_episodes": 32, "time": 1.0})
+    if comparison:
+        run.append("comparison", {"kind": "summary", "split": "eval", "n_episodes": 200, "seed": 0,
+                                  "trained": {"success_rate": 0.74, "execution_accuracy": 0.85, "n_episodes": 200},
+                                  "random": {"success_rate": 0.0, "n_episodes": 200}})
+    return run
+
+
+def test_the_runs_table_and_the_detail_say_what_each_success_measured(tmp_path):
+    """The table's 74% (the trained model on the comparison's 200 questions) and the detail's 75% (the last periodic
+    eval, 32 questions) used to be bare "final success" and "eval success"; both now say what was measured, in the
+    same words in the table and the detail."""
+    from dashboard.runs_tab import detail_header, runs_table
+
+    finished_run(tmp_path, "done")
+    finished_run(tmp_path, "cut-short", status="stopped", comparison=False)
+    RunDir.create(tmp_path, "fresh").write_status("running", step=0, total_steps=40)
+    cache = RunCache(tmp_path)
+    table = runs_table(cache.list(), cache).set_index("run")
+    final = "trained model · final comparison · 200 eval questions"
+    last_eval = "model at GRPO step 40 · periodic eval · 32 eval questions"
+    assert list(table.loc["done", ["success", "EX", "measured on"]]) == ["74%", "85%", final]
+    assert list(table.loc["cut-short", ["success", "EX", "measured on"]]) == ["75%", "80%", last_eval]
+    assert list(table.loc["fresh", ["success", "EX", "measured on"]]) == ["–", "–", "not measured yet"]
+
+    detail = detail_header(cache.snapshot("done"))
+    assert f"<b>success 74% · EX 85%</b> — {final}" in detail
+    assert f"<b>success 75% · EX 80%</b> — {last_eval}" in detail
+    stopped = detail_header(cache.snapshot("cut-short"))
+    assert last_eval in stopped and "final comparison" not in stopped
+    assert "not measured yet" in detail_header(cache.snapshot("fresh"))
+
+
+def test_measures_follow_appended_lines(tmp_path):
+    run = finished_run(tmp_path, "r", status="running", comparison=False)
+    cache = RunCache(tmp_path)
+    final, last = cache.measures("r")
+    assert final == last and final.how == "periodic eval"
+    run.append("comparison", {"kind": "summary", "split": "eval", "n_episodes": 5,
+                              "trained": {"success_rate": 0.4, "n_episodes": 5}})
+    time.sleep(0.002)
+    final, last = cache.measures("r")
+    assert (final.label, final.success, final.execution) == ("trained model · final comparison · 5 eval questions",
+                                                              0.4, None)
+    assert last.success == 0.75
+
+
+def test_resume_is_offered_for_stopped_failed_and_interrupted_runs_only(tmp_path):
+    import socket
+
+    from dashboard.runs_tab import resumable
+
+    for status in ("completed", "stopped", "failed", "running", "queued"):
+        finished_run(tmp_path, status, status=status)
+    # A run whose writer died reads "interrupted" (training.run_dir.live_status): resumable.
+    finished_run(tmp_path, "dead", status="running").write_status(pid=2 ** 22 + 17, host=socket.gethostname())
+    no_config = RunDir.create(tmp_path, "no-config")
+    no_config.write_status("failed")
+    cache = RunCache(tmp_path)
+    offered = {name: resumable(cache.snapshot(name)) for name in
+               ("completed", "stopped", "failed", "running", "queued", "dead", "no-config")}
+    assert offered == {"completed": False, "stopped": True, "failed": True, "running": False, "queued": False,
+                       "dead": True, "no-config": False}
+    assert cache.snapshot("dead").state == "interrupted"
