@@ -20,6 +20,7 @@ from typing import Any
 
 from training.run_dir import (InvalidRunName, RunDir, default_runs_root, list_runs, live_status, redact_secrets,
                               resolve_run)
+from training.run_results import Measured, final_measure, last_eval_measure
 
 WATCHED = ("status.json", "config.json", "metrics.jsonl", "evals.jsonl", "transcripts.jsonl", "comparison.jsonl")
 
@@ -214,69 +215,6 @@ class RunCache:
             return list_runs(self.runs_root)
         except OSError:
             return []
-
-
-@dataclass(frozen=True)
-class Measured:
-    """One success measurement of a run, with what was measured: which model, how, on how many questions of which
-    split. A run records two kinds, on different questions, so a bare "success 74%" beside "75%" reads as a
-    contradiction: the final comparison (the trained model on `comparison_episodes` eval questions) and the periodic
-    evals during training (the model at that step on `eval_episodes` of them)."""
-
-    success: float | None
-    execution: float | None
-    model: str
-    how: str
-    questions: int | None
-    split: str
-
-    @property
-    def label(self) -> str:
-        """e.g. "trained model · final comparison · 200 eval questions": the Runs table and the run detail say it
-        in the same words."""
-        count = f"{self.questions} " if self.questions is not None else ""
-        return f"{self.model} · {self.how} · {count}{self.split} questions"
-
-    def rates(self) -> str:
-        return f"success {fmt_rate(self.success)} · EX {fmt_rate(self.execution)}"
-
-
-def fmt_rate(rate: Any) -> str:
-    return f"{rate:.0%}" if isinstance(rate, (int, float)) and not isinstance(rate, bool) else "–"
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def last_eval_measure(evals: list[Any], split: str) -> Measured | None:
-    """The last periodic eval on `split` (what `evals.jsonl` records every `eval_every` steps and at the end)."""
-    record = next((e for e in reversed(evals) if isinstance(e, dict) and e.get("split") == split), None)
-    if record is None:
-        return None
-    phase = str(record["phase"]).upper() if record.get("phase") else ""
-    step = record.get("step", "?")
-    n = record.get("n_episodes")
-    return Measured(_number(record.get("success_rate")), _number(record.get("execution_accuracy")),
-                    f"model at {phase + ' ' if phase else ''}step {step}", "periodic eval",
-                    n if isinstance(n, int) else None, split)
-
-
-def comparison_measure(summary: dict[str, Any] | None, split: str) -> Measured | None:
-    """The trained model in the run's final comparison (`comparison.jsonl`'s summary)."""
-    trained = summary.get("trained") if isinstance(summary, dict) else None
-    if not isinstance(trained, dict):
-        return None
-    n = trained.get("n_episodes", summary.get("n_episodes"))
-    return Measured(_number(trained.get("success_rate")), _number(trained.get("execution_accuracy")),
-                    "trained model", "final comparison", n if isinstance(n, int) else None,
-                    str(summary.get("split") or split))
-
-
-def final_measure(summary: dict[str, Any] | None, evals: list[Any], split: str) -> Measured | None:
-    """A run's headline result, as `python -m training.runs list` picks its "final success": the final comparison,
-    else (no comparison yet, or none wanted) the last periodic eval on the eval split."""
-    return comparison_measure(summary, split) or last_eval_measure(evals, split)
 
 
 def parse_time(value: Any) -> dt.datetime | None:

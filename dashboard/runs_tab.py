@@ -1,6 +1,6 @@
 """Runs tab: every run under runs/ (dashboard, CLI, accelerate; finished or live), one in detail, two runs' configs
 compared field by field (`dashboard.config_diff`), several overlaid. Each success shown says what it measured
-(`run_data.Measured`). Broken runs (missing or corrupt files) are listed as such; names from the page go through
+(`training.run_results.Measured`). Broken runs (missing or corrupt files) are listed as such; names from the page go through
 `resolve_run`, so nothing outside runs/ can be read. The owner can resume a stopped, failed or interrupted run, and
 push a finished run to the Hub (dashboard.hub); those events are owner-only (dashboard.access)."""
 
@@ -17,10 +17,11 @@ import pandas as pd
 from dashboard import charts
 from dashboard import inputs as checked
 from dashboard.context import AppContext
-from dashboard.run_data import RunCache, fmt_duration, fmt_rate, progress
+from dashboard.run_data import RunCache, fmt_duration, progress
 from dashboard.transcripts import esc, transcript_html
+from training.run_results import fmt_rate
 
-# "success" and "EX" are one measurement, and "measured on" says which (`run_data.Measured`): the final comparison's
+# "success" and "EX" are one measurement, and "measured on" says which (`training.run_results.Measured`): the final comparison's
 # trained model, else the last periodic eval; the run detail says it in the same words.
 TABLE_HEADERS = ["run", "status", "model", "dataset", "steps", "success", "EX", "measured on", "started"]
 TABLE_WIDTHS = ["auto"] * 7 + ["260px", "auto"]  # "measured on" wraps in a fixed width; the rest fit their cells
@@ -57,7 +58,7 @@ def runs_table(rows: list[dict[str, Any]], runs: RunCache | Path | None = None) 
 def success_html(snap) -> str:
     """The run's headline result and, when that is the final comparison, its last periodic eval too: each with
     what it measured, in the Runs table's words."""
-    from dashboard.run_data import comparison_measure, last_eval_measure
+    from training.run_results import comparison_measure, last_eval_measure
 
     split = str((snap.config or {}).get("eval_split") or "eval")
     lines = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -166,11 +167,13 @@ def test_runs_cli_table_and_errors(tmp_path):
     assert out.returncode == 0, out.stderr
     header, line = out.stdout.splitlines()
     assert header.split()[:3] == ["run", "status", "steps"]
-    assert line.split() == ["done", "completed", "4/4", "builtin:tiny", "builtin", "50%", "-"]
+    # Success and EX come from one measurement, named in the dashboard's words (this one from before EX: "-").
+    assert re.split(r"\s{2,}", line.strip()) == ["done", "completed", "4/4", "builtin:tiny", "builtin", "50%", "-",
+                                                 "trained model · final comparison · eval questions"]
     run.append("comparison", {"kind": "summary", "trained": {"success_rate": 0.5, "execution_accuracy": 0.75}})
     out = subprocess.run([sys.executable, "-m", "training.runs", "list", "--runs-dir", str(tmp_path)], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
-    assert out.stdout.splitlines()[1].split()[-2:] == ["50%", "75%"]
+    assert re.split(r"\s{2,}", out.stdout.splitlines()[1].strip())[5:7] == ["50%", "75%"]
     for args in (["list", "--runs-dir", str(tmp_path / "missing")], ["lst"]):
         bad = subprocess.run([sys.executable, "-m", "training.runs", *args], cwd=REPO, capture_output=True,
                              text=True, timeout=120)

@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from training.run_results import final_measure
+
 STATUSES = ("queued", "running", "completed", "failed", "stopped")
 FINISHED_STATUSES = ("completed", "failed", "stopped")
 #: What a reader reports for a queued/running run whose writer is gone (never written: see `live_status`).
@@ -391,14 +393,8 @@ def list_runs(root: Path | None = None) -> list[dict[str, Any]]:
         eval_split = config.get("eval_split", "eval")
         final_eval = next((e for e in reversed(evals) if e.get("split") == eval_split), None)
         summary = next((c for c in reversed(run.read("comparison")) if c.get("kind") == "summary"), None)
-        trained = summary.get("trained") if isinstance(summary, dict) else None
-        final_success = trained.get("success_rate") if isinstance(trained, dict) else None
-        if final_success is None and final_eval:
-            final_success = final_eval.get("success_rate")
-        # EX: recorded since execution accuracy exists (older runs read None)
-        final_execution = trained.get("execution_accuracy") if isinstance(trained, dict) else None
-        if final_execution is None and final_eval:
-            final_execution = final_eval.get("execution_accuracy")
+        # The headline: the final comparison, else the last periodic eval, success and EX from the same one.
+        measured = final_measure(summary, evals, eval_split)
         rows.append(
             {
                 "run_id": run.run_id,
@@ -409,8 +405,9 @@ def list_runs(root: Path | None = None) -> list[dict[str, Any]]:
                 "step": status.get("step"),
                 "total_steps": status.get("total_steps"),
                 "eval_success": final_eval.get("success_rate") if final_eval else None,
-                "final_success": final_success,
-                "final_execution": final_execution,
+                "final_success": measured.success if measured else None,
+                "final_execution": measured.execution if measured else None,  # runs before EX read None
+                "final_measured_on": measured.label if measured else None,
                 "resumable": status.get("status") in RESUMABLE_STATUSES,
                 "checkpoint": has_checkpoint(run.path),
                 "started_at": status.get("started_at") or status.get("created_at"),

@@ -1,8 +1,9 @@
 """`python -m training.runs list [--runs-dir DIR] [--json]`: every run under the runs folder, newest first.
 
-Prints one line per run — id, status, GRPO step / total, model, dataset, final success and final EX (the trained
-model's answer success and execution accuracy in the final comparison, else its last eval; "-" before EX) — or, with `--json`, one JSON object per line with the same fields and
-more (`training.run_dir.list_runs`). A run whose process died reads `interrupted` (see
+Prints one line per run — id, status, GRPO step / total, model, dataset, success and EX, and what they measured
+(the trained model in the final comparison, else the model at its last periodic eval, with the question count: the
+words the dashboard's Runs tab uses; "-" before EX) — or, with `--json`, one JSON object per line with the same
+fields and more (`training.run_dir.list_runs`). A run whose process died reads `interrupted` (see
 `training.run_dir.live_status`), and `resumable` says whether `python -m training.train --resume` can continue it.
 """
 
@@ -17,7 +18,7 @@ from training.run_dir import default_runs_root, list_runs
 
 __all__ = ["main", "format_table"]
 
-COLUMNS = ("run", "status", "steps", "model", "dataset", "final success", "final EX")
+COLUMNS = ("run", "status", "steps", "model", "dataset", "success", "EX", "measured on")
 
 
 def _row(run: dict) -> tuple[str, ...]:
@@ -27,7 +28,8 @@ def _row(run: dict) -> tuple[str, ...]:
             f"{step if step is not None else '?'}/{total if total is not None else '?'}",
             str(run.get("model", "?")), str(run.get("dataset", "?")),
             f"{success:.0%}" if isinstance(success, (int, float)) else "-",
-            f"{execution:.0%}" if isinstance(execution, (int, float)) else "-")
+            f"{execution:.0%}" if isinstance(execution, (int, float)) else "-",
+            str(run.get("final_measured_on") or "-"))
 
 
 def format_table(runs: list[dict]) -> str:
@@ -46,7 +48,7 @@ class _ArgumentParser(argparse.ArgumentParser):
 def main(argv: list[str] | None = None) -> int:
     parser = _ArgumentParser(prog="python -m training.runs", description="List SQLEnv training runs.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
-    listing = sub.add_parser("list", help="every run: id, status, step/total, model, dataset, final success")
+    listing = sub.add_parser("list", help="every run: id, status, step/total, model, dataset, success, EX and what they measured")
     listing.add_argument("--runs-dir", type=Path, default=None,
                          help="runs folder (default $SQLENV_RUNS_DIR or runs/)")
     listing.add_argument("--json", action="store_true", help="one JSON object per run and line")
