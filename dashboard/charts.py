@@ -256,6 +256,8 @@ def phase_panels_figure(panels: list[dict[str, Any]], title: str, empty_note: st
                                   "domain": list(domain), "anchor": y_id}
         if xs and max(xs) - min(xs) < 10:
             x_axis["dtick"] = 1  # a young phase: whole steps, not 1.5
+        elif len(panels) > 1:
+            x_axis["nticks"] = 4  # a narrow panel: few labels, so "1000 2000 ... 5000" are not turned on their side
         axes["xaxis" if i == 0 else f"xaxis{i + 1}"] = x_axis
         axes["yaxis" if y_id == "y" else f"yaxis{y_id[1:]}"] = {
             **_AXIS, "title": {"text": panel.get("y_title", "")}, "anchor": x_id, **(panel.get("yaxis") or {})}
