@@ -14,6 +14,7 @@ import importlib.util
 import os
 import sys
 import types
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -39,7 +40,14 @@ def official_exec_eval():
     return importlib.import_module(PACKAGE + ".exec_eval")
 
 
+# `eval_exec_match` runs each query with `asyncio.run`, which refuses to start where an event loop already runs:
+# in the whole suite, the browser tests' Playwright (sync API) keeps one running on the main thread for the session.
+# A thread of its own has none.
+_RUNNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="official-exec-eval")
+
+
 def official_label(db_path: Path, pred: str, gold: str) -> int:
     """`eval_exec_match` with the defaults every published Spider EX uses: 1 (match) or 0."""
-    return official_exec_eval().eval_exec_match(db=str(db_path), p_str=pred, g_str=gold, plug_value=False,
-                                                keep_distinct=False, progress_bar_for_each_datapoint=False)
+    exec_eval = official_exec_eval()
+    return _RUNNER.submit(exec_eval.eval_exec_match, db=str(db_path), p_str=pred, g_str=gold, plug_value=False,
+                          keep_distinct=False, progress_bar_for_each_datapoint=False).result()
