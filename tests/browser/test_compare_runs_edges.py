@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from page_actions import open_tab, pick  # tests/, the root conftest's folder, is on sys.path
+
 pytestmark = [pytest.mark.browser]
 
 PAIRS = 120  # more than Gradio's dropdown shows before scrolling (100)
@@ -85,18 +87,6 @@ def write_edge_runs(runs, builtin) -> None:
 def edge_runs(dashboard, builtin):
     write_edge_runs(dashboard["runs"], builtin)
     return dashboard
-
-
-def open_tab(page, name: str) -> None:
-    page.get_by_role("tab", name=name, exact=True).click()
-
-
-def pick(page, elem_id: str, label_start: str) -> None:
-    """Choose the option of Gradio dropdown `#elem_id` whose label starts with `label_start`."""
-    box = page.locator(f"#{elem_id} input")
-    box.click()
-    box.fill(label_start)
-    page.locator(f'#{elem_id} [role=option][aria-label^="{label_start}"]').first.click()
 
 
 # Every word of every header cell of `#id` on one line: a word's text range with boxes on two lines is broken (a

@@ -11,22 +11,11 @@ import re
 
 import pytest
 
+from page_actions import open_tab, pick  # tests/, the root conftest's folder, is on sys.path
+
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 RUN_ID = re.compile(r"^run-")
-
-
-def open_tab(page, name: str) -> None:
-    page.get_by_role("tab", name=name, exact=True).click()
-
-
-def pick(page, elem_id: str, label_start: str) -> None:
-    """Choose the option of Gradio dropdown `#elem_id` whose label starts with `label_start`."""
-    box = page.locator(f"#{elem_id} input")
-    box.click()
-    box.fill(label_start)
-    option = page.locator(f'#{elem_id} [role=option][aria-label^="{label_start}"]').first
-    option.click()
 
 
 def status_attr(page, name: str) -> str:
