@@ -210,44 +210,23 @@ PHASE_LABELS = {"queued": "queued", "starting": "starting", "loading model": "lo
 ENDED = ("completed", "stopped", "failed", "interrupted")
 
 
-def planned_phases(config: dict[str, Any] | None, current: str | None = None) -> list[tuple[str, str]]:
-    """(status.json phase, label) of the phases a run with `config` (its config.json) plays, in order, the evals
-    labelled with their episode counts (what training.phases decides from the same fields); the `current` phase
-    is always among them (a run whose config reads otherwise still shows where it is)."""
+def planned_phases(status: dict[str, Any] | None, current: str | None = None) -> list[tuple[str, str]]:
+    """(status.json phase, label) of the phases the run plays, in order, as the run recorded its plan
+    (`phases` in status.json, written by `training.phases.planned_phases` when it starts; none before, nor in runs
+    older than it); the `current` phase is always among them (a run whose plan reads otherwise still shows where
+    it is)."""
     from dashboard.config_costs import PHASE_ORDER
 
-    phases = _phases_of(config) if config else []  # no config.json yet (a run starting): nothing to list
+    recorded = (status or {}).get("phases")
+    phases = []
+    for phase in recorded if isinstance(recorded, list) else []:
+        if isinstance(phase, dict) and "name" in phase and "label" in phase:
+            phases.append((str(phase["name"]), str(phase["label"])))
     if current in PHASE_ORDER and current != "saving" and current not in dict(phases):
         order = PHASE_ORDER.index(current)
-        at = next((i for i, (name, _) in enumerate(phases) if PHASE_ORDER.index(name) > order), len(phases))
+        at = next((i for i, (name, _) in enumerate(phases)
+                   if name in PHASE_ORDER and PHASE_ORDER.index(name) > order), len(phases))
         phases.insert(at, (current, PHASE_LABELS[current]))
-    return phases
-
-
-def _phases_of(config: dict[str, Any]) -> list[tuple[str, str]]:
-    """The phases `training.phases` plays for this config.json (resolved: `sft.enabled` is true or false)."""
-    sft = config.get("sft") if isinstance(config.get("sft"), dict) else {"enabled": config.get("sft")}
-    builtin = str(config.get("model") or "builtin:tiny").startswith("builtin:")
-    warm_start = bool(sft.get("enabled") if sft.get("enabled") is not None else builtin)
-    compare = config.get("comparison_episodes")
-    compare = compare if isinstance(compare, int) else 0
-    zero_shot = config.get("zero_shot_episodes")
-    zero_shot = min(zero_shot, compare) if isinstance(zero_shot, int) else compare
-    compare_base = config.get("compare_base")
-    if compare_base is None:  # auto, decided by the run's plan: on for builtin:tiny (and on GPUs)
-        compare_base = builtin or config.get("device") == "cuda"
-    phases = [("loading model", "load model")]
-    if compare_base and warm_start and not builtin and zero_shot > 0:
-        phases.append(("zero-shot eval", f"zero-shot eval ({zero_shot} episodes)"))
-    if warm_start:
-        steps = sft.get("max_steps")
-        phases.append(("sft", f"warm start (SFT, {steps} steps)" if isinstance(steps, int) else PHASE_LABELS["sft"]))
-    if compare_base and compare > 0:
-        phases.append(("base eval", f"base eval ({compare} episodes)"))
-    steps = config.get("max_steps")
-    phases.append(("grpo", f"GRPO ({steps} steps)" if isinstance(steps, int) else PHASE_LABELS["grpo"]))
-    if compare > 0:
-        phases.append(("comparison", f"final eval ({compare} episodes)"))
     return phases
 
 
@@ -343,7 +322,7 @@ def status_html(snap: RunSnapshot | None, note: str | None, runner_error: str | 
     kind = {"running": "ok", "completed": "ok", "queued": "warn", "stopped": "warn"}.get(state, "bad")
     total = p["total"] if p["total"] is not None else "?"
     phase = str(status.get("phase") or "")
-    phases = planned_phases(snap.config, phase)
+    phases = planned_phases(status, phase)
     labels = dict(phases)
     names = [name for name, _ in phases]
     # The bar and the line under it follow the phase that runs: its own steps where it has them.

@@ -114,6 +114,10 @@ def test_run_stopped_during_sft_resumes_there(tmp_path):
     run = RunDir(path)
     assert run.read_status()["status"] == "stopped"
     assert (run.path / "checkpoints" / "sft" / "checkpoint-1").is_dir()  # the stop saved one
+    # The run recorded its plan (what the dashboard's phase list shows), the warm start with its size.
+    plan = run.read_status()["phases"]
+    assert [p["name"] for p in plan][:2] == ["loading model", "sft"] and "grpo" in [p["name"] for p in plan]
+    assert {"name": "sft", "label": "warm start (SFT, 3 steps)"} in plan
     # Saved as runs before the `sft` section saved it (flat sft_* keys): it still loads and resumes.
     saved = json.loads(run.file("config.json").read_text())
     flat = {**{k: v for k, v in saved.items() if k != "sft"}, "sft": saved["sft"]["enabled"],
@@ -123,6 +127,7 @@ def test_run_stopped_during_sft_resumes_there(tmp_path):
         path = resume_training(path)
     status = run.read_status()
     assert status["status"] == "completed" and status["step"] == 2 and status["sft"]["steps"] == 3
+    assert status["phases"] == plan  # resumed: the plan stays whole, the warm start in it
     metrics = run.read("metrics")
     assert [(m["phase"], m["step"]) for m in metrics] == [("sft", 1), ("sft", 2), ("sft", 3), ("grpo", 1), ("grpo", 2)]
     assert json.loads(run.file("sft_config.json").read_text())["logging_steps"] == 1

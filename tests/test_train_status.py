@@ -21,10 +21,23 @@ REPO = Path(__file__).resolve().parent.parent
 TINY = TrainConfig.from_json(REPO / "configs" / "tiny_cpu.json").resolved().to_dict()  # SFT, base eval, GRPO, final eval
 
 
+def _planned(tmp_path, **fields) -> list[dict]:
+    """status.json's `phases` as `training.train` writes them for a run of TINY with `fields` changed (the plan of
+    a real run: `training.phases.planned_phases` over its resolved RunPlan)."""
+    from training.callbacks import RunRecorder
+    from training.phases import RunState, planned_phases
+    from training.plan import RunPlan
+
+    plan = RunPlan.resolve(TrainConfig.from_dict({**TINY, "output_dir": str(tmp_path / "plan"), **fields}))
+    run = RunDir(plan.run_dir)
+    return planned_phases(RunState(plan, run, RunRecorder(run, is_main=False)))
+
+
 def _run(tmp_path, **status):
     run = RunDir.create(tmp_path, "r1")
     run.write_config(TINY)
-    run.write_status("running", started_at=now_iso(), step=0, total_steps=TINY["max_steps"], **status)
+    run.write_status("running", started_at=now_iso(), step=0, total_steps=TINY["max_steps"],
+                     phases=_planned(tmp_path), **status)
     return run
 
 
@@ -36,21 +49,23 @@ def _phase_states(bar: str) -> dict[str, str]:
     return dict(re.findall(r'data-phase="([^"]+)" data-state="(\w+)"', bar.split('id="train-phases"', 1)[1]))
 
 
-def test_the_phases_of_a_run_are_listed_with_their_sizes():
-    phases = planned_phases(TINY)
+def test_the_phases_of_a_run_are_listed_with_their_sizes(tmp_path):
+    """The run records its plan (the phases it will play, with their sizes) and the status bar lists it: the
+    dashboard reads the trainer's own decision, never a guess from the config."""
+    phases = planned_phases({"phases": _planned(tmp_path)})
     assert [name for name, _ in phases] == ["loading model", "sft", "base eval", "grpo", "comparison"]
     labels = dict(phases)
     assert labels["sft"] == "warm start (SFT, 5000 steps)" and labels["grpo"] == "GRPO (40 steps)"
     assert labels["base eval"] == "base eval (200 episodes)" and labels["comparison"] == "final eval (200 episodes)"
     # A pretrained model warm-started plays its zero-shot eval first; without evals there are none to show.
-    smol = TrainConfig(model="smollm2-135m", sft=True, compare_base=True, comparison_episodes=30,
-                       zero_shot_episodes=10).resolved()
-    assert dict(planned_phases(smol.to_dict()))["zero-shot eval"] == "zero-shot eval (10 episodes)"
-    bare = TrainConfig(sft=False, comparison_episodes=0).resolved().to_dict()
+    smol = _planned(tmp_path, model="smollm2-135m", sft={"enabled": True}, compare_base=True, comparison_episodes=30,
+                    zero_shot_episodes=10)
+    assert dict(planned_phases({"phases": smol}))["zero-shot eval"] == "zero-shot eval (10 episodes)"
+    bare = {"phases": _planned(tmp_path, sft={"enabled": False}, comparison_episodes=0)}
     assert [name for name, _ in planned_phases(bare)] == ["loading model", "grpo"]
-    # A phase the config does not explain still shows, in run order; a run without its config yet lists nothing.
+    # A phase the plan does not list still shows, in run order; a run without its plan yet lists nothing.
     assert [n for n, _ in planned_phases(bare, "sft")] == ["loading model", "sft", "grpo"]
-    assert planned_phases(None, "starting") == []
+    assert planned_phases({}, "starting") == []
 
 
 def test_the_status_bar_names_the_warm_start_not_grpo_step_0(tmp_path):

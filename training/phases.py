@@ -73,7 +73,8 @@ class RunState:
 
 
 class Phase:
-    """One step of a run. `name` is what status.json's `phase` says while it runs."""
+    """One step of a run. `name` is what status.json's `phase` says while it runs; `label` what a reader calls it
+    (with its size), in status.json's `phases`, the run's plan."""
 
     name = ""
     #: honour a stop before the phase starts (the comparison runs after a stop too)
@@ -81,6 +82,9 @@ class Phase:
 
     def wanted(self, state: RunState) -> bool:
         return True
+
+    def label(self, state: RunState) -> str:
+        return self.name
 
     def run(self, state: RunState) -> None:
         raise NotImplementedError
@@ -90,6 +94,9 @@ class LoadModel(Phase):
     """Load the model (`config.model`, or `warm_start/` when a resumed run already warm-started it)."""
 
     name = "loading model"
+
+    def label(self, state: RunState) -> str:
+        return "load model"
 
     def run(self, state: RunState) -> None:
         from training.models import load_model_and_tokenizer
@@ -118,6 +125,9 @@ class ZeroShotEval(Phase):
         return (bool(config.compare_base) and bool(config.sft.enabled) and not config.is_builtin_model
                 and config.resolved_zero_shot_episodes() > 0 and state.is_main)
 
+    def label(self, state: RunState) -> str:
+        return f"zero-shot eval ({state.config.resolved_zero_shot_episodes()} episodes)"
+
     def run(self, state: RunState) -> None:
         from sqlenv.evaluation import EvaluationResult
 
@@ -144,6 +154,10 @@ class WarmStart(Phase):
 
     def wanted(self, state: RunState) -> bool:
         return bool(state.config.sft.enabled) and not self.done(state)
+
+    def label(self, state: RunState) -> str:
+        steps = state.config.sft.max_steps
+        return f"warm start (SFT, {steps} steps)" if isinstance(steps, int) and steps > 0 else "warm start (SFT)"
 
     def run(self, state: RunState) -> None:
         from training.warm_start import run_sft
@@ -177,6 +191,9 @@ class BaseEval(Phase):
         config = state.config
         return bool(config.compare_base) and state.is_main and config.comparison_episodes > 0
 
+    def label(self, state: RunState) -> str:
+        return f"base eval ({state.config.comparison_episodes} episodes)"
+
     def run(self, state: RunState) -> None:
         state.recorder.status(phase=self.name)
         state.baselines["base"] = _play_model(state.model, state.tokenizer, state.plan, "base")
@@ -186,6 +203,9 @@ class GRPO(Phase):
     """GRPO with TRL (`training.grpo.build_trainer`), resumable from `checkpoints/grpo/`; saves `final/`."""
 
     name = "grpo"
+
+    def label(self, state: RunState) -> str:
+        return f"GRPO ({state.config.max_steps} steps)"
 
     def run(self, state: RunState) -> None:
         from training.grpo import build_trainer
@@ -223,6 +243,9 @@ class Comparison(Phase):
     def wanted(self, state: RunState) -> bool:
         return state.is_main and state.config.comparison_episodes > 0
 
+    def label(self, state: RunState) -> str:
+        return f"final eval ({state.config.comparison_episodes} episodes)"
+
     def run(self, state: RunState) -> None:
         state.recorder.status(phase=self.name)
         n = state.config.comparison_episodes
@@ -233,6 +256,12 @@ class Comparison(Phase):
 def run_phases() -> list[Phase]:
     """The phases of a run, in order."""
     return [LoadModel(), ZeroShotEval(), WarmStart(), BaseEval(), GRPO(), Comparison()]
+
+
+def planned_phases(state: RunState) -> list[dict[str, str]]:
+    """The phases this run will play, in order, as status.json's `phases` records them for readers (the dashboard's
+    phase list): `{"name": <its status.json phase>, "label": "warm start (SFT, 5000 steps)"}`."""
+    return [{"name": phase.name, "label": phase.label(state)} for phase in run_phases() if phase.wanted(state)]
 
 
 def _resume_point(state: RunState, phase: str) -> tuple[Path | None, int | None]:

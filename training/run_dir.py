@@ -4,7 +4,8 @@ Layout of ``runs/<run_id>/``::
 
     config.json        the TrainConfig as JSON (resolved: what the run used)
     status.json        status (queued/running/completed/failed/stopped), error, timestamps, step, total_steps,
-                       and who writes it: pid, host, heartbeat_at (see `live_status`: a dead writer reads
+                       phase (the one running) and phases (the run's plan: [{"name", "label"}], in order), and
+                       who writes it: pid, host, heartbeat_at (see `live_status`: a dead writer reads
                        `interrupted`)
     metrics.jsonl      one line per TRL log (plus "step" and "time")
     evals.jsonl        {"step", "split", "success_rate", "avg_reward", "avg_steps", "n_episodes", "time",

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from training.callbacks import Listener, RunRecorder
-from training.phases import RunState, RunStopped, run_phases, save_final
+from training.phases import RunState, RunStopped, planned_phases, run_phases, save_final
 from training.config import TrainConfig
 from training.run_dir import (
     HEARTBEAT_SECONDS,
@@ -106,8 +106,11 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
     state = RunState(plan, run, recorder, stop_event=stop_event, resume=resume, is_main=is_main)
     threads_before = _set_cpu_threads(plan)
     try:
-        recorder.status("running", started_at=run.read_status(default={}).get("started_at") or now_iso(),
-                        phase="loading model", device=plan.device, precision=plan.precision,
+        written = run.read_status(default={})
+        # The plan as the run began: a resumed run skips what it has done, but its list of phases stays whole.
+        phases = written.get("phases") if resume and written.get("phases") else planned_phases(state)
+        recorder.status("running", started_at=written.get("started_at") or now_iso(),
+                        phase="loading model", phases=phases, device=plan.device, precision=plan.precision,
                         cpu_threads=plan.cpu_threads)
         for phase in run_phases():
             if not phase.wanted(state):
