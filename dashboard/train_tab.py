@@ -230,10 +230,15 @@ def planned_phases(status: dict[str, Any] | None, current: str | None = None) ->
     return phases
 
 
+def phase_slot(phase: Any) -> Any:
+    """The planned phase a status.json `phase` belongs to: saving the model closes GRPO."""
+    return "grpo" if phase == "saving" else phase
+
+
 def ended_in(status: dict[str, Any], names: list[str]) -> str | None:
     """The phase a run that did not complete (stopped, failed, interrupted) ended in: the one its status.json still
     names, else (a stopped or failed run says "done" / "failed") the last of `names` that left a start stamp."""
-    phase = "grpo" if status.get("phase") == "saving" else status.get("phase")
+    phase = phase_slot(status.get("phase"))
     if phase in names:
         return phase
     stamps = {"sft": "sft_started_at", "grpo": "grpo_started_at"}
@@ -252,7 +257,7 @@ def phase_strip_html(phases: list[tuple[str, str]], status: dict[str, Any], stat
     elif state in ENDED:
         at = names.index(ended_in(status, names)) if names else -1
     else:
-        slot = "grpo" if current == "saving" else current  # saving the model closes GRPO
+        slot = phase_slot(current)
         at = names.index(slot) if slot in names else -1
     # A run stopped in GRPO still plays its (short) final eval.
     final_after_stop = state == "stopped" and 0 <= at < len(names) and names[at] == "grpo"
@@ -291,7 +296,7 @@ def remaining_text(snap: RunSnapshot, phases: list[tuple[str, str]], now: float 
     if parts is None:  # queued or starting: the first phase has not begun
         return "estimating once the run starts…"
     names = [name for name, _ in phases]
-    slot = "grpo" if phase == "saving" else phase
+    slot = phase_slot(phase)
     later = len(names) - names.index(slot) - 1 if slot in names else 0
     # The phases themselves are listed just above (the phase strip): count them, do not repeat them.
     more = f"then {later} more phase{'s' if later != 1 else ''}" if later else ""
@@ -337,12 +342,11 @@ def status_html(snap: RunSnapshot | None, note: str | None, runner_error: str | 
         doing = f"<b>{html.escape(labels[phase])}</b>"
     else:
         doing = f"<b>{html.escape(PHASE_LABELS.get(phase, phase or state))}</b>"
-    slot = "grpo" if phase == "saving" else phase
+    slot = phase_slot(phase)
     if slot in names and state not in ENDED:
         doing += f" (phase {names.index(slot) + 1} of {len(names)})"
     if state == "completed":
         pct = 100.0
-    if state == "completed":
         doing = f'GRPO step <b>{p["step"]} / {total}</b>'
     elif state in ENDED:  # say where it ended, not what it was doing
         where = ended_in(status, names)
