@@ -1,4 +1,4 @@
-"""`python -m sqlenv …` — see `sqlenv/cli.py`."""
+"""`python -m sqlenv …` — see `sqlenv/cli/` (one module per subcommand)."""
 
 import sys
 

@@ -1,0 +1,57 @@
+"""`python -m sqlenv serve`: the environment over HTTP/WebSocket as an OpenEnv server (needs `sqlenv[server]`).
+
+    python -m sqlenv serve --dataset builtin --split train --host 127.0.0.1 --port 8000
+
+The server's configuration is this command line (the Dockerfile runs it with `--host 0.0.0.0 --web`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, TextIO
+
+from sqlenv.cli.arguments import CLIError, one_line, port, positive_float, positive_int
+from sqlenv.cli.environments import resolve
+
+
+def add_parser(commands: Any) -> None:
+    """Add `serve` to the top parser's `commands`."""
+    srv = commands.add_parser("serve", help="serve the environment over HTTP/WebSocket (OpenEnv; needs sqlenv[server])")
+    srv.add_argument("--dataset", default="builtin", help="dataset name or path (default: builtin)")
+    srv.add_argument("--split", default="train", help="split served (default: train)")
+    srv.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1; 0.0.0.0 in a container)")
+    srv.add_argument("--port", type=port, default=8000, help="TCP port (default 8000)")
+    srv.add_argument("--budget", type=positive_int, default=15,
+                     help="step budget when a reset asks for none (default 15)")
+    srv.add_argument("--max-sessions", type=positive_int, default=64,
+                     help="most concurrent WebSocket sessions (default 64)")
+    srv.add_argument("--session-timeout", type=positive_float, default=600.0,
+                     help="seconds an idle session is kept before the server closes it (default 600)")
+    srv.add_argument("--request-timeout", type=positive_float, default=10.0,
+                     help="seconds a connection has to send a request head, and a POST its body, before the server "
+                          "closes it (default 10)")
+    srv.add_argument("--web", action="store_true", help="also serve OpenEnv's playground page at /web")
+    srv.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="warning",
+                     help="uvicorn log level (default warning)")
+    srv.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
+    """Serve until stopped; the dataset and split are checked before the server stack is imported."""
+    info = resolve(args.dataset)  # bad input first: the server stack takes seconds to import
+    try:
+        info.questions_path(args.split)
+    except ValueError as exc:
+        raise CLIError(one_line(exc)) from None
+    try:
+        from sqlenv.server.app import serve
+        from sqlenv.server.environment import ServerConfig
+    except ImportError as exc:
+        raise CLIError(one_line(exc)) from None
+    try:
+        config = ServerConfig.from_dataset(info.root, split=args.split, step_budget=args.budget)
+    except ValueError as exc:
+        raise CLIError(one_line(exc)) from None
+    serve(config, host=args.host, port=args.port, max_sessions=args.max_sessions, web=args.web,
+          log_level=args.log_level, session_timeout_s=args.session_timeout, request_timeout_s=args.request_timeout)
+    return 0
