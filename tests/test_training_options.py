@@ -95,10 +95,10 @@ def test_data_dir_is_where_named_datasets_resolve(tmp_path):
 
 
 def test_train_top_layers_trains_only_the_top_layers(tmp_path):
-    """`train_top_layers=1` on a real GRPO trainer: its optimizer holds the top decoder layer and the final norm and
-    nothing else; a backward pass computes gradients for those alone (autograd stops at the top layer); a step of the
-    trainer's optimizer changes them and leaves the embeddings (tied to the output head) and lower layers as they
-    were."""
+    """`train_top_layers=1` with the head frozen (`train_head=false`) on a real GRPO trainer: its optimizer holds the
+    top decoder layer and the final norm and nothing else; a backward pass computes gradients for those alone
+    (autograd stops at the top layer); a step of the trainer's optimizer changes them and leaves the embeddings (tied
+    to the output head) and lower layers as they were. The head trained by default: tests/test_recipe.py."""
     import torch
 
     from training.grpo import build_trainer
@@ -110,7 +110,7 @@ def test_train_top_layers_trains_only_the_top_layers(tmp_path):
     assert n_layers >= 2
     top = f"layers.{n_layers - 1}."
     expected = {name for name, _ in model.named_parameters() if top in name or name == "model.norm.weight"}
-    config = small_train_config(tmp_path, train_top_layers=1, learning_rate=1e-2)
+    config = small_train_config(tmp_path, train_top_layers=1, train_head=False, learning_rate=1e-2)
     trainer = build_trainer(config, model, tokenizer, output_dir=str(tmp_path / "trainer"))
     names = {id(p): name for name, p in model.named_parameters()}
     optimizer = trainer.create_optimizer()

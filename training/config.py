@@ -230,11 +230,15 @@ class TrainConfig:
             `"rollout_func"` (the batched path: `training.grpo.rollout.BatchedRollout` plays all episodes of a step
             together, one generation per turn for all of them; several times faster on small models).
         gradient_checkpointing: trade compute for memory on big models (default False).
-        train_top_layers: GRPO trains only the top N decoder layers and the final norm; the embeddings, the output
-            head tied to them and the layers below stay frozen, so the backward pass stops at the lowest trained
-            layer (SmolLM2-135M on a CPU: 8 of its 30 layers halve a GRPO step) and the optimizer state and
-            checkpoints shrink to match. `None` (default) = every weight. Not with `lora` (an adapter already
-            trains a few weights). The warm start trains every weight.
+        train_top_layers: GRPO trains only the top N decoder layers, the final norm and the output head (see
+            `train_head`); the input embeddings and the layers below stay frozen, so the backward pass stops at the
+            lowest trained layer (SmolLM2-135M on a CPU: 8 of its 30 layers halve a GRPO step) and the optimizer
+            state and checkpoints shrink to match. `None` (default) = every weight. Not with `lora` (an adapter
+            already trains a few weights). The warm start trains every weight.
+        train_head: with `train_top_layers`, train the output head too (default True). It carries most of a small
+            model's policy-gradient signal (issue 34: the top layer alone left the tiny model at 0%, with the head
+            49%). A head tied to the input embedding (SmolLM2, the tiny model) learns from the output side only, so
+            backward still stops at the lowest trained layer (`training.models.trainable`). False freezes it.
         seed: seed of model init, sampling, data order and evals (default 0).
         grpo: any other `trl.GRPOConfig` field, passed through as is, e.g. `{"loss_type": "dr_grpo",
             "scale_rewards": "none", "top_p": 0.95, "use_transformers_continuous_batching": true}` (CLI:
@@ -319,6 +323,7 @@ class TrainConfig:
     rollout: str = "environment"
     gradient_checkpointing: bool = False
     train_top_layers: int | None = None
+    train_head: bool = True
     seed: int = 0
     grpo: dict = dataclasses.field(default_factory=dict)
     lora: dict | None = None
@@ -426,6 +431,9 @@ class TrainConfig:
                      "weight)")
             if self.lora is not None:
                 fail("train_top_layers and lora both choose what GRPO trains: set one of them (null the other)")
+        elif not self.train_head:
+            fail("train_head=false freezes the output head under train_top_layers; without train_top_layers every "
+                 "weight trains: set train_top_layers, or train_head=true")
         _check_owned_keys("grpo", self.grpo, GRPO_OWNED)
         generation = self.grpo.get("generation_kwargs") or {}
         if not isinstance(generation, dict):

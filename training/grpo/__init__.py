@@ -143,7 +143,7 @@ def build_trainer(plan: Any, model: Any, tokenizer: Any, *, output_dir: str | No
     if config.train_top_layers is not None:
         from training.models.trainable import train_top_layers
 
-        train_top_layers(model, config.train_top_layers)
+        train_top_layers(model, config.train_top_layers, train_head=config.train_head)
     common = dict(model=model, reward_funcs=list(REWARD_FUNCS), args=args, processing_class=tokenizer,
                   callbacks=callbacks, peft_config=lora_config(config))
     with warnings.catch_warnings():
