@@ -1,0 +1,277 @@
+"""The project's layers, read from its source: sqlenv → training → dashboard → bench, each importing only the floors
+below it; `sqlenv` free of ML code; no import cycle inside `sqlenv`; each of its subpackages importing only what it
+declares.
+
+The import graph is read with `ast` from every `.py` file, every import statement counted, those inside functions
+(lazy imports) and `TYPE_CHECKING` blocks included: a lazy import is still a dependency. One subprocess also imports
+every `sqlenv` module and looks at `sys.modules`, which catches ML code pulled in by a third-party package.
+
+When `sqlenv/` gains a subpackage, declare it in `SUBPACKAGES` below (what it may import from the rest of
+`sqlenv`), and say the same in words in its `__init__` docstring.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+# The floors, lowest first: a module may import its own floor and those below. app.py launches the dashboard.
+FLOORS = {"sqlenv": 0, "training": 1, "dashboard": 2, "app": 2, "bench": 3}
+
+# What `sqlenv` never imports, directly or through another package: the ML stack and the UI.
+ML_STACK = ("torch", "transformers", "trl", "gradio", "peft", "accelerate", "datasets", "tokenizers", "safetensors")
+# ...except that `sqlenv.server` stands on PyPI's `openenv`, whose `openenv.core` imports gradio (its /web page)
+# whether or not the page is served: allowed there at run time, never named by `sqlenv.server`'s own imports.
+THIRD_PARTY_ALLOWED = {"server": {"gradio"}}
+
+ANY = "*"
+# sqlenv's units are its top-level modules (the core: types, protocol, environment, ...) and its subpackages.
+# Each subpackage declares the units it may import (ANY: the whole of sqlenv; the package's own `__init__` is always
+# allowed: it holds only lazy exports). A subpackage not listed fails `test_every_subpackage_is_declared`.
+SUBPACKAGES: dict[str, set[str] | str] = {
+    "builtin": {"dataset_dir", "difficulty", "types"},
+    "server": {"datasets", "environment", "native_memory", "protocol", "rewards", "sandbox", "transcript", "types"},
+    "cli": ANY,  # the command line sits on top of the whole package
+}
+# Entry points over the rest of sqlenv, and the only units that may import them.
+ENTRY_POINTS = {"cli": {"__main__"}, "server": {"cli"}}
+
+
+# --------------------------------------------------------------------------------------------------- the graph
+
+
+@dataclass
+class Module:
+    name: str  # dotted, e.g. "sqlenv.cli.eval"; "app" for app.py
+    path: Path
+    is_package: bool
+    imports: set[str] = field(default_factory=set)  # every module name imported (dotted, as written, resolved)
+    tree: ast.Module | None = None
+
+
+def _source_files() -> dict[str, Module]:
+    modules = {}
+    for top in FLOORS:
+        paths = [REPO / f"{top}.py"] if (REPO / f"{top}.py").is_file() else sorted((REPO / top).rglob("*.py"))
+        for path in paths:
+            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            is_package = parts[-1] == "__init__"
+            if is_package:
+                parts = parts[:-1]
+            name = ".".join(parts)
+            modules[name] = Module(name, path, is_package, tree=ast.parse(path.read_text(), filename=str(path)))
+    return modules
+
+
+def _lazy_exports(module: Module, known: set[str]) -> dict[str, str]:
+    """A package's lazily exported names: module-level dicts of {name: "dotted.module"} (`sqlenv._EXPORTS`)."""
+    exports = {}
+    for node in module.tree.body:
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        if isinstance(value, ast.Dict) and value.keys:
+            pairs = [(k.value, v.value) for k, v in zip(value.keys, value.values)
+                     if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)
+                     and isinstance(k.value, str) and isinstance(v.value, str)]
+            if len(pairs) == len(value.keys) and all(v in known for _, v in pairs):
+                exports.update(pairs)
+    return exports
+
+
+def _resolve_imports(modules: dict[str, Module]) -> None:
+    """Fill each module's `imports`: `from P import N` names the module P.N when it is one, else the module that
+    P lazily exports N from, else P; relative imports resolved; a string constant naming a project module exactly
+    (for importlib or runpy) counts as an import too, except a package's own lazy-export targets (loaded on first
+    use of the name, by whoever uses it)."""
+    known = set(modules)
+    exports = {name: _lazy_exports(m, known) for name, m in modules.items() if m.is_package}
+    for module in modules.values():
+        package = module.name.split(".") if module.is_package else module.name.split(".")[:-1]
+        lazy_targets = set(exports.get(module.name, {}).values())  # imported on first use, not by the package
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.Import):
+                module.imports.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = package[: len(package) - (node.level - 1)]
+                    base = ".".join(parent + ([node.module] if node.module else []))
+                for alias in node.names:
+                    target = f"{base}.{alias.name}"
+                    if target not in known:
+                        target = exports.get(base, {}).get(alias.name, base)
+                    module.imports.add(target)
+            elif (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in known
+                  and "." in node.value and node.value not in lazy_targets):
+                module.imports.add(node.value)
+        module.imports.discard(module.name)
+
+
+@pytest.fixture(scope="module")
+def modules() -> dict[str, Module]:
+    found = _source_files()
+    _resolve_imports(found)
+    return found
+
+
+def _top(name: str) -> str:
+    return name.split(".")[0]
+
+
+def _unit(name: str) -> str:
+    """sqlenv's unit of a module: its subpackage or top-level module; "" for the package `sqlenv` itself."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _subpackage(name: str, modules: dict[str, Module]) -> str | None:
+    """The sqlenv subpackage a module belongs to (None for the core's top-level modules and the package itself)."""
+    unit = _unit(name)
+    package = modules.get(f"sqlenv.{unit}")
+    return unit if _top(name) == "sqlenv" and unit and package is not None and package.is_package else None
+
+
+def _sqlenv(modules: dict[str, Module]) -> dict[str, Module]:
+    return {name: m for name, m in modules.items() if _top(name) == "sqlenv"}
+
+
+def _subpackages(modules: dict[str, Module]) -> set[str]:
+    return {_subpackage(name, modules) for name in modules} - {None}
+
+
+# --------------------------------------------------------------------------------------------------- floors
+
+
+def test_no_module_imports_a_floor_above_its_own(modules):
+    wrong = sorted(f"{name} imports {target}" for name, m in modules.items() for target in m.imports
+                   if _top(target) in FLOORS and FLOORS[_top(target)] > FLOORS[_top(name)])
+    assert not wrong, "\n".join(wrong)
+
+
+def test_sqlenv_names_no_ml_or_ui_package(modules):
+    wrong = sorted(f"{name} imports {target}" for name, m in _sqlenv(modules).items() for target in m.imports
+                   if _top(target) in ML_STACK)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_importing_every_sqlenv_module_loads_no_ml_code(modules):
+    """Every sqlenv module imported in one fresh process, the core before `sqlenv.server`: what each brought in."""
+    core = sorted(n for n in _sqlenv(modules) if _unit(n) != "server")
+    server = sorted(n for n in _sqlenv(modules) if _unit(n) == "server")
+    code = (
+        "import importlib, json, sys\n"
+        "def loaded(names):\n"
+        "    for name in names: importlib.import_module(name)\n"
+        "    return sorted({m.split('.')[0] for m in sys.modules} & set(ML))\n"
+        f"ML = {list(ML_STACK)!r}\n"
+        f"print(json.dumps({{'core': loaded({core!r}), 'server': loaded({server!r})}}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert loaded["core"] == [], f"importing sqlenv's core loads {loaded['core']}"
+    extra = set(loaded["server"]) - THIRD_PARTY_ALLOWED["server"]
+    assert not extra, f"importing sqlenv.server loads {sorted(extra)}"
+
+
+# --------------------------------------------------------------------------------------------------- inside sqlenv
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of `graph` (as a path that returns to its start), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_cycle_finder_finds_a_cycle_and_passes_a_tree():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_cycle_between_sqlenv_modules(modules):
+    inside = _sqlenv(modules)
+    cycle = _cycle({name: {t for t in m.imports if t in inside} for name, m in inside.items()})
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_no_import_cycle_between_sqlenv_units(modules):
+    """Subpackages and top-level modules as nodes: a subpackage never needs what needs it."""
+    graph: dict[str, set[str]] = {}
+    for name, m in _sqlenv(modules).items():
+        graph.setdefault(_unit(name), set()).update(
+            _unit(t) for t in m.imports if _top(t) == "sqlenv" and _unit(t) not in ("", _unit(name)))
+    cycle = _cycle(graph)
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_every_subpackage_is_declared(modules):
+    undeclared = sorted(_subpackages(modules) - set(SUBPACKAGES))
+    assert not undeclared, (f"sqlenv subpackages {undeclared} are not in tests/test_layers.py's SUBPACKAGES: "
+                            "declare what each may import there and in its __init__ docstring")
+
+
+def test_subpackages_import_only_what_they_declare(modules):
+    wrong = []
+    for name, m in _sqlenv(modules).items():
+        allowed = SUBPACKAGES.get(_subpackage(name, modules) or "")
+        if allowed is None or allowed == ANY:
+            continue
+        wrong += [f"{name} imports {t}" for t in sorted(m.imports)
+                  if _top(t) == "sqlenv" and _unit(t) not in {"", _unit(name), *allowed}]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_entry_points_are_imported_only_from_above(modules):
+    wrong = sorted(f"{name} imports {t}" for name, m in _sqlenv(modules).items() for t in m.imports
+                   if _top(t) == "sqlenv" and _unit(t) in ENTRY_POINTS and _unit(t) != _unit(name)
+                   and _unit(name) not in ENTRY_POINTS[_unit(t)])
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_graph_sees_lazy_relative_and_exported_imports(tmp_path, monkeypatch):
+    """The reader itself, on a small package: a lazy import inside a function, a relative import, a name taken from
+    a package's lazy exports, and a runpy-style string all count; a docstring naming a module does not."""
+    pkg = tmp_path / "sqlenv"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text('"""sqlenv.b is named here."""\n_EXPORTS = {"Thing": "sqlenv.b"}\n')
+    (pkg / "a.py").write_text("def f():\n    from sqlenv import Thing\n    return Thing\n")
+    (pkg / "b.py").write_text("from .sub import c\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "c.py").write_text("import runpy\nrunpy.run_module('training.x')\n")
+    (tmp_path / "training").mkdir()
+    (tmp_path / "training" / "x.py").write_text("")
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    found = _source_files()
+    _resolve_imports(found)
+    assert found["sqlenv.a"].imports == {"sqlenv.b"}
+    assert found["sqlenv.b"].imports == {"sqlenv.sub.c"}
+    assert found["sqlenv.sub.c"].imports == {"runpy", "training.x"}
+    assert found["sqlenv"].imports == set()
+    assert [f"{n} imports {t}" for n, m in found.items() for t in m.imports
+            if _top(t) in FLOORS and FLOORS[_top(t)] > FLOORS[_top(n)]] == ["sqlenv.sub.c imports training.x"]
