@@ -14,6 +14,7 @@ from starlette.middleware import Middleware
 from dashboard import compare_tab, play_tab, runs_tab, train_tab
 from dashboard.access import FORWARDED_ALLOW_IPS_ENV, AccessPolicy, OwnerGate, trusted_proxies_setting
 from dashboard.context import AppContext
+from dashboard.http_guard import RequestGuard
 from dashboard.storage import choose_runs_root
 from dashboard.live_plot import plotly_js_path
 from dashboard.transcripts import CSS as TRANSCRIPT_CSS
@@ -104,28 +105,26 @@ def tune_queue(demo: gr.Blocks) -> None:
         queue.progress_update_sleep_when_free = max(queue.progress_update_sleep_when_free, 2 * QUEUE_IDLE_SLEEP_S)
 
 
-# The app takes no files: Gradio refuses uploads larger than this, so visitors cannot fill its temp folder.
+# The app takes no files: Gradio refuses uploads larger than this, so visitors cannot fill its temp folder (the
+# upload route itself is answered 403 by `dashboard.http_guard.RequestGuard`).
 MAX_UPLOAD_BYTES = 1
+# Sessions whose state Gradio keeps (its `state_session_capacity`, 10,000 by default): past it the least recently
+# used goes. Each holds ~230 KB of page state plus the latest value of every input its events sent, each value
+# bounded by `RequestGuard` (`dashboard.http_guard.session_bytes_bound`); a session pushed out loses its Play
+# handle (its episode is closed already past SQLENV_PLAY_MAX_EPISODES), and its page starts again at New episode.
+SESSIONS_ENV = "SQLENV_APP_SESSIONS"
+DEFAULT_SESSIONS_KEPT = 128
+# Events waiting in Gradio's queue, each holding its inputs (default: no limit); one more is told the queue is full.
+QUEUE_MAX_EVENTS = 256
 
 
-class RefuseUploads:
-    """ASGI middleware: every `POST .../upload` (Gradio's `/gradio_api/upload`) is answered 403 before its body is
-    read. The app has no file inputs, yet Gradio's upload route takes files from anyone (1-byte files, 1000 a
-    request, as many requests as sent) and serves them back at `/gradio_api/file=`; `MAX_UPLOAD_BYTES` alone
-    bounds only their size."""
+def sessions_kept(env: dict[str, str] | None = None) -> int:
+    """`SQLENV_APP_SESSIONS` (default 128): how many sessions' state the app keeps."""
+    text = ((os.environ if env is None else env).get(SESSIONS_ENV) or str(DEFAULT_SESSIONS_KEPT)).strip()
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{SESSIONS_ENV} must be a positive integer, got {text!r}")
+    return int(text)
 
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope.get("method") == "POST" \
-                and scope.get("path", "").rstrip("/").endswith("/upload"):
-            body = b"This app takes no files."
-            await send({"type": "http.response.start", "status": 403,
-                        "headers": [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
-            return
-        await self.app(scope, receive, send)
 
 # After every queued event Gradio rebuilds a pandas summary of the last GRADIO_ANALYTICS_MAX_EVENTS (10,000)
 # events for its monitoring page, which this app does not open: with many visitors playing that was the
@@ -140,13 +139,14 @@ def launch(demo: gr.Blocks, host: str, port: int, prevent_thread_lock: bool = Fa
     # uvicorn reads its proxy trust from here when Gradio starts it: none unless the operator set it, so a
     # request's client address is its TCP peer (or what SQLENV_PROXY_HOPS reads), never a loopback peer's header.
     os.environ[FORWARDED_ALLOW_IPS_ENV] = trusted_proxies_setting()
-    demo.queue(default_concurrency_limit=4)
+    demo.queue(default_concurrency_limit=4, max_size=QUEUE_MAX_EVENTS)
     tune_queue(demo)
     plotly_js = plotly_js_path()  # the live charts' plotly.js, served from the installed package (offline)
     return demo.launch(
         server_name=host, server_port=port, prevent_thread_lock=prevent_thread_lock, css=CSS,
         theme=THEME, show_error=True, footer_links=[], allowed_paths=[str(plotly_js)] if plotly_js else None,
-        max_file_size=MAX_UPLOAD_BYTES, app_kwargs={"middleware": [Middleware(RefuseUploads)]},
+        max_file_size=MAX_UPLOAD_BYTES, state_session_capacity=sessions_kept(),
+        app_kwargs={"middleware": [Middleware(RequestGuard, blocks=demo)]},
     )
 
 
@@ -158,6 +158,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         access = AccessPolicy.from_env(args.host)
         play_tab.limits_from_env()
+        sessions_kept()
     except ValueError as exc:  # a malformed owner or Play setting (SQLENV_PROXY_HOPS, ...): one line, exit 2
         print(f"app.py: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -76,3 +76,68 @@ def run_names(values: Any, limit: int = MAX_OVERLAY_RUNS) -> list[str]:
     if len(values) > limit:
         raise InputRefused(f"Too many runs: {len(values)} (at most {limit} on one chart).")
     return [name(v, "Run") for v in values]
+
+
+# ------------------------------------------------------------------------------ what an event may send
+# Gradio stores every input value of an event in the caller's session (for deep links) before any handler runs,
+# and a session lives until `state_session_capacity` newer ones push it out: a handler's check comes too late to
+# keep a value out of memory. So each value is sized where the request arrives (`dashboard.http_guard`), against
+# the largest value its component needs, in bytes of the Python objects Gradio would keep (`python_size`).
+# The app's largest inputs: Play's argument (a Textbox: MAX_ARGUMENT_CHARS), the Train form's Advanced JSON (a
+# Code box), and the Runs table, which the page sends with a row selection.
+MAX_CODE_CHARS = 20_000
+#: A Dataframe input (the Runs table: ~850 bytes a row of 9 cells, so about 600 runs).
+MAX_TABLE_BYTES = 512 * 1024
+#: Every other input (names, lists of at most MAX_OVERLAY_RUNS names, numbers, check boxes, the owner token).
+MAX_SMALL_INPUT_BYTES = 16 * 1024
+#: An event's `event_data` (a row selection carries the selected row and column of the table).
+MAX_EVENT_DATA_BYTES = 256 * 1024
+#: A session hash (the page draws ~11 characters, gradio_client 36): a key of every per-session table.
+MAX_SESSION_HASH_CHARS = 128
+
+
+def text_bytes(chars: int) -> int:
+    """The most a `chars`-character string takes as a Python object (4 bytes a character beyond the BMP)."""
+    return 4 * chars + 100
+
+
+def input_limit(component: Any) -> int:
+    """The largest value (bytes of Python objects, see `python_size`) an event may send for `component`."""
+    import gradio as gr
+
+    if isinstance(component, gr.Code):
+        return text_bytes(MAX_CODE_CHARS)
+    if isinstance(component, gr.Textbox):
+        return text_bytes(getattr(component, "max_length", None) or MAX_ARGUMENT_CHARS)
+    if isinstance(component, gr.Dataframe):
+        return MAX_TABLE_BYTES
+    return MAX_SMALL_INPUT_BYTES
+
+
+def python_size(value: Any, limit: int) -> int:
+    """Bytes of the Python objects of a JSON value (strings, numbers, lists, dicts; every object counted where
+    it appears), counted until they pass `limit`: the walk stops there, so its cost is bounded by the limit,
+    not by the value."""
+    import sys
+
+    total, stack = 0, [value]
+    while stack and total <= limit:
+        item = stack.pop()
+        total += sys.getsizeof(item)
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return total
+
+
+def oversized_input(labels: list[str], limits: list[int], values: list[Any]) -> str | None:
+    """Why an event's input values are refused (the first one over its limit), or None. `labels` and `limits`
+    are the event's inputs'; a value past the last input is held to `MAX_SMALL_INPUT_BYTES`."""
+    for i, value in enumerate(values):
+        limit = limits[i] if i < len(limits) else MAX_SMALL_INPUT_BYTES
+        if python_size(value, limit) > limit:
+            label = labels[i] if i < len(labels) else f"input {i + 1}"
+            return f"{label} is too large: more than {limit:,} bytes."
+    return None
