@@ -198,7 +198,8 @@ def main() -> None:
         plans = _plan(questions, args.sessions, args.episodes, args.seed)
         warmup = list({q.database_name: q for q in questions}.values())  # one question per database
         server = ServerProcess(["--dataset", str(info.root), "--split", args.split,
-                                "--max-sessions", str(args.sessions)]).start()
+                                "--max-sessions", str(args.sessions),
+                                "--max-sessions-per-client", str(args.sessions)]).start()  # all from 127.0.0.1
         report: dict = {"dataset": info.name, "sessions": args.sessions, "episodes_per_session": args.episodes}
         try:
             report["sessions_open_before"] = server.sessions()["open"]

@@ -233,3 +233,81 @@ def test_http_bodies_are_bounded(server):
     assert status == 200 and reply["id"] == 7  # other JSON-RPC calls reach OpenEnv as before
     with urllib.request.urlopen(server.url + "/health", timeout=10) as response:
         assert json.loads(response.read())["status"] == "healthy"
+
+
+# ------------------------------------------------------------------------------------ issue 35, finding 5
+PER_CLIENT = 3
+RESET_TIMEOUT_S = 2.0
+
+
+@pytest.fixture(scope="module")
+def guarded(builtin):
+    """A server with room for every test client but PER_CLIENT sessions per address, and a short reset deadline
+    (the idle timeout stays long, so any close within it is the reset deadline's)."""
+    with ServerProcess(["--dataset", str(builtin.root), "--split", "train", "--max-sessions", "8",
+                        "--max-sessions-per-client", str(PER_CLIENT), "--reset-timeout", str(RESET_TIMEOUT_S),
+                        "--session-timeout", "120"]) as proc:
+        yield proc
+
+
+def _ws_from(server, source: str):
+    """A WebSocket whose TCP peer address is `source` (any of 127/8 reaches the server on loopback)."""
+    from websockets.sync.client import connect
+
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10, source_address=(source, 0))
+    return connect(f"ws://127.0.0.1:{server.port}/ws", sock=sock, proxy=None, compression=None, open_timeout=10)
+
+
+def test_one_client_address_cannot_take_every_session(guarded):
+    """64 sockets from one client that never sent a message took 64 of 64 slots, and honest clients got
+    CAPACITY_REACHED. Now one address holds at most --max-sessions-per-client; others still get sessions."""
+    from websockets.exceptions import ConnectionClosed
+
+    assert guarded.wait_sessions(0) == 0
+    with contextlib.ExitStack() as stack:
+        idle = [stack.enter_context(_ws_from(guarded, "127.0.0.1")) for _ in range(PER_CLIENT)]
+        assert guarded.wait_sessions(PER_CLIENT) == PER_CLIENT
+        # A forged X-Forwarded-For from a loopback peer names no other client.
+        from websockets.sync.client import connect
+
+        extra = stack.enter_context(connect(f"ws://127.0.0.1:{guarded.port}/ws", proxy=None, compression=None,
+                                            additional_headers={"X-Forwarded-For": "203.0.113.7"}))
+        refused = json.loads(extra.recv(timeout=10))
+        assert refused["type"] == "error" and refused["data"]["code"] == "CAPACITY_REACHED", refused
+        assert "per-client" in refused["data"]["message"]
+        with pytest.raises(ConnectionClosed):
+            _reset(extra)
+        honest = stack.enter_context(_ws_from(guarded, "127.0.0.2"))
+        assert _reset(honest)["type"] == "observation"
+        assert guarded.sessions()["open"] == PER_CLIENT + 1
+        for ws in idle:
+            ws.close()
+        again = stack.enter_context(_ws_from(guarded, "127.0.0.1"))  # a slot freed is the client's again
+        assert _reset(again)["type"] == "observation"
+    assert guarded.wait_sessions(0) == 0
+
+
+def test_a_websocket_that_never_resets_is_closed(guarded):
+    """A socket that connects and never resets (silent, or sending only `state`) used to keep its slot for the
+    600 s idle timeout, renewed by each message. Now it is closed --reset-timeout after it connected; one that
+    reset plays on."""
+    from websockets.exceptions import ConnectionClosed
+
+    assert guarded.wait_sessions(0) == 0
+    with _ws(guarded) as silent, _ws(guarded) as chatty, _ws(guarded) as player:
+        assert _reset(player)["type"] == "observation"
+        started = time.monotonic()
+        with pytest.raises(ConnectionClosed) as closed:
+            silent.recv(timeout=RESET_TIMEOUT_S + GRACE_S)
+        assert closed.value.rcvd is not None and "no reset within" in closed.value.rcvd.reason
+        assert RESET_TIMEOUT_S - 0.5 <= time.monotonic() - started <= RESET_TIMEOUT_S + GRACE_S
+        with pytest.raises(ConnectionClosed):
+            while time.monotonic() - started < RESET_TIMEOUT_S + GRACE_S:
+                chatty.send(json.dumps({"type": "state"}))
+                chatty.recv(timeout=5)
+                time.sleep(0.3)
+        assert guarded.wait_sessions(1) == 1
+        step = {"type": "step", "data": {"action_type": "QUERY", "argument": "SELECT 1"}}
+        player.send(json.dumps(step))
+        assert json.loads(player.recv(timeout=30))["type"] == "observation"
+    assert guarded.wait_sessions(0) == 0

@@ -30,6 +30,12 @@ def add_parser(commands: Any) -> None:
     srv.add_argument("--request-timeout", type=positive_float, default=10.0,
                      help="seconds a connection has to send a request head, and a POST its body, before the server "
                           "closes it (default 10)")
+    srv.add_argument("--max-sessions-per-client", type=positive_int, default=16,
+                     help="most concurrent WebSocket sessions of one client address (default 16; a trainer opens "
+                          "one per generation of a batch)")
+    srv.add_argument("--reset-timeout", type=positive_float, default=20.0,
+                     help="seconds a new WebSocket has to send its first reset before the server closes it "
+                          "(default 20)")
     srv.add_argument("--web", action="store_true", help="also serve OpenEnv's playground page at /web")
     srv.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="warning",
                      help="uvicorn log level (default warning)")
@@ -53,5 +59,6 @@ def run(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
     except ValueError as exc:
         raise CLIError(one_line(exc)) from None
     serve(config, host=args.host, port=args.port, max_sessions=args.max_sessions, web=args.web,
-          log_level=args.log_level, session_timeout_s=args.session_timeout, request_timeout_s=args.request_timeout)
+          log_level=args.log_level, session_timeout_s=args.session_timeout, request_timeout_s=args.request_timeout,
+          max_sessions_per_client=args.max_sessions_per_client, reset_timeout_s=args.reset_timeout)
     return 0

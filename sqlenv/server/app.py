@@ -11,9 +11,11 @@ A session lives as long as its WebSocket, and a WebSocket as long as its client 
 - OpenEnv's HTTP way of opening a session (`POST /mcp` with `openenv/session/create`) is refused, judged on the
   parsed JSON-RPC request (batches too), since a session no connection holds would take a slot for good
   (16 such calls once filled a 16-session server);
-- a WebSocket that sends nothing for `session_timeout_s` is closed by the server, which ends its session.
-  OpenEnv's own idle reaper is off: it freed the environment but left the WebSocket playing on outside the
-  session limit.
+- a WebSocket that sends nothing for `session_timeout_s`, or no `reset` within `reset_timeout_s` of connecting,
+  is closed by the server, which ends its session. OpenEnv's own idle reaper is off: it freed the environment
+  but left the WebSocket playing on outside the session limit;
+- one client address holds at most `max_sessions_per_client` WebSockets at once, so one client cannot take
+  every slot.
 Every connection must also send its request head within `request_timeout_s` (and a POST body within as long
 again), no HTTP request body may exceed `MAX_HTTP_BODY_BYTES`, and bad `/reset` values are answered 422.
 """
@@ -22,7 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import ipaddress
 import json
+import os
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -36,13 +40,18 @@ from sqlenv.server.environment import ResetArgumentError, ServerConfig, SQLEnvSe
 from sqlenv.server.models import EpisodeState, SQLAction, SQLObservation
 
 __all__ = ["create_app", "serve", "DEFAULT_MAX_SESSIONS", "DEFAULT_SESSION_TIMEOUT_S", "DEFAULT_REQUEST_TIMEOUT_S",
-           "WS_MAX_MESSAGE_BYTES", "MAX_HTTP_BODY_BYTES"]
+           "DEFAULT_MAX_SESSIONS_PER_CLIENT", "DEFAULT_RESET_TIMEOUT_S", "WS_MAX_MESSAGE_BYTES", "MAX_HTTP_BODY_BYTES"]
 
 #: Concurrent WebSocket sessions by default: TRL opens one per generation of a batch.
 DEFAULT_MAX_SESSIONS = 64
 #: Seconds a session may sit idle (no message) before the server closes it: far above a trainer's pause
 #: between two rollouts, so only abandoned sessions go.
 DEFAULT_SESSION_TIMEOUT_S = 600.0
+#: WebSockets one client address may hold at once (`_WebSocketGuard`): a trainer opens one per generation of a
+#: batch, so one training against the server needs up to that many (raise it with `--max-sessions-per-client`).
+DEFAULT_MAX_SESSIONS_PER_CLIENT = 16
+#: Seconds a new WebSocket has to send its first `reset` before the server closes it (clients reset at once).
+DEFAULT_RESET_TIMEOUT_S = 20.0
 #: The largest WebSocket message the server reads (a bigger one closes that connection; others go on).
 WS_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 #: The largest HTTP request body (`/reset`, `/step`, `/mcp`): a bigger one is answered 413 unread.
@@ -54,6 +63,8 @@ DEFAULT_REQUEST_TIMEOUT_S = 10.0
 _SESSION_CREATE = "openenv/session/create"
 #: The close reason sent to a WebSocket closed for silence (at most 123 bytes, as the protocol requires).
 _IDLE_CLOSE_REASON = "no message for {s:g} s: the session is closed; connect again for a new one"
+_NO_RESET_CLOSE_REASON = "no reset within {s:g} s of connecting: the session is closed; connect again and reset"
+_MAX_RESET_CHARS = 65_536
 #: Seconds between two `malloc_trim` calls (glibc only; see `_trim_freed_memory`).
 TRIM_INTERVAL_S = 10.0
 
@@ -99,7 +110,7 @@ class _HttpGuard:
       WebSocket.
 
     Both replies close the connection. WebSocket traffic passes untouched (uvicorn's `ws_max_size` bounds its
-    messages, `_IdleWebSocketClose` its silences)."""
+    messages, `_WebSocketGuard` its number per client and its silences)."""
 
     def __init__(self, app: Any, max_body: int = MAX_HTTP_BODY_BYTES,
                  body_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S):
@@ -159,50 +170,127 @@ class _HttpGuard:
         await send({"type": "http.response.body", "body": data})
 
 
-class _IdleWebSocketClose:
-    """ASGI middleware: a WebSocket that sends no message for `idle_s` seconds is closed by the server.
+class _WebSocketGuard:
+    """ASGI middleware for `/ws` connections: how many one client may hold, and how long one may stay silent.
 
-    The client gets a close frame (code 1000, a reason saying why); the app gets the disconnect a client's own
-    close would give it, so OpenEnv ends the session as it ends a dropped one: environment closed, slot free.
-    The clock runs only while the app waits for the next message (a 5 s step does not count as silence), and
-    any message restarts it.
+    - A client address (an IPv6 client: its /64) holds at most `per_client` WebSockets at once: one more is
+      accepted, told `CAPACITY_REACHED` in OpenEnv's error message (saying why) and closed (code 1008). 64 sockets
+      from one client that never sent a message once took all 64 slots, and kept them with one `state` each
+      per `idle_s`.
+    - A WebSocket that has not sent a `reset` within `reset_s` of connecting is closed: a session is for playing
+      episodes, and a client's first message is its reset.
+    - A WebSocket that sends no message for `idle_s` seconds is closed.
+
+    A closed connection gets a close frame (code 1000, a reason saying why); the app gets the disconnect a client's
+    own close would give it, so OpenEnv ends the session as it ends a dropped one: environment closed, slot free.
+    The idle clock runs only while the app waits for the next message (a 5 s step does not count as silence),
+    and any message restarts it.
 
     This is the server's idle timeout. OpenEnv's reaper (`ConcurrencyConfig.session_timeout`) is left off: it
     closed an idle session's environment but not its WebSocket, and OpenEnv's loop went on resetting and
     stepping there, outside the session limit (12 working sessions on a 4-session server, `/sessions` saying
-    0). Ending the connection ends everything the session holds, through one path."""
+    0). Ending the connection ends everything the session holds, through one path.
 
-    def __init__(self, app: Any, idle_s: float):
+    The client address is the TCP peer's: `serve` has uvicorn trust no proxy's `X-Forwarded-For` unless the
+    operator names the proxies in `FORWARDED_ALLOW_IPS` (behind a proxy, every client would otherwise share its
+    address, and any local client could name a new address per connection)."""
+
+    def __init__(self, app: Any, idle_s: float, reset_s: float = DEFAULT_RESET_TIMEOUT_S,
+                 per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT):
         self.app = app
         self.idle_s = idle_s
+        self.reset_s = reset_s
+        self.per_client = per_client
+        self._open: dict[str, int] = {}  # client address -> its WebSockets now
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "websocket":
             await self.app(scope, receive, send)
             return
+        client = _client_key(scope)
+        if self._open.get(client, 0) >= self.per_client:
+            await _refuse_websocket(receive, send, self.per_client)
+            return
+        self._open[client] = self._open.get(client, 0) + 1
+        try:
+            await self._serve(scope, receive, send)
+        finally:
+            left = self._open.pop(client) - 1
+            if left:
+                self._open[client] = left
+
+    async def _serve(self, scope: dict, receive: Any, send: Any) -> None:
+        loop = asyncio.get_running_loop()
+        reset_by = loop.time() + self.reset_s
+        reset_seen = False
         closed = False
         reason = _IDLE_CLOSE_REASON.format(s=self.idle_s)
 
         async def timed_receive() -> dict:
-            nonlocal closed
+            nonlocal closed, reason, reset_seen
             if closed:
                 return {"type": "websocket.disconnect", "code": 1000, "reason": reason}
+            wait = self.idle_s if reset_seen else min(self.idle_s, max(0.0, reset_by - loop.time()))
             try:
-                async with asyncio.timeout(self.idle_s):  # a cancelled wait leaves the message in uvicorn's queue
-                    return await receive()
+                async with asyncio.timeout(wait):  # a cancelled wait leaves the message in uvicorn's queue
+                    message = await receive()
             except TimeoutError:
+                if not reset_seen and wait < self.idle_s:
+                    reason = _NO_RESET_CLOSE_REASON.format(s=self.reset_s)
                 closed = True
                 try:
                     await send({"type": "websocket.close", "code": 1000, "reason": reason})
                 except Exception:  # noqa: BLE001 - the client left meanwhile: nothing to close
                     pass
                 return {"type": "websocket.disconnect", "code": 1000, "reason": reason}
+            if not reset_seen and message["type"] == "websocket.receive":
+                reset_seen = _is_reset(message.get("text"))
+            return message
 
         async def guarded_send(message: dict) -> None:
-            if not closed:  # after the idle close, the app's own close (and anything else) has nowhere to go
+            if not closed:  # after the server's close, the app's own close (and anything else) has nowhere to go
                 await send(message)
 
         await self.app(scope, timed_receive, guarded_send)
+
+
+def _client_key(scope: dict) -> str:
+    """The address a WebSocket comes from, for the per-client limit: the peer's IP (an IPv6 peer: its /64,
+    the block one host is usually given)."""
+    host = (scope.get("client") or ("unknown", 0))[0] or "unknown"
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if address.version == 6:
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{address}/64", strict=False))
+    return str(address)
+
+
+def _is_reset(text: Any) -> bool:
+    """Whether a WebSocket message is OpenEnv's `reset` (read as OpenEnv reads it: `json.loads`, then `type`).
+    A reset is a few hundred bytes: a longer message is not parsed here (OpenEnv reads it as usual)."""
+    if not isinstance(text, str) or len(text) > _MAX_RESET_CHARS:
+        return False
+    try:
+        message = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(message, dict) and message.get("type") == "reset"
+
+
+async def _refuse_websocket(receive: Any, send: Any, per_client: int) -> None:
+    """Accept, say why in OpenEnv's error message (`CAPACITY_REACHED`, as a full server does), and close."""
+    if (await receive())["type"] != "websocket.connect":
+        return
+    message = (f"this client address already holds {per_client} sessions, the most one client may hold on this "
+               "server (--max-sessions-per-client): close one first")
+    await send({"type": "websocket.accept"})
+    await send({"type": "websocket.send", "text": json.dumps({"type": "error", "data": {
+        "message": message, "code": "CAPACITY_REACHED", "active_sessions": per_client, "max_sessions": per_client}})})
+    await send({"type": "websocket.close", "code": 1008, "reason": "too many sessions from this client address"})
 
 
 def _http_protocol(request_timeout_s: float) -> type:
@@ -274,7 +362,9 @@ async def _refuse_invalid_request(request: Request, exc: RequestValidationError)
 
 def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS, web: bool = False,
                session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
-               request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> FastAPI:
+               request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+               max_sessions_per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT,
+               reset_timeout_s: float = DEFAULT_RESET_TIMEOUT_S) -> FastAPI:
     """The FastAPI app serving `config`.
 
     Args:
@@ -287,6 +377,11 @@ def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS
             and opens a new one (`RemoteSQLEnvironment` does so at its next reset).
         request_timeout_s: seconds a client has to send a request body once its head is read (default 10; the
             head's own deadline is the HTTP protocol's, set by `serve`).
+        max_sessions_per_client: most WebSockets one client address (an IPv6 one: its /64) may hold at once
+            (default 16); one more gets `CAPACITY_REACHED`. A trainer opens one per generation of a batch: serve
+            a training with at least that many.
+        reset_timeout_s: seconds a new WebSocket has to send its first `reset` before the server closes it
+            (default 20; clients reset as soon as they connect).
     """
     if max_sessions < 1:
         raise ValueError(f"max_sessions must be at least 1, got {max_sessions}")
@@ -294,7 +389,11 @@ def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS
         raise ValueError(f"session_timeout_s must be > 0, got {session_timeout_s}")
     if not request_timeout_s > 0:
         raise ValueError(f"request_timeout_s must be > 0, got {request_timeout_s}")
-    # No reaper (session_timeout=None): `_IdleWebSocketClose` closes silent connections, which ends their sessions.
+    if max_sessions_per_client < 1:
+        raise ValueError(f"max_sessions_per_client must be at least 1, got {max_sessions_per_client}")
+    if not reset_timeout_s > 0:
+        raise ValueError(f"reset_timeout_s must be > 0, got {reset_timeout_s}")
+    # No reaper (session_timeout=None): `_WebSocketGuard` closes silent connections, which ends their sessions.
     concurrency = ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=None)
     factory = functools.partial(SQLEnvServerEnvironment, config)
     if web:
@@ -307,7 +406,8 @@ def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS
         app = create_fastapi_app(factory, SQLAction, SQLObservation, concurrency_config=concurrency,
                                  env_name="sqlenv", state_cls=EpisodeState)
     app.add_middleware(_HttpGuard, body_timeout_s=request_timeout_s)
-    app.add_middleware(_IdleWebSocketClose, idle_s=session_timeout_s)
+    app.add_middleware(_WebSocketGuard, idle_s=session_timeout_s, reset_s=reset_timeout_s,
+                       per_client=max_sessions_per_client)
 
     async def refuse_reset(request: Request, exc: ResetArgumentError) -> JSONResponse:
         # A client's bad value (OpenEnv's /reset lets the environment's ValueError become a 500).
@@ -340,7 +440,9 @@ def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS
 def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, *,
           max_sessions: int = DEFAULT_MAX_SESSIONS, web: bool = False, log_level: str = "warning",
           session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
-          request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> None:
+          request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+          max_sessions_per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT,
+          reset_timeout_s: float = DEFAULT_RESET_TIMEOUT_S) -> None:
     """Run the server in this process until interrupted (uvicorn; SIGINT/SIGTERM stop it cleanly).
 
     Args:
@@ -352,13 +454,20 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, *,
         log_level: uvicorn's log level (default "warning": one line per request would cost more than a step).
         session_timeout_s: seconds an idle session is kept (default 600).
         request_timeout_s: seconds a connection has to send each request head, and a POST its body (default 10).
+        max_sessions_per_client: most WebSockets one client address may hold at once (default 16).
+        reset_timeout_s: seconds a new WebSocket has to send its first reset (default 20).
+
+    Client addresses are TCP peers: uvicorn trusts a proxy's `X-Forwarded-For` only from the addresses in
+    `FORWARDED_ALLOW_IPS` (default none here; uvicorn's own default, 127.0.0.1, let any local client name a
+    new address per connection).
     """
     import gc
 
     import uvicorn
 
     app = create_app(config, max_sessions=max_sessions, web=web, session_timeout_s=session_timeout_s,
-                     request_timeout_s=request_timeout_s)
+                     request_timeout_s=request_timeout_s, max_sessions_per_client=max_sessions_per_client,
+                     reset_timeout_s=reset_timeout_s)
     # Everything loaded so far (FastAPI, OpenEnv, Gradio, the questions) lives as long as the process: keep it
     # out of the garbage collector's full passes, which otherwise stall every session for ~0.2 s now and then.
     gc.collect()
@@ -369,4 +478,5 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, *,
     # No per-message compression: observations are small text, and deflating every frame costs more CPU on
     # both ends than the bytes it saves.
     uvicorn.run(app, host=host, port=port, log_level=log_level, ws_max_size=WS_MAX_MESSAGE_BYTES,
-                ws_per_message_deflate=False, http=_http_protocol(request_timeout_s))
+                ws_per_message_deflate=False, http=_http_protocol(request_timeout_s),
+                forwarded_allow_ips=os.environ.get("FORWARDED_ALLOW_IPS", ""))
