@@ -4,7 +4,7 @@ Configs are flattened first, nested sections under dotted names (`grpo.loss_type
 a change deep in a pass-through section is one row, not a whole differing section. Lists are compared and shown
 whole (`sft.teacher_mistakes`): an element has no name of its own. A key one run lacks (a field added since it was
 written) shows as absent, not as null. Pure functions on dicts: the caller passes configs already redacted
-(`dashboard.run_data.RunCache` redacts secret-named values), so nothing here can show a secret.
+(`dashboard.run_data.RunCache` redacts secrets, by key name and by value), so nothing here can show one.
 """
 
 from __future__ import annotations

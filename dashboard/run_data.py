@@ -115,8 +115,8 @@ class RunCache:
                 return cached
         config, config_error = None, None
         try:
-            # Every page shows a run's config to anyone: a secret-named value (a run written before TrainConfig
-            # refused them, or by hand) is redacted here, once for every reader.
+            # Every page shows a run's config to anyone: a secret, named like one or shaped like one (a run
+            # written before TrainConfig refused them, or by hand), is redacted here, once for every reader.
             config = redact_secrets(run.read_config())
             if not isinstance(config, dict):
                 config, config_error = None, "config.json is not a JSON object"

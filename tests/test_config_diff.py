@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from dashboard.config_diff import ABSENT, diff_configs, diff_table, flatten, show_value
 from dashboard.run_data import RunCache
 from dashboard.runs_tab import config_diff_view
@@ -100,3 +102,35 @@ def test_the_view_shows_secrets_redacted_and_reads_only_listed_runs(tmp_path):
         assert table.empty and "OUTSIDE" not in message and "NOT-A-RUN" not in message, name
         if name:
             assert "sqe-err-box" in message, name
+
+
+# Issue 35: credentials under other names, recognised by their values (`training.run_dir.is_secret_value`).
+HUB_TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz01234567"
+VALUE_SECRETS = {"hf_auth": HUB_TOKEN, "Authorization": "Bearer " + HUB_TOKEN, "hub_model_id": HUB_TOKEN,
+                 "label_names": ["labels", "Bearer " + HUB_TOKEN]}
+
+
+def test_a_credential_is_refused_in_a_config_and_redacted_in_a_run_by_its_value(tmp_path):
+    """`sft.args.hf_auth: "hf_..."` and `sft.args.Authorization: "Bearer hf_..."` were neither refused by
+    TrainConfig nor redacted on Run detail and Config diff: secrets were recognised by key words alone."""
+    from training.config import ConfigError
+
+    for key, value in VALUE_SECRETS.items():
+        with pytest.raises(ConfigError, match="looks like a secret") as refused:
+            TrainConfig.from_dict({"sft": {"args": {key: value}}})
+        assert f"sft.args.{key}" in str(refused.value) and HUB_TOKEN not in str(refused.value)
+    with pytest.raises(ConfigError, match="looks like a secret"):
+        TrainConfig.from_dict({"grpo": {"generation_kwargs": {"stop": ["Bearer " + HUB_TOKEN]}}})
+    kept = TrainConfig.from_dict({"sft": {"args": {"hub_model_id": "me/sqlenv-sft", "label_names": ["labels"]}}})
+    assert kept.sft.args["hub_model_id"] == "me/sqlenv-sft"  # names and words are not secrets
+
+    # A run written before (or by hand) with them: every reader shows them redacted.
+    write_run(tmp_path, "leaky", {"model": "builtin:tiny", "sft": {"args": dict(VALUE_SECRETS, max_length=512)}})
+    write_run(tmp_path, "clean", {"model": "builtin:tiny", "sft": {"args": {"max_length": 512}}})
+    cache = RunCache(tmp_path)
+    shown = cache.snapshot("leaky").config["sft"]["args"]
+    assert shown == {"hf_auth": REDACTED, "Authorization": REDACTED, "hub_model_id": REDACTED,
+                     "label_names": ["labels", REDACTED], "max_length": 512}
+    message, table = config_diff_view(cache, "leaky", "clean")
+    text = message + table.to_csv()
+    assert HUB_TOKEN not in text and "Bearer" not in text and "sft.args.Authorization" in list(table["field"])
