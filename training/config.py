@@ -30,11 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TrainConfig", "WarmStart", "ConfigError", "DEFAULT_TEACHER_MISTAKES", "BUILTIN_MODEL", "ROLLOUT_MODES", "PRECISIONS", "LORA_DEFAULTS", "TRACKERS",
+__all__ = ["TrainConfig", "WarmStart", "ConfigError", "DEFAULT_TEACHER_MISTAKES", "BUILTIN_MODEL", "ROLLOUT_MODES", "QUESTION_SAMPLERS", "PRECISIONS", "LORA_DEFAULTS", "TRACKERS",
            "GRPO_OWNED", "SFT_OWNED"]
 
 BUILTIN_MODEL = "builtin:tiny"
 ROLLOUT_MODES = ("environment", "rollout_func")
+#: How GRPO picks each step's questions (`training.grpo.sampler`).
+QUESTION_SAMPLERS = ("uniform", "mixed")
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 #: The warm-start teacher's error rate for `builtin:tiny` (measured: see docs/EXPERIMENTS.md).
@@ -239,6 +241,12 @@ class TrainConfig:
             model's policy-gradient signal (issue 34: the top layer alone left the tiny model at 0%, with the head
             49%). A head tied to the input embedding (SmolLM2, the tiny model) learns from the output side only, so
             backward still stops at the lowest trained layer (`training.models.trainable`). False freezes it.
+        question_sampler: how GRPO picks each step's questions. `"uniform"` (default): TRL's shuffled pass over
+            the train questions. `"mixed"`: favour questions whose recent groups had mixed success (some episodes
+            right, some wrong: the only groups GRPO learns from) and replace those whose groups were all equal,
+            estimated per question over its template x database and template (built-in data) or its database
+            (Spider) (`training.grpo.sampler`). Either way the metrics log `groups_mixed_success_frac`, the
+            fraction of each step's groups with mixed success.
         seed: seed of model init, sampling, data order and evals (default 0).
         grpo: any other `trl.GRPOConfig` field, passed through as is, e.g. `{"loss_type": "dr_grpo",
             "scale_rewards": "none", "top_p": 0.95, "use_transformers_continuous_batching": true}` (CLI:
@@ -324,6 +332,7 @@ class TrainConfig:
     gradient_checkpointing: bool = False
     train_top_layers: int | None = None
     train_head: bool = True
+    question_sampler: str = "uniform"
     seed: int = 0
     grpo: dict = dataclasses.field(default_factory=dict)
     lora: dict | None = None
@@ -434,6 +443,8 @@ class TrainConfig:
         elif not self.train_head:
             fail("train_head=false freezes the output head under train_top_layers; without train_top_layers every "
                  "weight trains: set train_top_layers, or train_head=true")
+        if self.question_sampler not in QUESTION_SAMPLERS:
+            fail(f"question_sampler must be one of {QUESTION_SAMPLERS} (got {self.question_sampler!r})")
         _check_owned_keys("grpo", self.grpo, GRPO_OWNED)
         generation = self.grpo.get("generation_kwargs") or {}
         if not isinstance(generation, dict):
