@@ -430,14 +430,34 @@ def _play_model(model: Any, tokenizer: Any, plan: Any, name: str, n: int | None 
     return evaluate_model(model, tokenizer, dataset=plan.dataset, split=config.eval_split,
                           n_episodes=config.comparison_episodes if n is None else n, seed=config.seed,
                           step_budget=config.step_budget, name=name, max_turn_tokens=config.max_turn_tokens,
-                          enable_thinking=config.enable_thinking, batch_size=_eval_batch_size(config))
+                          enable_thinking=config.enable_thinking, batch_size=_eval_batch_size(config, model))
 
 
-def _eval_batch_size(config: Any) -> int:
-    """Episodes played together in an eval: 32 for the tiny model (its steps cost Python, not arithmetic, so more
-    rows are nearly free); 16 for real models, which on a CPU already decode near their best rate at 16 rows
-    (SmolLM2: 97.8 tokens/s at 16, 105.5 at 32) and then hold half the KV cache."""
-    return 32 if config.is_builtin_model else 16
+#: Tokens of one eval episode's KV cache that a GPU eval makes room for (a prompt and a long episode).
+EVAL_CONTEXT_TOKENS = 2048
+
+
+def _eval_batch_size(config: Any, model: Any = None) -> int:
+    """Episodes played together in an eval.
+
+    On a CPU: 32 for the tiny model (its steps cost Python, not arithmetic, so more rows are nearly free); 16 for real
+    models, which on a CPU already decode near their best rate at 16 rows (SmolLM2: 97.8 tokens/s at 16, 105.5 at 32)
+    and then hold half the KV cache. On a CUDA GPU, where a small model's decoding step costs kernel launches more
+    than arithmetic (`bench/gpu_check.py` measures 16, 64 and 256 rows): as many rows as keep their KV caches
+    (keys and values of every layer for `EVAL_CONTEXT_TOKENS` tokens, in the model's dtype) within a quarter of the
+    GPU's memory, 16 to 256 — all of spider10's 203 eval questions at once for SmolLM2-135M, ~40 for Qwen3-0.6B.
+    """
+    params = next(model.parameters(), None) if model is not None else None
+    if params is None or params.device.type != "cuda":
+        return 32 if config.is_builtin_model else 16
+    import torch
+
+    text = model.config.get_text_config()
+    heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    per_row = text.num_hidden_layers * heads * head_dim * 2 * params.element_size() * EVAL_CONTEXT_TOKENS
+    memory = torch.cuda.get_device_properties(params.device).total_memory
+    return max(16, min(256, memory // 4 // per_row))
 
 
 def _comparison(recorder: RunRecorder, model: Any, tokenizer: Any, plan: Any, n: int,

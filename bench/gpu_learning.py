@@ -1,0 +1,186 @@
+"""Item 5 of `bench/gpu_check.py`: the recipe run end to end, its GRPO sized to the seconds left, and its figures.
+
+`run_learning` plays `training.train.run_training` (the dashboard's Start, the CLI) on the recipe with GRPO's
+`max_steps` from `plan_learning`: the rates the check measured before (load, decoding, a GRPO step, training
+tokens/s), each an upper bound, against the seconds left. A timer stops GRPO past the deadline (the comparison then
+plays 5 episodes, and the figures say `stopped_at_deadline`). It reads back the comparison (zero-shot, warm start,
+after GRPO, random; success, EX, 95% intervals, the paired count of questions fixed and broken) and GRPO's reward,
+and copies the run's config, status, metrics and comparison next to the check's JSON.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import gpu_measures as measures
+
+__all__ = ["plan_learning", "run_learning", "learning_figures", "copy_run_files"]
+
+TARGETS = {"after_grpo": 0.30, "gain_over_warm_start": 0.05}
+#: Seconds past the planned end at which GRPO is stopped (the run must end before the command's own limit).
+GRACE_S = 30.0
+
+
+def plan_learning(config: Any, *, budget_s: float, n_eval: int, n_train: int, device: str, prompt_tokens: int,
+                  load_s: float, eval_step_s: float, grpo_step_s: float, train_tokens_per_s: float) -> dict:
+    """How many GRPO steps a run of `config` can take in `budget_s` seconds, and the seconds each phase is expected to
+    take, from rates measured earlier (each an upper bound, so the run ends early rather than late):
+
+    - an eval plays its questions together (`training.phases`: up to 256 rows on a GPU) for at most `step_budget`
+      turns (each uses a step) of `max_turn_tokens` decoding steps at `eval_step_s` a step (a zero-shot model runs
+      every turn to its cap; a batch lasts as long as its longest episode), x1.1 for contexts longer than the rate
+      was measured at, plus 2 ms per row and turn for the tools;
+    - the warm start: its steps of `sft.batch_size` episodes of `prompt_tokens` + half `max_completion_length`
+      tokens at `train_tokens_per_s`, plus 20 ms per teacher episode prepared;
+    - a GRPO step: `grpo_step_s` (a zero-shot model's step: longer episodes than a warm-started one's);
+    - loading, saving and the random policy: `load_s` + 15 s.
+    """
+    sft = config.resolved_sft()
+    rows = min(n_eval, 256) if device == "cuda" else (32 if config.is_builtin_model else 16)
+    turns = config.step_budget
+    eval_s = (math.ceil(n_eval / rows) * turns * config.max_turn_tokens * eval_step_s * 1.1
+              + n_eval * turns * 0.002)
+    evals = 1 + bool(config.compare_base) + bool(config.compare_base and sft.enabled and not config.is_builtin_model)
+    sft_s = 0.0
+    if sft.enabled:
+        episodes = sft.episodes or n_train
+        steps = sft.max_steps if sft.max_steps > 0 else math.ceil(sft.epochs * episodes / sft.batch_size)
+        tokens = steps * sft.batch_size * (prompt_tokens + config.resolved_max_completion_length() / 2)
+        sft_s = tokens / max(train_tokens_per_s, 1.0) + 0.05 * steps + 0.02 * episodes
+    fixed = load_s + 15.0 + evals * eval_s + sft_s
+    affordable = math.floor((budget_s - fixed) / max(grpo_step_s, 1e-3))
+    steps = max(1, min(config.max_steps, affordable))
+    return {"budget_s": round(budget_s, 1), "grpo_steps": steps, "config_max_steps": config.max_steps,
+            "over_budget": affordable < 1,
+            "estimated_s": {"load_and_save": round(load_s + 15.0, 1), "each_eval": round(eval_s, 1), "evals": evals,
+                            "sft": round(sft_s, 1), "grpo_step": round(grpo_step_s, 2),
+                            "total": round(fixed + steps * grpo_step_s, 1)}}
+
+
+def run_learning(config: Any, budget_s: float, rates: dict, *, out: Path, update: Callable[..., None],
+                 log: Callable[[str], None]) -> dict:
+    """Run `config` with GRPO sized to `budget_s` seconds (`plan_learning` over `rates`, what items 1-3 measured:
+    `load_s`, `decode` (the fp32 `decode_rate` results), `prompt_tokens`, `grpo_step_s`, `train_tokens_per_s`;
+    conservative defaults for any missing). `update(**fields)` records progress (the plan, each phase's seconds);
+    `log` prints a line. Returns the run's figures (`learning_figures`) with the phases' seconds, peak GPU memory, the
+    rollouts' generated tokens/s and the files copied to `out`."""
+    from training.cli import progress_listener
+    from training.plan import RunPlan
+    from training.run_dir import RunDir
+    from training.train import run_training
+
+    plan = RunPlan.resolve(config)
+    n_eval = len(plan.dataset.load(config.eval_split))
+    n_train = len(plan.dataset.load(config.train_split))
+    sizing = plan_learning(
+        config, budget_s=budget_s, n_eval=n_eval, n_train=n_train, device=plan.device,
+        prompt_tokens=rates.get("prompt_tokens", 600), load_s=rates.get("load_s", 30.0),
+        eval_step_s=measures.step_seconds(rates.get("decode", []), min(n_eval, 256)) or 0.03,
+        grpo_step_s=rates.get("grpo_step_s", 30.0), train_tokens_per_s=rates.get("train_tokens_per_s", 20_000.0))
+    config = config.with_overrides({"max_steps": sizing["grpo_steps"], "comparison_episodes": n_eval})
+    update(plan=sizing, grpo_steps=sizing["grpo_steps"], eval_questions=n_eval)
+    log(f"learning run planned: {json.dumps(sizing)}")
+
+    meter = generation_meter()
+    phases: dict[str, float] = {}
+    clock: dict[str, Any] = {"phase": None, "since": time.perf_counter()}
+    printer = progress_listener(config.max_steps)
+
+    def enter(phase: str | None) -> None:
+        now = time.perf_counter()
+        if clock["phase"] not in (None, "queued", "done"):
+            phases[clock["phase"]] = round(phases.get(clock["phase"], 0.0) + now - clock["since"], 1)
+        clock.update(phase=phase, since=now)
+        if meter is not None:
+            (meter.active.set if phase == "grpo" else meter.active.clear)()
+        update(phase=phase, phase_seconds=dict(phases))
+
+    def listener(event: str, payload: dict) -> None:
+        printer(event, payload)
+        phase = payload.get("phase") if event == "status" else None
+        if phase and phase != clock["phase"]:
+            enter(phase)
+
+    stop = threading.Event()  # past the deadline GRPO stops at its next step (the comparison is then short)
+    timer = threading.Timer(max(budget_s, 1.0) + GRACE_S, stop.set)
+    timer.daemon = True
+    timer.start()
+    measures.reset_peak()
+    try:
+        path = run_training(config, stop_event=stop, listener=listener)
+    finally:
+        timer.cancel()
+    enter(None)
+    run = RunDir(path)
+    figures = learning_figures(run)
+    figures.update(phase_seconds=phases, peak_gib=measures.peak_gib(), stopped_at_deadline=stop.is_set(),
+                   rollout_generated_tokens=meter.tokens if meter else None,
+                   rollout_tokens_per_s=round(meter.tokens / meter.seconds, 1) if meter and meter.seconds else None,
+                   targets=TARGETS, files=copy_run_files(run, out))
+    return figures
+
+
+def generation_meter():
+    """`bench/real_model.py`'s meter of the tokens generated (and seconds spent generating) during GRPO, installed;
+    None when that bench cannot be imported (the learning run's figures then lack the rollout rate)."""
+    try:
+        from real_model import GenerationMeter
+    except ImportError:
+        return None
+    meter = GenerationMeter()
+    meter.install()
+    return meter
+
+
+def learning_figures(run: Any) -> dict:
+    """Success and EX of each policy of the run's comparison (zero-shot, warm start, after GRPO, random), the paired
+    count (eval questions GRPO fixed and broke against the warm start) and the GRPO reward's trend."""
+    status = run.read_status()
+    summary = next((r for r in reversed(run.read("comparison")) if r.get("kind") == "summary"), None)
+    figures: dict[str, Any] = {"run_status": status.get("status"), "run_error": status.get("error")}
+    if summary is None:
+        return figures
+
+    def score(key: str) -> Any:
+        cell = summary.get(key)
+        return None if not cell else {"success": cell["success_rate"], "ex": cell.get("execution_accuracy"),
+                                      "success_ci": cell.get("success_ci"), "n": cell.get("n_episodes")}
+
+    scores = {key: score(key) for key in ("random", "zero_shot", "base", "trained")}
+    pairs = [r for r in run.read("comparison") if r.get("kind") == "pair" and r.get("base")]
+    fixed = sum(1 for p in pairs if p["trained"].get("correct") and not p["base"].get("correct"))
+    broken = sum(1 for p in pairs if p["base"].get("correct") and not p["trained"].get("correct"))
+    rewards = [m["reward"] for m in run.read("metrics") if m.get("phase", "grpo") == "grpo" and "reward" in m]
+    fifth = max(1, len(rewards) // 5)
+    figures.update(
+        scores=scores, eval_questions=summary.get("n_episodes"),
+        zero_shot=(scores["zero_shot"] or {}).get("success"), warm_start=(scores["base"] or {}).get("success"),
+        after_grpo=(scores["trained"] or {}).get("success"), random=(scores["random"] or {}).get("success"),
+        paired={"fixed": fixed, "broken": broken}, grpo_steps_run=len(rewards),
+        reward_first_fifth=round(sum(rewards[:fifth]) / fifth, 4) if rewards else None,
+        reward_last_fifth=round(sum(rewards[-fifth:]) / fifth, 4) if rewards else None)
+    return figures
+
+
+def copy_run_files(run: Any, out: Path) -> list[str]:
+    """The run's config, status and metrics, and its comparison (gzipped: 203 episodes of four policies), into
+    `out` as `run_*` (at most 8 files come back from the device, 16 MiB each)."""
+    copied = []
+    for name in ("config.json", "status.json", "metrics.jsonl"):
+        source = run.file(name)
+        if source.is_file():
+            shutil.copyfile(source, out / f"run_{name}")
+            copied.append(f"run_{name}")
+    source = run.file("comparison.jsonl")
+    if source.is_file():
+        with open(source, "rb") as src, gzip.open(out / "run_comparison.jsonl.gz", "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        copied.append("run_comparison.jsonl.gz")
+    return copied

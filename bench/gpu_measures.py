@@ -1,0 +1,335 @@
+"""The measurements `bench/gpu_check.py` takes, each a function of a model or a trainer it is handed.
+
+- `decode_rate`: the kept-cache decoder (`MultiTurnDecoder`) generating a fixed number of tokens for N rows.
+- `SamplingTap`: what the decoder sampled in a real rollout, with the log-probability of each drawn token under the
+  distribution it was drawn from (the `torch.multinomial` input), row by row.
+- `trainer_logprobs` / `logprob_gap`: the same tokens' log-probabilities from the trainer's own forward (its model,
+  its autocast, TRL's fused LM head at the run's temperature) and the gap between the two.
+- `memory_probe`: forward and backward of full-length rows through the trainer's model, per micro-batch size.
+- `plan_learning`: how many GRPO steps a learning run can afford in the seconds left, from the rates measured.
+
+None of them imports anything at module level beyond the standard library, so the check can report a missing
+package as a finding rather than die on import.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections import defaultdict
+from typing import Any, Hashable
+
+__all__ = ["sync", "peak_gib", "reset_peak", "decode_rate", "SamplingTap", "TapError", "trainer_logprobs",
+           "decoder_logprobs", "logprob_gap", "memory_probe", "step_seconds", "TimedRollout", "step_timer"]
+
+#: A token id no model emits: the decoder's rows then never end their turn early, so each decodes exactly N tokens.
+NEVER = -1
+
+
+def sync() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def peak_gib() -> float | None:
+    import torch
+
+    return round(torch.cuda.max_memory_allocated() / 2**30, 2) if torch.cuda.is_available() else None
+
+
+def reset_peak() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+
+
+# --------------------------------------------------------------------------------------------------- item 2
+def decode_rate(model: Any, prompts: list[list[int]], tokens: int, pad_id: int, *, autocast: bool = False,
+                temperature: float = 1.0) -> dict:
+    """Generate `tokens` sampled tokens for every prompt at once with the kept-cache decoder, end-of-turn disabled.
+
+    Args:
+        model: the model, in the dtype to measure.
+        prompts: one prompt per row (rows that share a prefix read it once, as in a rollout).
+        tokens: tokens generated per row.
+        pad_id: the tokenizer's pad id.
+        autocast: run under bf16 autocast (fp32 weights, bf16 matmuls: what a trainer's mixed precision does).
+        temperature: the sampling temperature.
+
+    Returns:
+        rows, generated tokens, seconds (prefill included), tokens/s, seconds per decoding step, tokens fed to the
+        model, peak GPU memory.
+    """
+    import contextlib
+
+    import torch
+
+    from training.generation.multi_turn import MultiTurnDecoder
+
+    device = next(model.parameters()).device
+    decoder = MultiTurnDecoder(model, pad_id, {NEVER})
+    context = torch.autocast(device.type, dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
+    reset_peak()
+    sync()
+    start = time.perf_counter()
+    with context:
+        out = decoder.generate({i: p for i, p in enumerate(prompts)}, tokens, sample=True, temperature=temperature)
+    sync()
+    seconds = time.perf_counter() - start
+    generated = sum(len(v) for v in out.values())
+    return {"rows": len(prompts), "generated": generated, "seconds": round(seconds, 3),
+            "tokens_per_s": round(generated / max(seconds, 1e-9), 1),
+            "seconds_per_step": round(seconds / max(tokens, 1), 5), "fed": decoder.stats.fed,
+            "peak_gib": peak_gib()}
+
+
+def step_seconds(rates: list[dict], rows: int) -> float | None:
+    """Seconds per decoding step at `rows` rows, interpolated (linearly in rows) from `decode_rate` results of one
+    dtype; beyond the measured rows, the last segment's slope."""
+    points = sorted({r["rows"]: r["seconds_per_step"] for r in rates if r.get("seconds_per_step")}.items())
+    if not points:
+        return None
+    if rows <= points[0][0] or len(points) == 1:
+        return points[0][1]
+    for (r0, s0), (r1, s1) in zip(points, points[1:]):
+        if rows <= r1:
+            return s0 + (s1 - s0) * (rows - r0) / (r1 - r0)
+    (r0, s0), (r1, s1) = points[-2], points[-1]
+    return s1 + max(0.0, (s1 - s0) / (r1 - r0)) * (rows - r1)
+
+
+# --------------------------------------------------------------------------------------------------- item 4
+class TapError(RuntimeError):
+    """What the tap recorded does not line up with what the decoder returned."""
+
+
+class SamplingTap:
+    """Records what the kept-cache decoder samples while it is entered (a measurement tap, not a code path).
+
+    `MultiTurnDecoder` draws each step's tokens with `torch.multinomial(softmax(logits / T))`; the tap wraps both that
+    call (keeping, per step, the drawn tokens and the log of the probability each was drawn with) and
+    `MultiTurnDecoder.generate` (keeping each call's rows in order, how long each row's sequence was, and what they
+    returned). A row that ends its turn leaves the batch, so at step s the live rows are those that returned more than
+    s tokens, in the call's order: that is how each step's values go back to their rows, and every token is checked
+    against the one returned. `per_row()` then gives, for each row, its drawn tokens with their positions in the row's
+    sequence and their log-probabilities.
+    """
+
+    def __init__(self):
+        self.calls: list[tuple[dict, dict, list]] = []
+        self._steps: list | None = None
+
+    def __enter__(self) -> "SamplingTap":
+        import torch
+
+        from training.generation.multi_turn import MultiTurnDecoder
+
+        self._torch, self._decoder_class = torch, MultiTurnDecoder
+        self._multinomial, self._generate = torch.multinomial, MultiTurnDecoder.generate
+        tap = self
+
+        def multinomial(probs, num_samples, *args, **kwargs):
+            out = tap._multinomial(probs, num_samples, *args, **kwargs)
+            if tap._steps is not None and out.dim() == 2 and out.shape[1] == 1:
+                tap._steps.append((out[:, 0], probs.gather(1, out)[:, 0].float().log()))
+            return out
+
+        def generate(decoder, sequences, max_new_tokens, **kwargs):
+            tap._steps = []
+            try:
+                results = tap._generate(decoder, sequences, max_new_tokens, **kwargs)
+            finally:
+                steps, tap._steps = tap._steps, None
+            lengths = {key: len(ids) for key, ids in sequences.items()}
+            tap.calls.append((lengths, results, [(t.tolist(), lp.tolist()) for t, lp in steps]))
+            return results
+
+        torch.multinomial, MultiTurnDecoder.generate = multinomial, generate
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._torch.multinomial, self._decoder_class.generate = self._multinomial, self._generate
+
+    def first_keys(self) -> list[Hashable]:
+        """The rows of the first `generate` call, in order (a rollout's first turn: every episode, in order)."""
+        if not self.calls:
+            raise TapError("the decoder was never called: the rollout did not use the kept-cache decoder")
+        lengths, results, _ = self.calls[0]
+        return [k for k in lengths if results.get(k)]
+
+    def generated(self) -> int:
+        """Tokens the decoder returned while the tap was entered."""
+        return sum(len(tokens) for _, results, _ in self.calls for tokens in results.values())
+
+    def per_row(self) -> dict[Hashable, list[tuple[int, int, float]]]:
+        """Per row: (position in the row's sequence, token, log-probability it was drawn with), in order."""
+        rows: dict[Hashable, list[tuple[int, int, float]]] = defaultdict(list)
+        for lengths, results, steps in self.calls:
+            order = [k for k in lengths if results.get(k)]
+            longest = max((len(results[k]) for k in order), default=0)
+            if len(steps) != longest:
+                raise TapError(f"{len(steps)} sampling steps recorded for a turn of {longest} tokens")
+            for s, (tokens, logps) in enumerate(steps):
+                live = [k for k in order if len(results[k]) > s]
+                if len(live) != len(tokens):
+                    raise TapError(f"step {s}: {len(tokens)} tokens drawn for {len(live)} live rows")
+                for key, token, logp in zip(live, tokens, logps):
+                    if results[key][s] != token:
+                        raise TapError(f"step {s}: a drawn token is not the one the decoder returned")
+                    rows[key].append((lengths[key] + s, token, logp))
+        return rows
+
+
+def decoder_logprobs(tap: SamplingTap, record: dict) -> tuple[list[list[int]], list[list[float]]]:
+    """Per rollout row (the record's order): the positions in its completion of the tokens the decoder drew, and
+    their log-probabilities; each drawn token is checked against the record's completion at its position."""
+    keys, rows = tap.first_keys(), tap.per_row()
+    if len(keys) != len(record["completion_ids"]):
+        raise TapError(f"the first turn decoded {len(keys)} rows for {len(record['completion_ids'])} episodes")
+    positions, logps = [], []
+    for key, prompt, completion in zip(keys, record["prompt_ids"], record["completion_ids"]):
+        drawn = [(pos - len(prompt), token, logp) for pos, token, logp in rows.get(key, [])]
+        if any(not 0 <= pos < len(completion) or completion[pos] != token for pos, token, _ in drawn):
+            raise TapError("a drawn token is not in its row's completion at its position")
+        positions.append([pos for pos, _, _ in drawn])
+        logps.append([logp for _, _, logp in drawn])
+    return positions, logps
+
+
+def trainer_logprobs(trainer: Any, record: dict, positions: list[list[int]], batch_size: int) -> list[list[float]]:
+    """The log-probabilities GRPO trains with, at `positions` of each row's completion: the trainer's model under the
+    trainer's autocast (`accelerator.autocast()`), TRL's fused LM head at the run's temperature, the prompts
+    left-padded and the completions right-padded, `batch_size` rows per forward -- as
+    `GRPOTrainer._get_per_token_logps_and_entropies` computes them, read through public attributes only."""
+    import torch
+
+    pad_id = trainer.processing_class.pad_token_id
+    device = trainer.accelerator.device
+    prompts, completions = record["prompt_ids"], record["completion_ids"]
+    width_p = max(len(p) for p in prompts)
+    width_c = max(len(c) for c in completions)
+    out = []
+    for start in range(0, len(prompts), batch_size):
+        rows = range(start, min(start + batch_size, len(prompts)))
+        ids = torch.full((len(rows), width_p + width_c), pad_id, dtype=torch.long)
+        attention = torch.zeros_like(ids)
+        for i, r in enumerate(rows):
+            p, c = prompts[r], completions[r]
+            ids[i, width_p - len(p): width_p] = torch.tensor(p)
+            ids[i, width_p: width_p + len(c)] = torch.tensor(c)
+            attention[i, width_p - len(p): width_p + len(c)] = 1
+        ids, attention = ids.to(device), attention.to(device)
+        labels = ids.masked_fill(attention == 0, -100)
+        labels[:, :-width_c] = -100
+        with torch.no_grad(), trainer.accelerator.autocast():
+            logps = trainer.model(input_ids=ids, attention_mask=attention, labels=labels,
+                                  fused_lm_head=True).log_probs[:, -width_c:].float().cpu()
+        for i, r in enumerate(rows):
+            out.append([float(logps[i, pos]) for pos in positions[r]])
+    return out
+
+
+def logprob_gap(decoder: list[list[float]], trainer: list[list[float]]) -> dict:
+    """|trainer − decoder| over every model token: mean (the target's figure), p99, max; the mean signed gap; and the
+    spread of the importance ratio exp(trainer − decoder) a correction would apply."""
+    diffs = [t - d for rd, rt in zip(decoder, trainer) for d, t in zip(rd, rt)]
+    if not diffs:
+        raise TapError("no model tokens to compare")
+    absolute = sorted(abs(x) for x in diffs)
+    ratios = [math.exp(x) for x in diffs]
+    return {"tokens": len(diffs), "rows": len(decoder), "mean_abs": round(sum(absolute) / len(absolute), 9),
+            "p99_abs": round(absolute[min(len(absolute) - 1, int(0.99 * len(absolute)))], 9),
+            "max_abs": round(absolute[-1], 9), "mean_signed": round(sum(diffs) / len(diffs), 9),
+            "ratio_min": round(min(ratios), 4), "ratio_max": round(max(ratios), 4)}
+
+
+# --------------------------------------------------------------------------------------------------- item 3
+class TimedRollout:
+    """Wraps a trainer's `rollout_func`: times each call and its peak GPU memory; the first call's record, what the
+    decoder sampled in it (`SamplingTap`) and the weights it sampled with are kept for item 4."""
+
+    def __init__(self, trainer: Any):
+        self.inner, self.trainer = trainer.rollout_func, trainer
+        trainer.rollout_func = self
+        self.seconds = 0.0
+        self.peak_gib = None
+        self.record = self.tap = self.weights = None
+
+    def __call__(self, prompts: list, trainer: Any) -> dict:
+        sync()
+        reset_peak()
+        start = time.perf_counter()
+        with SamplingTap() as tap:
+            record = self.inner(prompts, trainer)
+        sync()
+        self.seconds += time.perf_counter() - start
+        self.peak_gib = peak_gib()
+        if self.record is None:  # a copy: the trainer may edit the lists it is handed
+            self.record, self.tap = copy.deepcopy(record), tap
+            model = trainer.accelerator.unwrap_model(trainer.model)
+            self.weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        reset_peak()
+        return record
+
+
+def step_timer():
+    """A `TrainerCallback` timing each optimizer step (device synchronised) and the peak GPU memory at its end."""
+    from transformers import TrainerCallback
+
+    class StepTimer(TrainerCallback):
+        def __init__(self):
+            self.seconds: list[float] = []
+            self.peak_gib = None
+            self._start = 0.0
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            sync()
+            self._start = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            sync()
+            self.seconds.append(time.perf_counter() - self._start)
+            self.peak_gib = peak_gib()
+
+    return StepTimer()
+
+
+def memory_probe(trainer: Any, rows: int, length: int, completion: int) -> dict:
+    """One forward and backward of `rows` full-length rows (`length` tokens, the last `completion` of them scored)
+    through the trainer's model under its autocast, as the GRPO loss runs them: peak GPU memory and seconds. Gradients
+    are dropped afterwards; an out-of-memory is reported, not raised."""
+    import torch
+
+    model = trainer.model
+    device = trainer.accelerator.device
+    vocab = model.get_output_embeddings().weight.shape[0]
+    generator = torch.Generator().manual_seed(rows)
+    ids = torch.randint(0, vocab, (rows, length), generator=generator).to(device)
+    attention = torch.ones_like(ids)
+    labels = ids.clone()
+    labels[:, :-completion] = -100
+    model.zero_grad(set_to_none=True)
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    reset_peak()
+    sync()
+    start = time.perf_counter()
+    try:
+        with trainer.accelerator.autocast():
+            logps = model(input_ids=ids, attention_mask=attention, labels=labels, fused_lm_head=True).log_probs
+        (-logps[:, -completion:].float().mean()).backward()
+        sync()
+        result = {"rows": rows, "tokens": rows * length, "seconds": round(time.perf_counter() - start, 3),
+                  "peak_gib": peak_gib(), "oom": False}
+        result["tokens_per_s"] = round(result["tokens"] / max(result["seconds"], 1e-9), 1)
+    except torch.OutOfMemoryError as exc:
+        result = {"rows": rows, "tokens": rows * length, "oom": True, "error": str(exc).splitlines()[0][:200]}
+    finally:
+        model.zero_grad(set_to_none=True)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return result
