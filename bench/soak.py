@@ -8,18 +8,24 @@ asyncio loop, `--honest` sessions (`SQLEnvClient`) play oracle episodes back to 
 random blobs, runaway recursive CTEs, huge cross joins, deep nesting), malformed and unknown frames, abrupt
 disconnects and reconnects, HTTP `openenv/session/create` on `/mcp` (plain, and spelled with JSON escapes, in
 UTF-16 or in a batch), oversized HTTP bodies, half-sent requests (part of a head, or a head and part of a body,
-then silence), resets with a 1 MB `question_id`, idle pauses. A watcher asks `/health` every 2 s and samples the
-server's RSS.
+then silence), resets with a 1 MB `question_id`, idle pauses; and issue 35's shapes: a query cheap with DISTINCT
+and costly without it, then ANSWER, then `state` (EX re-runs the query without DISTINCT); an ANSWER of a code
+fence and ~28,000 newlines; one row of `trim(x, y)` calls and of GLOB character classes over the longest
+values; WebSockets that connect and never send anything. The hostile sessions connect from 127.0.0.2, the
+honest ones from 127.0.0.1, so the server's per-client limit holds the attackers to their share. A watcher asks
+`/health` every 0.25 s (its longest wait is a figure) and samples the server's RSS.
 
 Prints, last line one JSON object: requests (steps and calls sent), honest_errors (exceptions, error frames and
 oracle episodes not correct in honest sessions: must be 0), hostile_errors (exceptions a hostile session met;
 refusals are its normal fate), breaches (hostile requests that got what the server must refuse: a session
 opened over HTTP, a half-sent request's connection kept past the request timeout + 5 s, a value sent back
-whole: must be 0), max_step_s (the longest reply to a step, honest or hostile, measured by the
-client: must be <= the 5 s limit + 1 s), health_failures, sessions_leaked (open after every client left),
-rss_growth_mb (server RSS at rest after the soak minus after the warm-up: must be <= 50), and client_max_stall_s (the
-longest the bench's own event loop was late: a reply that arrives while it stalls is timed that much longer). Bounded:
-`--duration` (at most 3600 s) and `--max-requests`. The machine is shared: times are upper bounds.
+whole, a never-reset WebSocket kept past the reset timeout + 5 s: must be 0), max_step_s (the longest reply to a
+step or `state`, honest or hostile, measured by the client: must be <= the 5 s limit + 1 s), max_honest_step_s and
+max_health_s (the longest an honest step and `/health` waited: must be <= 1 s, whatever the hostile sessions do),
+health_failures, sessions_leaked (open after every client left), rss_growth_mb (server RSS at rest after the soak
+minus after the warm-up: must be <= 100), hostile_shapes (attacks made, by shape), and client_max_stall_s (the
+longest the bench's own event loop was late: a reply that arrives while it stalls is timed that much longer).
+Bounded: `--duration` (at most 3600 s) and `--max-requests`. The machine is shared: times are upper bounds.
 
 Client and server share the machine, so the client is built not to stall: after the warm-up its objects are frozen
 out of the garbage collector's full passes (as the server's are), which on a loaded machine took up to 0.95 s and
@@ -51,9 +57,12 @@ from sqlenv.datasets import load_questions, resolve_dataset  # noqa: E402
 from sqlenv.policies import OraclePolicy  # noqa: E402
 from sqlenv.server.client import SQLEnvClient  # noqa: E402
 from sqlenv.server.app import DEFAULT_REQUEST_TIMEOUT_S as REQUEST_TIMEOUT_S, TRIM_INTERVAL_S  # noqa: E402
+from sqlenv.server.app import DEFAULT_RESET_TIMEOUT_S as RESET_TIMEOUT_S  # noqa: E402
 from sqlenv.server.models import SQLAction as WireAction  # noqa: E402
 
 STEP_LIMIT_S = 5.0  # the server's default SQL time limit (SandboxSettings.timeout_s)
+HOSTILE_ADDRESS = "127.0.0.2"
+HEALTH_EVERY_S = 0.25  # where the hostile sessions connect from (any of 127/8 reaches a loopback server)
 
 _A = "replace(hex(zeroblob({n})), '0', 'a')"
 HOSTILE_SQL = [
@@ -79,7 +88,20 @@ HOSTILE_SQL = [
     "ATTACH DATABASE '/tmp/soak.db' AS x",
     "SELECT 1; DROP TABLE x",
     "SELECT '" + "x" * 19_000 + "'",
+    # Issue 35: one row of calls whose cost is the product of their arguments' lengths, with no jump between
+    # them (SQLite checks its interrupt there only): trim with a character set, GLOB with a character class.
+    "WITH s(x, y) AS (SELECT " + _A.format(n=4500) + ", " + _A.format(n=410).replace("'a'", "'b'") + " || 'a') "
+    "SELECT " + ", ".join(["trim(x, y)"] * 800) + " FROM s",
+    "WITH s(x, p) AS (SELECT " + _A.format(n=4500) + ", '*[' || " + _A.format(n=240).replace("'a'", "'b'")
+    + " || 'a]c') SELECT " + ", ".join(["x GLOB p"] * 800) + " FROM s",
 ]
+#: Issue 35: cheap as sent (DISTINCT keeps each side at 3 rows), a 3000^3-row cross join once DISTINCT is removed,
+#: as the official EX does when it re-runs the last query after ANSWER.
+_THREES = "(SELECT DISTINCT n % 3 AS j FROM r)"
+DISTINCT_EX_SQL = ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r LIMIT 3000) "
+                   f"SELECT count(DISTINCT a.j) FROM {_THREES} a, {_THREES} b, {_THREES} c")
+#: Issue 35: a code fence and ~28 KB of newlines, which a backtracking answer pattern took 17 s over.
+FENCE_ANSWER = "```" + "\n" * 28_000
 #: `openenv/session/create` as OpenEnv reads it (JSON-parsed) but not as the bytes read: each must be refused.
 _CREATE = {"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create", "params": {}}
 SESSION_CREATE_BODIES = [
@@ -116,7 +138,12 @@ class Tally:
         self.max_step_s = {"honest": 0.0, "hostile": 0.0}
         self.slowest = ""
         self.health_failures = 0
+        self.max_health_s = 0.0
         self.client_max_stall_s = 0.0
+        self.shapes: dict[str, int] = {}  # attacks made, by shape
+
+    def made(self, shape: str) -> None:
+        self.shapes[shape] = self.shapes.get(shape, 0) + 1
 
     def step_time(self, who: str, seconds: float, what: str) -> None:
         if seconds > self.max_step_s[who]:
@@ -188,6 +215,35 @@ async def half_sent(port: int, prefixes: list[bytes], tally: Tally) -> None:
             writer.close()
 
 
+def _step(action_type: str, argument: str) -> str:
+    return json.dumps({"type": "step", "data": {"action_type": action_type, "argument": argument}})
+
+
+async def never_reset(port: int, count: int, tally: Tally) -> None:
+    """Open `count` WebSockets from the hostile address and send nothing: each must be closed by the server within
+    its reset timeout (+ 5 s on a loaded machine), or it is a breach. One over the per-client limit is refused at
+    once (`CAPACITY_REACHED`, then closed)."""
+    from websockets.asyncio.client import connect
+
+    opened = []
+    try:
+        for _ in range(count):
+            opened.append(await connect(f"ws://127.0.0.1:{port}/ws", proxy=None, compression=None, open_timeout=30,
+                                        local_addr=(HOSTILE_ADDRESS, 0)))
+        tally.requests += count
+        started = time.monotonic()
+        for ws in opened:
+            left = RESET_TIMEOUT_S + 5.0 - (time.monotonic() - started)
+            try:
+                await asyncio.wait_for(ws.wait_closed(), max(0.1, left))
+                tally.hostile_refused += 1
+            except asyncio.TimeoutError:
+                tally.breaches.append(f"a WebSocket that never reset was kept {RESET_TIMEOUT_S + 5.0:g} s")
+    finally:
+        for ws in opened:
+            ws.transport.abort()
+
+
 async def hostile(url: str, port: int, index: int, deadline: float, budget: "Budget", tally: Tally) -> None:
     from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -208,9 +264,22 @@ async def hostile(url: str, port: int, index: int, deadline: float, budget: "Bud
                 await half_sent(port, [rng.choice(HALF_SENT) for _ in range(rng.randint(1, 5))], tally)
                 tally.requests += 1
                 continue
+            if attack < 0.10:  # WebSockets that never send anything: closed at the reset timeout
+                tally.made("never-reset sockets")
+                await never_reset(port, rng.randint(1, 4), tally)
+                continue
             async with connect(f"ws://127.0.0.1:{port}/ws", proxy=None, compression=None, open_timeout=30,
-                               max_size=None) as ws:
-                if attack < 0.09:  # a 1 MB question_id: refused, and not sent back
+                               max_size=None, local_addr=(HOSTILE_ADDRESS, 0)) as ws:
+
+                async def timed(frame: str, what: str) -> str:
+                    started = time.monotonic()
+                    await ws.send(frame)
+                    reply = await asyncio.wait_for(ws.recv(), 60)
+                    tally.step_time("hostile", time.monotonic() - started, what)
+                    tally.requests += 1
+                    return reply
+
+                if attack < 0.12:  # a 1 MB question_id: refused, and not sent back
                     await ws.send(json.dumps({"type": "reset", "data": {"question_id": "q" * 1_000_000}}))
                     reply = await asyncio.wait_for(ws.recv(), 60)
                     tally.requests += 1
@@ -220,23 +289,28 @@ async def hostile(url: str, port: int, index: int, deadline: float, budget: "Bud
                 await ws.send(json.dumps({"type": "reset", "data": {}}))
                 await asyncio.wait_for(ws.recv(), 60)
                 tally.requests += 1
-                for _ in range(rng.randint(1, 8)):
+                if attack < 0.17:  # cheap with DISTINCT, then ANSWER (EX re-runs it without), then `state`
+                    tally.made("DISTINCT query, ANSWER, state")
+                    await timed(_step("QUERY", DISTINCT_EX_SQL), "QUERY " + DISTINCT_EX_SQL)
+                    await timed(_step("ANSWER", "3"), "ANSWER after the DISTINCT query")
+                    await timed(json.dumps({"type": "state"}), "state after the DISTINCT query's ANSWER")
+                elif attack < 0.21:  # a code fence and ~28 KB of newlines
+                    tally.made("fence + newlines ANSWER")
+                    await timed(_step("ANSWER", FENCE_ANSWER), "ANSWER ``` + 28,000 newlines")
+                for _ in range(rng.randint(1, 8) if attack >= 0.21 else 0):
                     if time.monotonic() > deadline:
                         break
                     kind = rng.random()
                     if kind < 0.6:
                         sql = rng.choice(HOSTILE_SQL)
-                        frame = json.dumps({"type": "step", "data": {"action_type": "QUERY", "argument": sql}})
+                        frame = _step("QUERY", sql)
+                        tally.made("trim/GLOB row" if "trim(x, y)" in sql or "GLOB p" in sql else "costly SQL")
                     elif kind < 0.9:
                         sql = frame = rng.choice(GARBAGE_FRAMES)
                     else:
                         await asyncio.sleep(rng.uniform(0.5, 3.0))  # idle
                         continue
-                    started = time.monotonic()
-                    await ws.send(frame)
-                    await asyncio.wait_for(ws.recv(), 60)
-                    tally.step_time("hostile", time.monotonic() - started, sql)
-                    tally.requests += 1
+                    await timed(frame, sql)
                 if rng.random() < 0.3:
                     ws.transport.abort()  # drop the TCP connection without a close frame
         except InvalidStatus:
@@ -267,16 +341,27 @@ async def loop_stalls(deadline: float, tally: Tally, tick_s: float = 0.01) -> No
         tally.client_max_stall_s = max(tally.client_max_stall_s, time.monotonic() - started - tick_s)
 
 
+def _timed_health(url: str) -> tuple[bool, float]:
+    """(healthy, seconds) of one `/health` call, timed in the calling thread (not across the client's loop)."""
+    started = time.monotonic()
+    try:
+        healthy = get_json(url + "/health", 10.0).get("status") == "healthy"
+    except Exception:  # noqa: BLE001 - a failure is a figure
+        healthy = False
+    return healthy, time.monotonic() - started
+
+
 async def watch(url: str, pid: int, deadline: float, tally: Tally, rss: list) -> None:
+    """`/health` every `HEALTH_EVERY_S` (its longest wait is `max_health_s`), the server's RSS every 2 s."""
+    next_rss = 0.0
     while time.monotonic() < deadline:
-        try:
-            health = await asyncio.to_thread(get_json, url + "/health", 10.0)
-            if health.get("status") != "healthy":
-                tally.health_failures += 1
-        except Exception:  # noqa: BLE001
-            tally.health_failures += 1
-        rss.append(_rss_mb(pid))
-        await asyncio.sleep(2.0)
+        healthy, seconds = await asyncio.to_thread(_timed_health, url)
+        tally.health_failures += not healthy
+        tally.max_health_s = max(tally.max_health_s, seconds)
+        if time.monotonic() >= next_rss:
+            rss.append(_rss_mb(pid))
+            next_rss = time.monotonic() + 2.0
+        await asyncio.sleep(HEALTH_EVERY_S)
 
 
 async def soak(server: ServerProcess, questions: list, args: argparse.Namespace, tally: Tally) -> dict:
@@ -325,8 +410,11 @@ def main() -> None:
           f"{args.honest} honest + {args.hostile} hostile sessions")
     info = resolve_dataset(args.dataset)
     questions = load_questions(info.questions_path("train"))
-    server = ServerProcess(["--dataset", str(info.root), "--split", "train",
-                            "--max-sessions", str(args.honest + args.hostile + 8)]).start()
+    # The honest sessions (127.0.0.1) fit their address's limit; the hostile ones (127.0.0.2) share theirs with
+    # their never-reset sockets, and together can never fill the server.
+    per_client = max(args.honest, 16)
+    server = ServerProcess(["--dataset", str(info.root), "--split", "train", "--max-sessions-per-client",
+                            str(per_client), "--max-sessions", str(args.honest + per_client + 8)]).start()
     tally = Tally()
     try:
         rss_start = _rss_mb(server.proc.pid)
@@ -352,6 +440,9 @@ def main() -> None:
     print(f"max step time {max_step:.2f} s (honest {tally.max_step_s['honest']:.2f}, hostile "
           f"{tally.max_step_s['hostile']:.2f}; slowest {tally.slowest!r}); limit {STEP_LIMIT_S:g} s + 1 s; "
           f"the client's own longest stall {tally.client_max_stall_s:.2f} s")
+    print("hostile shapes made: " + ", ".join(f"{k} {v}" for k, v in sorted(tally.shapes.items())))
+    print(f"longest waits (target <= 1 s): an honest step {tally.max_step_s['honest']:.2f} s, /health "
+          f"{tally.max_health_s:.2f} s (asked every {HEALTH_EVERY_S:g} s)")
     curve = extra["rss_samples"][:: max(1, len(extra["rss_samples"]) // 12)]
     print("RSS MB every ~" + f"{args.duration / max(1, len(curve)):.0f} s: " + " ".join(f"{v:.0f}" for v in curve))
     print(f"RSS MB: start {rss_start:.0f}, after warm-up {extra['rss_after_warmup']:.0f}, peak "
@@ -364,11 +455,11 @@ def main() -> None:
         "breaches": len(breaches),
         "max_step_s": round(max_step, 3), "max_honest_step_s": round(tally.max_step_s["honest"], 3),
         "max_hostile_step_s": round(tally.max_step_s["hostile"], 3), "step_limit_s": STEP_LIMIT_S,
-        "client_max_stall_s": round(tally.client_max_stall_s, 3),
+        "client_max_stall_s": round(tally.client_max_stall_s, 3), "max_health_s": round(tally.max_health_s, 3),
         "health_failures": tally.health_failures, "sessions_leaked": sessions_leaked, "server_alive": alive,
         "rss_start_mb": round(rss_start, 1), "rss_after_warmup_mb": round(extra["rss_after_warmup"], 1),
         "rss_peak_mb": round(max(extra["rss_samples"], default=float("nan")), 1), "rss_end_mb": round(rss_end, 1),
-        "rss_growth_mb": round(rss_end - extra["rss_after_warmup"], 1),
+        "rss_growth_mb": round(rss_end - extra["rss_after_warmup"], 1), "hostile_shapes": tally.shapes,
         "load_average_1m_end": round(os.getloadavg()[0], 2),
     }))
 
