@@ -38,6 +38,7 @@ COLORS = {
     "tools/failure_frequency": "#dc2626",
     "completions/clipped_ratio": "#f59e0b",
     "frac_reward_zero_std": "#64748b",
+    "groups_mixed_success_frac": "#16a34a",
     "sft_loss": "#7c3aed",
     "mean_token_accuracy": "#7c3aed",
 }
@@ -47,6 +48,7 @@ TOOL_HEALTH_KEYS = (
     ("tools/failure_frequency", "tool failure rate"),
     ("completions/clipped_ratio", "clipped completions"),
     ("frac_reward_zero_std", "zero-std groups"),
+    ("groups_mixed_success_frac", "mixed-success groups"),
 )
 CHART_HEIGHT = 400
 #: The phases with a panel of their own, in run order, and their step axes' titles.
@@ -371,8 +373,9 @@ def success_figure(
 def tool_health_figure(metrics: list[dict[str, Any]], title: str = "Health", t0: float | None = None) -> Figure:
     """The signals that say why a run is or is not learning: during the warm start, the share of assistant
     tokens the model predicts right (SFT token accuracy); during GRPO, tool calls per sample, tool failure rate,
-    clipped completions, and the fraction of groups whose rewards all tie (no GRPO advantage). One panel per
-    phase (see the module docstring)."""
+    clipped completions, the fraction of groups whose rewards all tie (no GRPO advantage), and the fraction whose
+    episodes' success is mixed (some right, some wrong: the groups that teach what a correct answer is;
+    `training.grpo.sampler`). One panel per phase (see the module docstring)."""
     minutes = t0 is not None
     ax, acc, custom = step_series(in_phase(metrics, "sft"), "mean_token_accuracy", t0=t0)
     sft_traces = []

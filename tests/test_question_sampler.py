@@ -194,6 +194,18 @@ def test_config_switch():
         TrainConfig(question_sampler="hard")
 
 
+def test_the_health_chart_shows_the_mixed_fraction():
+    from dashboard import charts
+
+    metrics = [{"phase": "sft", "step": 10, "mean_token_accuracy": 0.5}]
+    metrics += [{"phase": "grpo", "step": step, "frac_reward_zero_std": 0.5, MIXED_METRIC: value}
+                for step, value in ((1, 0.25), (2, 0.75))]
+    fig = charts.tool_health_figure(metrics)
+    trace = next(t for t in fig["data"] if t["name"] == "mixed-success groups")
+    assert trace["x"] == [1, 2] and trace["y"] == [0.25, 0.75] and trace["xaxis"] == "x2"  # the GRPO panel
+    assert fig["layout"]["yaxis" + trace["yaxis"][1:]]["tickformat"] == ".0%"
+
+
 # ---------------------------------------------------------------------------------------- real GRPO runs
 def _trainer_class():
     from trl import GRPOTrainer
