@@ -2,6 +2,7 @@
 here and in the three modules it is built from:
 
 - `sqlenv.sql_checks`: what SQL may run (the text checks, the connection's authorizer, database paths);
+- `sqlenv.sql_costs`: what a statement may cost between two time checks (the price of every allowed function);
 - `sqlenv.sandbox_limits`: limits and settings (`SandboxSettings`, SQLite's own limits, its shared heap);
 - `sqlenv.sql_runner`: execution (the connection, the time limit, the fetch under row and byte caps);
 
@@ -17,10 +18,12 @@ and `sqlenv.result_text` writes the observation text. Model-written SQL is met b
 5. A statement that runs past `timeout_s` is interrupted: a watchdog thread calls `Connection.interrupt()` at
    its deadline (SQLite stops at its next jump, even while this process's threads fight over the interpreter
    lock), and a progress handler checks the clock too.
-6. SQLite's own limits (`Connection.setlimit`) bound what runs between two such checks: short values (an
-   `instr` over two of them is well under a millisecond), small programs, shallow expressions, few compound
-   SELECTs, no ATTACH; and sorts spill into runs of at most 2 MiB that are merged step by step, where one whole
-   sort in memory was a single step of many seconds.
+6. What runs between two such checks (SQLite makes them only at the jumps that close a loop) is bounded:
+   SQLite's own limits (`Connection.setlimit`: short values and LIKE patterns, small programs, shallow
+   expressions, few compound SELECTs, no ATTACH), a price for every function the authorizer allows (its worst
+   time per call under those limits, `sqlenv.sql_costs`): a statement whose calls could add up past
+   `max_uninterruptible_s` is refused before it runs; and sorts spill into runs of at most 2 MiB that are merged
+   step by step, where one whole sort in memory was a single step of many seconds.
 7. Temporary tables, sorts and CTE queues live in SQLite's in-memory files, under its process-wide hard heap
    limit: a query writes no temporary file, and one that needs too much memory fails alone. When a statement
    finds the heap already full of other statements' memory, the longest-running of those is stopped to make

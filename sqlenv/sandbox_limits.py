@@ -18,8 +18,8 @@ class SandboxSettings:
             Checked by SQLite's progress handler, so runaway recursive CTEs and huge cross joins stop.
         progress_interval: SQLite virtual-machine instructions between two clock checks of the progress handler
             (default 4000), the second line behind the watchdog's interrupt at the deadline. Either stops a
-            statement at its next jump; what runs until then is bounded by the limits below (the costliest
-            call, an `instr`/`replace` over two `max_value_bytes` strings, takes about 0.4 ms).
+            statement at its next jump; what runs until then is bounded by the limits below and by
+            `max_uninterruptible_s`.
         max_display_rows: Result rows shown in a QUERY observation (default 20); the rest are counted as
             "(N more rows)".
         sample_rows: Rows shown by SAMPLE (default 5).
@@ -37,10 +37,16 @@ class SandboxSettings:
         max_value_bytes: SQLite's SQLITE_LIMIT_LENGTH for the connection (default 10_000): no string, blob or
             row built or read by a query (e.g. `zeroblob`, `group_concat`) may exceed it. It bounds the cost of one
             function call, which runs inside one VM instruction out of the time check's reach: `instr` and
-            `replace` are quadratic in it (1 MB strings took 3 s a call). Spider's longest value is 213 bytes.
+            `replace` are quadratic in it (1 MB strings took 3 s a call), `trim` with a character set too (its
+            set holds at most 1/12 of it). Spider's longest value is 213 bytes.
         max_program_ops: SQLite's SQLITE_LIMIT_VDBE_OP (default 4_000): most instructions in one prepared
             statement, so a query cannot line up thousands of costly calls between two time checks (CTEs
             copied into every reference, long select lists). Spider's gold queries need at most 131.
+        max_uninterruptible_s: Most seconds the function calls of one statement may take, at their worst, between
+            two time checks (default 0.5). SQLite checks the time only at the jumps that close a loop; a statement
+            whose program's calls, priced at their worst time per call under these limits (`sqlenv.sql_costs`),
+            add up to more is refused before it runs (one row of 800 `trim(x, y)` calls ran 19-22 s against 5 s).
+            A statement that runs ends within `timeout_s` plus about this much on an idle core.
         max_expr_depth: SQLite's SQLITE_LIMIT_EXPR_DEPTH (default 100; Spider's gold SQL nests a few levels).
         max_compound_selects: SQLite's SQLITE_LIMIT_COMPOUND_SELECT (default 20): terms in one UNION/EXCEPT chain.
         max_function_args: SQLite's SQLITE_LIMIT_FUNCTION_ARG (default 32).
@@ -50,8 +56,10 @@ class SandboxSettings:
             shared by every session) and can only be lowered: the smallest limit of any sandbox in the process
             holds. A statement that finds it full of other statements' memory gets room by stopping the one that
             has run longest.
-        max_like_pattern_chars: SQLite's SQLITE_LIMIT_LIKE_PATTERN_LENGTH (default 500), which bounds the
-            cost of one LIKE/GLOB comparison (it runs inside one VM instruction, out of the time check's reach).
+        max_like_pattern_chars: SQLite's SQLITE_LIMIT_LIKE_PATTERN_LENGTH in bytes (default 100; Spider's longest
+            pattern has 42), which bounds the cost of one LIKE/GLOB comparison: a pattern is tried at every
+            position of a value, inside one VM instruction out of the time check's reach (a `GLOB '*[bbb...a]c'`
+            of 500 bytes over 10 KB took 20 ms a call).
         max_result_bytes: Most bytes of result rows held for scoring (default 32_000_000), measured on every row
             kept (Python's own size of the row and of each value); past it rows are counted but not kept, like
             past `max_scoring_rows`.
@@ -74,18 +82,20 @@ class SandboxSettings:
     max_name_chars: int = 256
     max_value_bytes: int = 10_000
     max_program_ops: int = 4_000
+    max_uninterruptible_s: float = 0.5
     max_expr_depth: int = 100
     max_compound_selects: int = 20
     max_function_args: int = 32
     max_heap_bytes: int = 512 * 1024 * 1024
     max_result_bytes: int = 32_000_000
-    max_like_pattern_chars: int = 500
+    max_like_pattern_chars: int = 100
     max_open_databases: int = 64
     statement_cache_size: int = 256
 
     def __post_init__(self) -> None:
-        if not self.timeout_s > 0:
-            raise ValueError(f"SandboxSettings.timeout_s must be > 0, got {self.timeout_s}")
+        for name in ("timeout_s", "max_uninterruptible_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"SandboxSettings.{name} must be > 0, got {getattr(self, name)}")
         for name in ("progress_interval", "max_display_rows", "sample_rows", "max_scoring_rows", "fetch_batch_rows",
                      "max_observation_chars", "max_cell_chars", "max_sql_chars", "max_name_chars", "max_value_bytes",
                      "max_result_bytes", "max_like_pattern_chars", "max_open_databases", "max_program_ops",

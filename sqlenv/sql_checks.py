@@ -27,6 +27,7 @@ from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType
 
 from sqlenv.result_text import clean_for_display
+from sqlenv.sql_costs import ALLOWED_FUNCTIONS
 
 
 class SandboxError(Exception):
@@ -41,7 +42,7 @@ class SandboxError(Exception):
 CACHED_SQL_CHARS = 1_000
 
 
-def _cacheable(sql: str) -> bool:
+def cacheable_text(sql: str) -> bool:
     """Whether `sql` is short enough to be a cache key: at most `CACHED_SQL_CHARS` characters, and as many bytes
     (a str of wider characters takes 2 or 4 bytes each)."""
     n = len(sql)
@@ -139,7 +140,7 @@ def check_sql(sql: str, max_sql_chars: int = 20_000) -> SQLCheck:
     refusal = _text_refusal(sql, max_sql_chars)
     if refusal:
         return SQLCheck(refusal)
-    if _cacheable(sql):
+    if cacheable_text(sql):
         return _check_sql_cached(sql)
     return _check_sql(sql)
 
@@ -202,7 +203,7 @@ def normalize_sql(sql: str, max_sql_chars: int = 20_000) -> str:
     trailing semicolons gone, keywords and bare names lower-case (SQLite's are case-insensitive), quoted
     strings and names as written. A few microseconds (regular expressions, no parse); at most `max_sql_chars`
     characters are read, and only texts of at most `CACHED_SQL_CHARS` are cached."""
-    if _cacheable(sql):
+    if cacheable_text(sql):
         return _normalize_cached(sql, max_sql_chars)
     return _normalize(sql, max_sql_chars)
 
@@ -254,8 +255,9 @@ DATA_SCHEMA = "data"
 # What a user query may do: read, call functions, recurse. Nothing else (no PRAGMA functions).
 _ALLOWED_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
                     getattr(sqlite3, "SQLITE_RECURSIVE", 33)}
-# printf/format: one call with a huge width (printf('%.900000000c', 'x')) runs for many seconds inside a
-# single VM instruction, where the progress handler cannot stop it. Spider's gold SQL never uses them.
+# Functions run only when `sqlenv.sql_costs` prices them (`ALLOWED_FUNCTIONS`): their worst time per call is
+# measured. Never priced, so never run: printf/format (one call with a huge width, printf('%.900000000c', 'x'), runs
+# for many seconds inside a single VM instruction), extension loading and files, full-text and R-tree internals.
 _DENIED_FUNCTIONS = {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer", "printf", "format"}
 # The schema tables of the connection's own (empty) main and temp databases: reading them would list no tables,
 # which misleads more than a refusal that points to DESCRIBE.
@@ -264,14 +266,27 @@ _SCHEMA_TABLES = {"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlit
 
 def authorizer(action: int, arg1: Any, arg2: Any, db_name: Any, source: Any) -> int:
     """The sandbox connection's authorizer (`Connection.set_authorizer`): reads, functions and recursive CTEs
-    only, without the functions in `_DENIED_FUNCTIONS` and the schema tables of the empty main database."""
+    only; of the functions, only those with a price (`sqlenv.sql_costs.ALLOWED_FUNCTIONS`); not the schema
+    tables of the empty main database."""
     if action in _ALLOWED_ACTIONS:
-        if action == sqlite3.SQLITE_FUNCTION and isinstance(arg2, str) and arg2.lower() in _DENIED_FUNCTIONS:
+        if action == sqlite3.SQLITE_FUNCTION and not function_allowed(arg2):
             return sqlite3.SQLITE_DENY
         if is_schema_read(action, arg1, db_name):
             return sqlite3.SQLITE_DENY
         return sqlite3.SQLITE_OK
     return sqlite3.SQLITE_DENY
+
+
+def function_allowed(name: Any) -> bool:
+    """Whether the authorizer lets a statement call the function `name` (SQLite matches names in any ASCII case)."""
+    return isinstance(name, str) and name.lower() in ALLOWED_FUNCTIONS and name.lower() not in _DENIED_FUNCTIONS
+
+
+def function_refusal(name: str) -> str:
+    """The agent's message for a call of a function the sandbox does not allow."""
+    return (f"Not allowed in the sandbox: the function {clean_for_display(name, 40)}() is not available (reading "
+            "tables and SQLite's core, date, math and JSON functions only; no printf/format or extension "
+            "functions).")
 
 
 def is_schema_read(action: int, table: Any, db_name: Any) -> bool:

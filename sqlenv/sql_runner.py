@@ -13,6 +13,9 @@ of a statement's rows under the row and byte caps.
 - A statement that runs past `timeout_s` is interrupted: a watchdog thread calls `Connection.interrupt()` at its
   deadline (SQLite stops at its next jump, even while this process's threads fight over the interpreter lock),
   and a progress handler checks the clock too.
+- Those checks happen only at the jumps that close a loop: a statement whose function calls could together run
+  longer than `max_uninterruptible_s` without one is refused before it runs (`sqlenv.sql_costs`: its program is
+  priced, the verdict kept per connection for short texts).
 - When a statement finds the heap already full of other statements' memory, the longest-running of those is
   stopped to make room and the statement runs once more within its own time limit (`make_room`).
 - Rows are fetched in batches; at most `max_scoring_rows` rows and `max_result_bytes` bytes (measured on every
@@ -28,14 +31,16 @@ import sys
 import threading
 import time
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sqlenv.result_text import clean_for_display
 from sqlenv.sandbox_limits import HEAP, SandboxSettings, connection_limits, lower_heap_limit
-from sqlenv.sql_checks import (DATA_SCHEMA, SCHEMA_TABLE_REFUSAL, SandboxError, authorizer, is_schema_read,
-                               refusal_message)
+from sqlenv.sql_checks import (DATA_SCHEMA, SCHEMA_TABLE_REFUSAL, SandboxError, authorizer, cacheable_text,
+                               function_allowed, function_refusal, is_schema_read, refusal_message)
+from sqlenv.sql_costs import costly_names, names_costly_function, program_price, too_costly
 
 
 @dataclass(slots=True)
@@ -196,6 +201,11 @@ class Database:
             conn.execute("PRAGMA query_only = 1")
             lower_heap_limit(conn, settings.max_heap_bytes)
             self.tables: dict[str, TableInfo] = self._read_schema(conn, self.schema)
+            # A view or a generated column is code that a statement runs without naming its functions.
+            self.costly_names = costly_names(settings)
+            schema_sql = " ".join(sql for (sql,) in conn.execute(
+                f"SELECT sql FROM {self.schema}.sqlite_master WHERE sql IS NOT NULL"))
+            self.schema_calls_costly = names_costly_function(schema_sql, self.costly_names)
             for limit, value in connection_limits(settings).items():
                 conn.setlimit(limit, value)
             conn.set_authorizer(self._authorize)
@@ -207,14 +217,40 @@ class Database:
         self.deadline_lock = threading.Lock()  # the watchdog interrupts only the statement whose deadline passed
         self.stopped_for_memory = False  # the running statement was interrupted to free memory, not at its deadline
         self.read_schema_table = False  # the statement being prepared was refused a schema table (for the message)
+        self.refused_function: str | None = None  # ... or a function (for the message)
         conn.set_progress_handler(self._on_progress, max(1, settings.progress_interval))
         self.row_counts: dict[str, int] = {}
+        self._prices: OrderedDict[str, tuple[float, dict[str, int]]] = OrderedDict()
 
     def _authorize(self, action: int, arg1: Any, arg2: Any, db_name: Any, source: Any) -> int:
         verdict = authorizer(action, arg1, arg2, db_name, source)
-        if verdict == sqlite3.SQLITE_DENY and is_schema_read(action, arg1, db_name):
-            self.read_schema_table = True
+        if verdict == sqlite3.SQLITE_DENY:
+            if is_schema_read(action, arg1, db_name):
+                self.read_schema_table = True
+            elif action == sqlite3.SQLITE_FUNCTION and not function_allowed(arg2):
+                self.refused_function = str(arg2)
         return verdict
+
+    #: Verdicts of the pricing kept per connection (texts of at most `CACHED_SQL_CHARS` only).
+    PRICE_CACHE_SIZE = 256
+
+    def check_cost(self, sql: str) -> None:
+        """Refuse `sql` (`SandboxError`) when its function calls could run longer than `max_uninterruptible_s`
+        without a time check (`sqlenv.sql_costs`). Statements that name no costly function pass unpriced."""
+        if not (self.schema_calls_costly or names_costly_function(sql, self.costly_names)):
+            return
+        verdict = self._prices.get(sql)
+        if verdict is None:
+            verdict = program_price(self.conn, sql, self.settings)
+            if cacheable_text(sql):
+                self._prices[sql] = verdict
+                while len(self._prices) > self.PRICE_CACHE_SIZE:
+                    self._prices.popitem(last=False)
+        else:
+            self._prices.move_to_end(sql)
+        total, counts = verdict
+        if total > self.settings.max_uninterruptible_s:
+            raise SandboxError(too_costly(total, counts, self.settings))
 
     def _on_progress(self) -> int:
         return 1 if time.monotonic() > self.deadline else 0  # non-zero interrupts the statement
@@ -225,6 +261,7 @@ class Database:
             self.deadline = deadline
             self.stopped_for_memory = False
         self.read_schema_table = False
+        self.refused_function = None
         WATCHDOG.watch(self, deadline)
         return time.monotonic()
 
@@ -319,6 +356,15 @@ class _OutOfMemory(Exception):
     pass
 
 
+def _refusal(db: Database, err: Exception) -> str:
+    """The agent's message for an error SQLite raised, naming what the authorizer refused when it refused."""
+    if db.read_schema_table:
+        return SCHEMA_TABLE_REFUSAL
+    if db.refused_function is not None:
+        return function_refusal(db.refused_function)
+    return refusal_message(err)
+
+
 def run_statement(db: Database, sql: str, max_rows: int, settings: SandboxSettings) -> QueryResult:
     """Run one statement on `db` within `settings.timeout_s` and fetch at most `max_rows` rows (and at most
     `max_result_bytes`); raises `SandboxError` with a message for the agent."""
@@ -344,6 +390,7 @@ def _run_once(db: Database, sql: str, max_rows: int, deadline: float, settings: 
     start = db.start_statement(deadline)
     cursor = None
     try:
+        db.check_cost(sql)
         cursor = db.conn.execute(sql)
         columns = [d[0] for d in (cursor.description or ())]
         rows: list[tuple] = []
@@ -398,11 +445,11 @@ def _run_once(db: Database, sql: str, max_rows: int, deadline: float, settings: 
             raise SandboxError(f"Query timed out after {settings.timeout_s:g} s and was stopped.") from None
         if db.schema == DATA_SCHEMA and ("disk i/o error" in message or "disk is full" in message):
             raise _OutOfMemory() from None  # the only files written are in-memory ones: their growth failed
-        raise SandboxError(SCHEMA_TABLE_REFUSAL if db.read_schema_table else refusal_message(err)) from None
+        raise SandboxError(_refusal(db, err)) from None
     except sqlite3.Warning as err:  # "You can only execute one statement at a time."
         raise SandboxError(f"SQL error: {err}") from None
     except sqlite3.Error as err:
-        raise SandboxError(SCHEMA_TABLE_REFUSAL if db.read_schema_table else refusal_message(err)) from None
+        raise SandboxError(_refusal(db, err)) from None
     except MemoryError:  # SQLITE_NOMEM: handled by `run_statement` once this statement has given its memory back
         raise _OutOfMemory() from None
     except (ValueError, OverflowError, UnicodeError) as err:

@@ -605,3 +605,92 @@ def test_a_table_name_over_its_limit_is_refused_unread(sandbox):
     with pytest.raises(SandboxError, match=r"Table name too long \(1000006 characters, limit 256\)"):
         sandbox.describe("music", "singer" + " " * 1_000_000)  # stripped, it would name a table
     assert sandbox.describe("music", "  singer ;").startswith("table singer")
+
+
+# ------------------------------------------------------------------------- hardening (issue 35: finding 3)
+
+# The issue's values, kept in a materialized CTE so that every call of a row runs (constant calls run once).
+_TRIM_ROW = ("WITH t(x, y) AS MATERIALIZED (SELECT replace(hex(zeroblob(4500)), '0', 'a'), "
+             "replace(hex(zeroblob(410)), '0', 'b') || 'a') SELECT {calls} FROM t")
+_GLOB_ROW = ("WITH t(x, g) AS MATERIALIZED (SELECT replace(hex(zeroblob(4900)), '0', 'a'), "
+             "'*[' || replace(hex(zeroblob(46)), '0', 'b') || 'a]c') SELECT {calls} FROM t")
+
+
+@pytest.mark.parametrize("sql", [_TRIM_ROW.format(calls=", ".join(["trim(x, y)"] * 300)),
+                                 _TRIM_ROW.format(calls=", ".join(["ltrim(x, y)"] * 800)),
+                                 _GLOB_ROW.format(calls=", ".join(["x GLOB g"] * 300)),
+                                 # one call in the text, hundreds in the program (the subquery is flattened)
+                                 "SELECT " + ", ".join(["a"] * 300) + " FROM (SELECT trim(x, y) AS a FROM ("
+                                 + _TRIM_ROW.format(calls="x, y") + "))"])
+def test_straight_line_calls_cannot_outlast_the_time_limit(toy, sql):
+    """SQLite checks the time limit only at the jumps that close a loop: one result row of 300 `trim(x, y)` calls
+    (x 9,000 characters, y 820) ran 6.0-6.8 s against 5 s, 800 calls 18.8-22.3 s, and `x GLOB '*[bbb...a]c'` the
+    same. A statement whose calls could together run longer than `max_uninterruptible_s` between two checks is
+    refused before it runs, with a reason the agent can act on."""
+    timeout = 1.0
+    sandbox = Sandbox(toy[1], SandboxSettings(timeout_s=timeout))
+    start = time.monotonic()
+    with pytest.raises(SandboxError, match="could run for .* s without a check of the time limit"):
+        sandbox.execute("music", sql)
+    assert time.monotonic() - start <= timeout + 1.0
+    assert sandbox.execute("music", "SELECT count(*) FROM singer").rows == [(30,)]
+
+
+def test_a_statement_is_priced_by_the_calls_its_program_holds(toy):
+    """The price counts the calls of the program SQLite built (EXPLAIN), not of the text: as many `trim(x, y)`
+    calls as `max_uninterruptible_s` pays for run, one more is refused; calls inside a loop are one call each
+    per pass (the loop's jump is checked); cheap functions are never counted against the bound."""
+    from sqlenv.sql_costs import call_price
+
+    settings = SandboxSettings(timeout_s=2.0)
+    sandbox = Sandbox(toy[1], settings)
+    most = int(settings.max_uninterruptible_s / call_price("trim(2)", settings) + 1e-9)
+    assert 5 <= most < 300
+    short = "WITH t(x, y) AS MATERIALIZED (SELECT name, 'ab' FROM singer) SELECT {calls} FROM t"
+    assert sandbox.execute("music", short.format(calls=", ".join(["trim(x, y)"] * most))).n_rows == 30
+    with pytest.raises(SandboxError, match=f"{most + 1} x trim"):
+        sandbox.execute("music", short.format(calls=", ".join(["trim(x, y)"] * (most + 1))))
+    # Thousands of rows through one call: priced once.
+    looped = ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 5000) "
+              "SELECT count(*) FROM r WHERE trim(n, '1') LIKE '%2%'")
+    assert sandbox.execute("music", looped).rows[0][0] > 0
+    cheap = "SELECT " + ", ".join(["upper(name)", "length(name)", "abs(age)"] * 300) + " FROM singer"
+    assert sandbox.execute("music", cheap).n_rows == 30
+
+
+def test_a_view_is_priced_for_what_it_calls(tmp_path):
+    """A view's code runs in the statement that reads it, though the statement never names its functions: a
+    database whose schema calls a costly function has every statement priced."""
+    folder = tmp_path / "db" / "v"
+    folder.mkdir(parents=True)
+    conn = sqlite3.connect(folder / "v.sqlite")
+    conn.execute("CREATE TABLE t (x, y)")
+    conn.execute("INSERT INTO t VALUES (?, ?)", ("a" * 9000, "b" * 800 + "a"))
+    conn.execute("CREATE VIEW w AS SELECT trim(x, y) AS a FROM t")
+    conn.commit()
+    conn.close()
+    sandbox = Sandbox(tmp_path / "db", SandboxSettings(timeout_s=1.0))
+    assert sandbox.execute("v", "SELECT length(a) FROM w").rows == [(0,)]
+    start = time.monotonic()
+    with pytest.raises(SandboxError, match="without a check of the time limit"):
+        sandbox.execute("v", "SELECT " + ", ".join(["a"] * 300) + " FROM w")
+    assert time.monotonic() - start <= 2.0
+
+
+@pytest.mark.parametrize("sql,name", [("SELECT rtreenode(2, x'00')", "rtreenode"),
+                                      ("SELECT sqlite_log(1, 'x')", "sqlite_log"),
+                                      ("SELECT fts3_tokenizer('simple')", "fts3_tokenizer"),
+                                      ("SELECT PRINTF('%d', 1)", "printf")])
+def test_only_priced_functions_run(sandbox, sql, name):
+    """Every function a statement may call has a measured worst time (`sqlenv.sql_costs`); the others are refused
+    by name."""
+    with pytest.raises(SandboxError, match=rf"Not allowed in the sandbox: the function {name}\(\) is not available"):
+        sandbox.execute("music", sql)
+
+
+def test_like_patterns_are_bounded(sandbox):
+    """LIKE/GLOB patterns are tried at every position of a value: their length is bounded (Spider's longest has 42
+    characters), which bounds one comparison."""
+    assert sandbox.execute("music", "SELECT count(*) FROM singer WHERE name LIKE '%" + "_" * 60 + "%'").n_rows == 1
+    with pytest.raises(SandboxError, match="pattern too complex"):
+        sandbox.execute("music", "SELECT count(*) FROM singer WHERE name LIKE '%" + "a" * 200 + "%'")
