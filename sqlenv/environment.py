@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterable
 
 from sqlenv.dataset_dir import load_questions
 from sqlenv.datasets import resolve_dataset
-from sqlenv.execution import execution_match
+from sqlenv.execution import execution_match, gold_result
 from sqlenv.rewards import GoldProfile, RewardConfig, progress_score
 from sqlenv.result_text import clean_for_display as _clean_for_display
 from sqlenv.result_text import cut_text
@@ -116,7 +117,7 @@ class SQLEnvironment:
         self._answer: str | None = None
         self._correct = False
         self._outcome = "unfinished"
-        # The last successful QUERY's result and SQL: EX is scored on them when the episode ends.
+        # The last successful QUERY's result and SQL: EX is scored on them by the step that ends the episode.
         self._last_result = None
         self._last_sql: str | None = None
         self._execution_match: bool | None = None
@@ -164,6 +165,8 @@ class SQLEnvironment:
         self._tables = tables
         self._schema_text = "Tables: " + ", ".join(tables)
         self._gold = self._gold_profile(question)
+        if self._gold is not None:  # EX's own gold result (official rules), so the episode's end only looks it up
+            gold_result(self.sandbox, question.database_name, question.gold_sql)
         self._gold_ordered = has_top_level_order_by(question.gold_sql)
         if episode_id is None:
             episode_id = f"{self._episode_ids.getrandbits(48):012x}"
@@ -201,7 +204,11 @@ class SQLEnvironment:
 
     # --------------------------------------------------------------------------------------------- step
     def step(self, action: SQLAction | Any) -> SQLObservation:
-        """Apply one action and return the observation. Never raises."""
+        """Apply one action and return the observation. Never raises.
+
+        The step that ends the episode (an ANSWER, or the budget's last step) also scores its execution accuracy
+        (`execution_match`), within what is left of the step's time limit: the step's work, its query and EX's
+        together, ends within `timeout_s` (plus the sandbox's bound on uninterruptible work)."""
         try:
             return self._step(action)
         except Exception as err:  # a bug must not kill a training run: report it as an error observation
@@ -219,6 +226,7 @@ class SQLEnvironment:
         if self.state.done:
             return self._fail("The episode is over: call reset() to start a new one.")
 
+        deadline = time.monotonic() + self.sandbox_settings.timeout_s  # the step's time, EX included
         action_type, argument = unpack_action(action)
         kind = action_type.strip().upper() if len(action_type) <= _MAX_ACTION_TYPE_CHARS else ""
         cfg = self.reward_config
@@ -335,7 +343,18 @@ class SQLEnvironment:
         self._steps.append(make_step(step_count, shown_kind, stored_arg, result, error, total, layer_dict,
                                      obs.budget_remaining, done, terminated=terminated, truncated=truncated))
         self.last_observation = obs
+        if done:
+            self._execution_match = self._score_execution(deadline)
         return obs
+
+    def _score_execution(self, deadline: float) -> bool:
+        """The episode's EX (`sqlenv.execution`), scored once by the step that ends it, on that step's thread and
+        within its `deadline`: the official text of the last QUERY (DISTINCT dropped) is another query than the one
+        the step ran, and may be slow; a query stopped by the deadline counts as failed, as in `execution_match`.
+        A gold that failed at reset (no profile) scores every prediction wrong without running anything."""
+        q = self.question
+        return self._gold is not None and execution_match(self.sandbox, q.database_name, self._last_sql, q.gold_sql,
+                                                          self._last_result, deadline=deadline)
 
     def _normalize_argument(self, kind: str, arg: str) -> str:
         """The argument as kept in the episode's seen actions (for the repeat penalty): bounded, because the
@@ -393,14 +412,10 @@ class SQLEnvironment:
     def execution_match(self) -> bool | None:
         """The episode's execution accuracy (`sqlenv.execution`): whether its last successful QUERY matches the gold
         query under test-suite-sql-eval's `eval_exec_match` (the official Spider EX). None until the episode is
-        over (it would tell the agent whether its query is the gold one); scored once then, not on every QUERY."""
+        over (it would tell the agent whether its query is the gold one); scored once, by the step that ended the
+        episode: reading it runs nothing, so any thread may (a server's event loop builds `state` from it)."""
         if not self.state.done or self.question is None:
             return None
-        if self._execution_match is None:
-            q = self.question
-            # A gold that failed at reset (no profile) scores every prediction wrong without running anything.
-            self._execution_match = self._gold is not None and execution_match(
-                self.sandbox, q.database_name, self._last_sql, q.gold_sql, self._last_result)
         return self._execution_match
 
     @property
@@ -411,7 +426,7 @@ class SQLEnvironment:
     # --------------------------------------------------------------------------------------- transcript
     def transcript(self, policy: str | None = None) -> dict[str, Any]:
         """The current episode in the shared transcript format (see `sqlenv.transcript`); its `execution_match` is
-        None until the episode is over."""
+        None until the episode is over, then the value its last step scored (nothing runs here)."""
         return make_transcript(self.question, policy=policy, seed=self._seed, steps=self._steps, answer=self._answer,
                                correct=self._correct, outcome=self._outcome, reward_breakdown=self.reward_breakdown,
                                execution_match=self.execution_match)

@@ -35,6 +35,11 @@ Where the sandbox refuses or stops a statement (its time limit, SQLite heap, val
 rows than `max_result_bytes` holds) the prediction counts as wrong, as a failed statement does; the official
 code would wait for it. A gold query that cannot run, or whose rows do not fit in `max_result_bytes`, scores
 every prediction wrong.
+
+An episode scores EX once, on the thread that plays the step that ends it, within what is left of that step's time
+limit (`deadline`): the official text of a prediction is another query than the one the step ran (DISTINCT
+dropped: a cheap `count(DISTINCT j)` over a join can become an expensive one), so nothing that merely reads an
+episode (its transcript, a server's `state` reply on the event loop) may run it.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -93,9 +99,17 @@ def _official_text(data: bytes) -> str:
     return data.decode(errors="ignore")
 
 
-def _run(sandbox: Sandbox, db_name: str, sql: str, max_rows: int, settings: SandboxSettings) -> QueryResult:
+def _run(sandbox: Sandbox, db_name: str, sql: str, max_rows: int, settings: SandboxSettings,
+         deadline: float | None = None) -> QueryResult:
     """Run `sql` in the sandbox (its text checks, authorizer, time and memory limits) with TEXT decoded as the
-    official code decodes it; raises `SandboxError` when the sandbox refuses or stops it."""
+    official code decodes it, stopped at `deadline` (`time.monotonic()`) when that comes before its own time limit;
+    raises `SandboxError` when the sandbox refuses or stops it."""
+    if deadline is not None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise SandboxError("No time left for this query.")
+        if left < settings.timeout_s:
+            settings = dataclasses.replace(settings, timeout_s=left)
     return sandbox.execute(db_name, sql, max_rows, settings=settings, text_factory=_official_text)
 
 
@@ -142,11 +156,11 @@ class GoldCache:
 _GOLD_CACHE = GoldCache()
 
 
-def gold_result(sandbox: Sandbox, db_name: str, gold_sql: str) -> OfficialGold | None:
+def gold_result(sandbox: Sandbox, db_name: str, gold_sql: str, deadline: float | None = None) -> OfficialGold | None:
     """The gold result as the official rules compute it (`official_sql`, `replace_cur_year`, every row), once per
     database file, gold text and sandbox limits in this process; None when it cannot be had (the gold fails in
-    the sandbox, or its rows do not fit in `max_result_bytes`). Failures are not cached: a gold stopped by a busy
-    moment runs again next time."""
+    the sandbox, or its rows do not fit in `max_result_bytes`, or it runs past `deadline`). Failures are not
+    cached: a gold stopped by a busy moment runs again next time."""
     try:
         identity = sandbox.database(db_name).identity
     except SandboxError:
@@ -161,7 +175,8 @@ def gold_result(sandbox: Sandbox, db_name: str, gold_sql: str) -> OfficialGold |
     # still holds. `n_rows` counts every row, so a result cut by the byte cap is seen and refused.
     gold_settings = dataclasses.replace(settings, count_rows_past_cap=True)
     try:
-        result = _run(sandbox, db_name, replace_cur_year(text), max_rows=2**62, settings=gold_settings)
+        result = _run(sandbox, db_name, replace_cur_year(text), max_rows=2**62, settings=gold_settings,
+                      deadline=deadline)
     except SandboxError:
         return None
     if len(result.rows) != result.n_rows:
@@ -183,7 +198,7 @@ def _decoded_as_official(rows: list) -> bool:
 
 
 def execution_match(sandbox: Sandbox, db_name: str, pred_sql: str | None, gold_sql: str,
-                    pred_result: QueryResult | None = None) -> bool:
+                    pred_result: QueryResult | None = None, *, deadline: float | None = None) -> bool:
     """Whether `pred_sql` matches `gold_sql` on database `db_name` under test-suite-sql-eval's `eval_exec_match`
     with its default settings (module docstring).
 
@@ -194,10 +209,12 @@ def execution_match(sandbox: Sandbox, db_name: str, pred_sql: str | None, gold_s
         gold_sql: the question's gold SQL.
         pred_result: the sandbox's result of `pred_sql` when it already ran (the episode's QUERY): reused when the
             official rules leave its text unchanged and it holds every row; otherwise the official text runs.
+        deadline: a `time.monotonic()` time by which any query this runs is stopped (default None: each runs
+            within the sandbox's own time limit). A query stopped by it counts as failed: no match.
     """
     if not pred_sql:
         return False
-    gold = gold_result(sandbox, db_name, gold_sql)
+    gold = gold_result(sandbox, db_name, gold_sql, deadline)
     if gold is None:
         return False
     text = replace_cur_year(official_sql(pred_sql))
@@ -209,7 +226,7 @@ def execution_match(sandbox: Sandbox, db_name: str, pred_sql: str | None, gold_s
         # One row more than the gold has is enough to know the prediction has more: no need to count the rest.
         settings = dataclasses.replace(sandbox.settings, count_rows_past_cap=False)
         try:
-            result = _run(sandbox, db_name, text, len(gold.rows) + 1, settings)
+            result = _run(sandbox, db_name, text, len(gold.rows) + 1, settings, deadline)
         except SandboxError:
             return False  # the official runner scores a prediction that fails as wrong
         if len(result.rows) != result.n_rows:

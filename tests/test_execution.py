@@ -17,7 +17,7 @@ from sqlenv.evaluation import evaluate
 from sqlenv.execution import execution_match, official_sql, order_matters, replace_cur_year
 from sqlenv.policies import OraclePolicy, RandomPolicy
 from sqlenv.result_eq import results_match
-from sqlenv.sandbox import Sandbox
+from sqlenv.sandbox import Sandbox, SandboxSettings
 from sqlenv.types import Question, SQLAction
 
 BIG_ROWS = 10_005  # past the 10,000 rows the sandbox keeps of a QUERY for display and progress
@@ -234,6 +234,35 @@ def test_episode_ex_runs_the_official_text_when_it_differs(shop):
             env.step(SQLAction("QUERY", sql))
             env.step(SQLAction("ANSWER", "1"))
             assert env.transcript()["execution_match"] is match, sql
+
+
+# Cheap as sent (three scans of `big`), a cross join of 10,005^3 rows once the official rules drop DISTINCT. Issue 35:
+# a server's `state` reply built the transcript, which scored EX then: the event loop waited 17.3 s on it.
+CHEAP_ONLY_WITH_DISTINCT = ("SELECT count(*) FROM (SELECT DISTINCT n % 3 AS j FROM big) a, "
+                            "(SELECT DISTINCT n % 3 AS j FROM big) b, (SELECT DISTINCT n % 3 AS j FROM big) c")
+
+
+@pytest.mark.parametrize("budget", [15, 1])  # the episode ended by ANSWER, or by its budget on the QUERY itself
+def test_ex_is_scored_by_the_step_that_ends_the_episode_and_only_read_after(shop, budget):
+    """EX runs the official text of the last QUERY, another query than the step ran: it is scored once, by the step
+    that ends the episode, within that step's time limit; the transcript (and a server's `state`) only reads it."""
+    root, _ = shop
+    timeout = 1.0
+    with SQLEnvironment(_questions(), root, sandbox=SandboxSettings(timeout_s=timeout)) as env:
+        env.reset(question_id="q1", step_budget=budget)
+        start = time.monotonic()
+        obs = env.step(SQLAction("QUERY", CHEAP_ONLY_WITH_DISTINCT))
+        assert obs.error == "" and "27" in obs.result
+        if not obs.done:
+            assert time.monotonic() - start < timeout / 2
+            start = time.monotonic()
+            obs = env.step(SQLAction("ANSWER", "Ann, Bob, Cid"))
+        assert obs.done and time.monotonic() - start <= timeout + 1.0  # the query and EX's together
+        start = time.monotonic()
+        transcript = env.transcript()
+        assert time.monotonic() - start < timeout / 2  # nothing runs: the official text alone would take `timeout`
+        # The official text was stopped at the time limit: a prediction that fails, as before.
+        assert transcript["execution_match"] is False and env.execution_match is False
 
 
 def test_oracle_scores_full_ex_and_random_does_not(builtin):
