@@ -11,7 +11,8 @@ the phase's own step:
 
 - every trainer log → one `metrics.jsonl` line (SFT: loss, mean_token_accuracy, learning_rate, grad_norm; GRPO:
   reward, reward_std, rewards/<func>/mean, loss, kl, learning_rate, tools/call_frequency,
-  tools/failure_frequency, completions/clipped_ratio, frac_reward_zero_std, step_time…);
+  tools/failure_frequency, completions/clipped_ratio, frac_reward_zero_std, groups_mixed_success_frac (the share of
+  groups with mixed success, `training.grpo.sampler`), step_time…);
 - every `trace_every` steps → one full episode of the current model → `transcripts.jsonl`;
 - every `eval_every` steps (and at the end; at the start unless an earlier phase already measured this model)
   → `eval_episodes` greedy episodes on the train and on the eval split → `evals.jsonl`;

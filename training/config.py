@@ -231,6 +231,9 @@ class TrainConfig:
         rollout: `"environment"` (default: TRL's `environment_factory` tool loop over `SQLEnvTRL`) or
             `"rollout_func"` (the batched path: `training.grpo.rollout.BatchedRollout` plays all episodes of a step
             together, one generation per turn for all of them; several times faster on small models).
+        lean_loss: GRPO's loss phase leaves out the rows whose gradient is exactly 0 (zero advantage, or an empty loss
+            mask) and trims each micro-batch to its own longest row (`training.grpo.trainer.SQLEnvGRPOTrainer`);
+            the gradient is TRL's for every `loss_type`. Default True. False runs TRL's loss as it is.
         gradient_checkpointing: trade compute for memory on big models (default False).
         train_top_layers: GRPO trains only the top N decoder layers, the final norm and the output head (see
             `train_head`); the input embeddings and the layers below stay frozen, so the backward pass stops at the
@@ -329,6 +332,7 @@ class TrainConfig:
     reward_weights: list[float] | None = None
     enable_thinking: bool = False
     rollout: str = "environment"
+    lean_loss: bool = True
     gradient_checkpointing: bool = False
     train_top_layers: int | None = None
     train_head: bool = True

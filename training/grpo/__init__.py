@@ -1,6 +1,7 @@
 """The GRPO trainer of a run: `grpo_args(plan)` (its `GRPOConfig`) and `build_trainer(plan, model, tokenizer)`.
 
-`build_trainer` wires TRL's `GRPOTrainer` to SQLEnv on one of two rollout paths (`TrainConfig.rollout`):
+`build_trainer` wires TRL's `GRPOTrainer` to SQLEnv on one of two rollout paths (`TrainConfig.rollout`), both through
+`training.grpo.trainer.SQLEnvGRPOTrainer` (its loss phase skips the rows that teach nothing: `TrainConfig.lean_loss`):
 
 - `"environment"` (default): TRL's own multi-turn tool loop; `environment_factory` builds `SQLEnvTRL` instances bound
   to the run's train split (`functools.partial(SQLEnvTRL, plan.episodes())`), whose tools TRL calls.
@@ -107,7 +108,7 @@ def _as_plan(plan: Any):
 
 def build_trainer(plan: Any, model: Any, tokenizer: Any, *, output_dir: str | None = None,
                   callbacks: list | None = None, **grpo_overrides: Any):
-    """A `GRPOTrainer` for a run (see the module docstring).
+    """A `GRPOTrainer` for a run (`training.grpo.trainer.SQLEnvGRPOTrainer`; see the module docstring).
 
     Args:
         plan: the run's `RunPlan`, or a `TrainConfig` (resolved into one here).
@@ -120,10 +121,9 @@ def build_trainer(plan: Any, model: Any, tokenizer: Any, *, output_dir: str | No
     import os
     import warnings
 
-    from trl import GRPOTrainer
-
     from training.grpo.rewards import REWARD_FUNCS
     from training.grpo.rollout import BatchedRollout, rollout_rows
+    from training.grpo.trainer import SQLEnvGRPOTrainer
     from training.grpo.trl_env import SQLEnvTRL, train_rows
 
     plan = _as_plan(plan)
@@ -145,12 +145,12 @@ def build_trainer(plan: Any, model: Any, tokenizer: Any, *, output_dir: str | No
 
         train_top_layers(model, config.train_top_layers, train_head=config.train_head)
     common = dict(model=model, reward_funcs=list(REWARD_FUNCS), args=args, processing_class=tokenizer,
-                  callbacks=callbacks, peft_config=lora_config(config))
+                  callbacks=callbacks, peft_config=lora_config(config), lean_loss=config.lean_loss)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         if config.rollout == "rollout_func":
             rollout = BatchedRollout(source, max_turn_tokens=config.max_turn_tokens)
-            trainer = GRPOTrainer(train_dataset=rollout_rows(source), rollout_func=rollout, **common)
+            trainer = SQLEnvGRPOTrainer(train_dataset=rollout_rows(source), rollout_func=rollout, **common)
             # TRL only parses tool calls when a response schema is set; the batched path parses them itself.
             from training.generation.chat import ChatRenderer
 
@@ -158,8 +158,8 @@ def build_trainer(plan: Any, model: Any, tokenizer: Any, *, output_dir: str | No
                                             chat_template_kwargs={"enable_thinking": config.enable_thinking})
             rollout.renderer.eos_token_ids = list(trainer.eos_token_ids)
         else:
-            trainer = GRPOTrainer(train_dataset=train_rows(source), environment_factory=functools.partial(SQLEnvTRL, source),
-                                  **common)
+            trainer = SQLEnvGRPOTrainer(train_dataset=train_rows(source),
+                                        environment_factory=functools.partial(SQLEnvTRL, source), **common)
     ref_model = getattr(trainer, "ref_model", None)
     if ref_model is not None:
         # TRL builds the KL reference from `model.config._name_or_path`, i.e. the weights on disk, not the ones in
