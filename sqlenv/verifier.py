@@ -13,6 +13,8 @@ import re
 from collections import Counter
 from typing import Any, Sequence
 
+from sqlenv.fences import ANSWER_FENCE_OPENING, fence_body
+
 FLOAT_REL_TOL = 0.01  # floats match within 1% (relative)
 FLOAT_ABS_TOL = 1e-9  # ... or this close to a gold value of 0
 EMPTY_ANSWERS = {"[]", "[[]]", "none", "no results", "no result", "no rows", "empty", "null", "nothing", "n/a"}
@@ -23,7 +25,6 @@ MAX_ITEMS = 10_000  # more predicted items than this is never right and would on
 MAX_ANSWER_CHARS = 1_000_000
 MAX_CELLS = 100_000
 
-_FENCE_RE = re.compile(r"^```[A-Za-z0-9_+-]*\s*\n?(.*?)\n?```$", re.DOTALL)
 _ANSWER_PREFIX_RE = re.compile(r"^(?:final\s+)?answer\s*[:=]\s*", re.IGNORECASE)
 _QUOTES = {'"': '"', "'": "'", "`": "`", "“": "”", "‘": "’"}
 _SEPARATOR_ROW_RE = re.compile(r"^\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?$")
@@ -40,9 +41,9 @@ def strip_wrappers(text: Any) -> str:
     text = str(text).replace("\x00", "").strip()
     for _ in range(4):
         before = text
-        m = _FENCE_RE.match(text)
-        if m:
-            text = m.group(1).strip()
+        body = fence_body(text, ANSWER_FENCE_OPENING)  # linear: the regular expression it replaces was quadratic
+        if body is not None:
+            text = body.strip()
         text = _ANSWER_PREFIX_RE.sub("", text).strip()
         if len(text) >= 2 and text[0] in _QUOTES and text[-1] == _QUOTES[text[0]] \
                 and text[0] not in text[1:-1]:

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
+import sys
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from sqlenv.fences import ACTION_FENCE_OPENING, ANSWER_FENCE_OPENING, fence_body
 from sqlenv.verifier import format_answer, verify_answer
 
 
@@ -181,3 +188,63 @@ def test_an_answer_is_sized_before_it_is_split(monkeypatch):
     assert 250_000 < len(text) < verifier.MAX_ANSWER_CHARS
     assert verify_answer("Answer:\n" + text, table, "table")
     assert verify_answer(", ".join(str(i) for i in range(10_000)), list(range(10_000)), "list")
+
+
+# ----------------------------------------------------------------- issue 35: hostile text, read in linear time
+
+# The patterns the verifier and the model-output parser used: a lazy body next to an overlapping run, anchored at
+# the end. A fence followed by 16,000 newlines took 5.4 s (x4 per doubling), 16,000 spaces in a tool call 4.5 s.
+_OLD_ANSWER_FENCE = re.compile(r"^```[A-Za-z0-9_+-]*\s*\n?(.*?)\n?```$", re.DOTALL)
+_OLD_ACTION_FENCE = re.compile(r"^```[A-Za-z]*\n?(.*?)\n?```$", re.DOTALL)
+
+_PIECES = st.sampled_from(["```", "``", "`", "\n", "\n\n", " ", "\t", "\u00a0", "\x1c", "a", "Zq", "9", "+", "-",
+                           "_", "é", "sql", "x y", "```\n"])
+FENCE_LIKE = st.one_of(
+    st.lists(_PIECES, max_size=14).map("".join),
+    st.builds(lambda lang, inner, tail: "```" + lang + inner + tail, st.sampled_from(["", "sql", "c++", "a-b_9"]),
+              st.lists(_PIECES, max_size=10).map("".join), st.sampled_from(["```", "\n```", "```\n", "\n```\n"])),
+)
+
+
+@given(text=FENCE_LIKE)
+@settings(max_examples=500, deadline=None, derandomize=True)
+def test_the_fence_reader_finds_what_the_regular_expressions_found(text):
+    for old, opening in ((_OLD_ANSWER_FENCE, ANSWER_FENCE_OPENING), (_OLD_ACTION_FENCE, ACTION_FENCE_OPENING)):
+        match = old.match(text)
+        assert fence_body(text, opening) == (match.group(1) if match else None), (old.pattern, text)
+
+
+@pytest.mark.parametrize("text,body", [("```\n3\n```", "3"), ("```sql\nSELECT 1\n```", "SELECT 1"),
+                                       ("``````", ""), ("`````", None), ("```c++  \n\n a\n\n```", "a\n"),
+                                       ("```a```\n", ""), ("x```a```", None), ("```\n```", "")])
+def test_fence_bodies(text, body):
+    assert fence_body(text, ANSWER_FENCE_OPENING) == body
+
+
+_HOSTILE_ANSWERS = r"""
+import json, time
+from sqlenv.verifier import MAX_ANSWER_CHARS, verify_answer
+N = MAX_ANSWER_CHARS
+shapes = {"fence, 16,000 newlines": "```" + "\n" * 16_000, "fence, 64,000 newlines": "```" + "\n" * 64_000,
+          "fence, newlines to the limit": "```" + "\n" * (N - 3),
+          "fence, newlines, x": "```" + "\n" * (N - 4) + "x",
+          "fence, spaces, fence": "```" + " " * (N - 6) + "```", "fence, letters": "```" + "a" * (N - 3),
+          "answer, spaces": "final" + " " * (N - 20) + "answer:", "digits": "1" * N,
+          "thousands": ("1" + ",000" * N)[: N - 1] + "x", "separator row": "|" + "--|" * (N // 3 - 2) + "x"}
+seconds = {}
+for name, text in shapes.items():
+    start = time.process_time()
+    for answer_type in ("integer", "float", "string", "list", "table"):
+        verify_answer(text, [[1, 2]] if answer_type == "table" else 3, answer_type)
+    seconds[name] = time.process_time() - start
+print(json.dumps(seconds))
+"""
+
+
+def test_hostile_answers_are_read_in_linear_time():
+    """Every answer shape up to the 1,000,000-character limit is read (by all five answer types) in well under a
+    second of CPU. Run in a child process with a time limit: the quadratic patterns took hours at this size."""
+    proc = subprocess.run([sys.executable, "-c", _HOSTILE_ANSWERS], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seconds = json.loads(proc.stdout)
+    assert max(seconds.values()) < 2.0, seconds
