@@ -18,6 +18,7 @@ from typing import Any, Iterable
 from sqlenv.dataset_dir import load_questions
 from sqlenv.datasets import resolve_dataset
 from sqlenv.execution import execution_match, gold_result
+from sqlenv.kept_results import KEPT_RESULTS, Kept
 from sqlenv.rewards import GoldProfile, RewardConfig, progress_score
 from sqlenv.result_text import clean_for_display as _clean_for_display
 from sqlenv.result_text import cut_text
@@ -117,8 +118,9 @@ class SQLEnvironment:
         self._answer: str | None = None
         self._correct = False
         self._outcome = "unfinished"
-        # The last successful QUERY's result and SQL: EX is scored on them by the step that ends the episode.
-        self._last_result = None
+        # The last successful QUERY's result (a handle: the process bounds what all environments keep, and may
+        # drop it) and SQL: EX is scored on them by the step that ends the episode.
+        self._kept: Kept | None = None
         self._last_sql: str | None = None
         self._execution_match: bool | None = None
         self._tables: list[str] = []
@@ -289,7 +291,9 @@ class SQLEnvironment:
                     if score > before:  # shaping rewards only a new best (it is 0 otherwise)
                         self._best_progress = score
                         progress = cfg.shaping(before, score)
-                self._last_result, self._last_sql = res, arg
+                self._kept = None  # the previous result is freed before the new one is counted
+                self._kept = KEPT_RESULTS.keep(res, res.nbytes, self.sandbox_settings.max_kept_result_bytes)
+                self._last_sql = arg
                 summary = f"{res.n_rows} row{'s' if res.n_rows != 1 else ''}"
             except SandboxError as err:
                 error = str(err)
@@ -352,9 +356,11 @@ class SQLEnvironment:
         within its `deadline`: the official text of the last QUERY (DISTINCT dropped) is another query than the one
         the step ran, and may be slow; a query stopped by the deadline counts as failed, as in `execution_match`.
         A gold that failed at reset (no profile) scores every prediction wrong without running anything."""
-        q = self.question
+        q, kept = self.question, self._kept
+        self._kept = None  # scored: the result is no longer needed
+        result = kept.result if kept is not None else None  # None when dropped: EX runs the query again
         return self._gold is not None and execution_match(self.sandbox, q.database_name, self._last_sql, q.gold_sql,
-                                                          self._last_result, deadline=deadline)
+                                                          result, deadline=deadline)
 
     def _normalize_argument(self, kind: str, arg: str) -> str:
         """The argument as kept in the episode's seen actions (for the repeat penalty): bounded, because the
@@ -432,7 +438,8 @@ class SQLEnvironment:
                                execution_match=self.execution_match)
 
     def close(self) -> None:
-        """Close the database connections."""
+        """Close the database connections and let go of the kept result."""
+        self._kept = None
         self.sandbox.close()
 
     def __enter__(self) -> "SQLEnvironment":

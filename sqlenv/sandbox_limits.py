@@ -63,6 +63,10 @@ class SandboxSettings:
         max_result_bytes: Most bytes of result rows held for scoring (default 32_000_000), measured on every row
             kept (Python's own size of the row and of each value); past it rows are counted but not kept, like
             past `max_scoring_rows`.
+        max_kept_result_bytes: Most bytes of query results all the environments of the process keep between
+            steps together (default 256_000_000): each keeps its episode's last result for execution accuracy, up
+            to `max_result_bytes`, so 64 server sessions could keep ~2 GB. Past it the results kept longest are
+            dropped (`sqlenv.kept_results`); such an episode's EX runs its query again when it ends.
         max_open_databases: Connections kept open per sandbox (default 64, least recently used closed). A
             reopened connection starts with cold caches, so keep this above the number of databases in use.
         statement_cache_size: Prepared statements cached per connection (default 256): repeated queries
@@ -88,6 +92,7 @@ class SandboxSettings:
     max_function_args: int = 32
     max_heap_bytes: int = 512 * 1024 * 1024
     max_result_bytes: int = 32_000_000
+    max_kept_result_bytes: int = 256_000_000
     max_like_pattern_chars: int = 100
     max_open_databases: int = 64
     statement_cache_size: int = 256
@@ -98,7 +103,7 @@ class SandboxSettings:
                 raise ValueError(f"SandboxSettings.{name} must be > 0, got {getattr(self, name)}")
         for name in ("progress_interval", "max_display_rows", "sample_rows", "max_scoring_rows", "fetch_batch_rows",
                      "max_observation_chars", "max_cell_chars", "max_sql_chars", "max_name_chars", "max_value_bytes",
-                     "max_result_bytes", "max_like_pattern_chars", "max_open_databases", "max_program_ops",
+                     "max_result_bytes", "max_kept_result_bytes", "max_like_pattern_chars", "max_open_databases", "max_program_ops",
                      "max_expr_depth", "max_compound_selects", "max_function_args", "max_heap_bytes"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"SandboxSettings.{name} must be >= 1, got {getattr(self, name)}")

@@ -52,6 +52,7 @@ class QueryResult:
     n_rows: int
     truncated: bool = False  # rows were dropped past max_scoring_rows (n_rows may be a lower bound)
     elapsed_s: float = 0.0
+    nbytes: int = 0  # what holding `rows` costs (`rows_bytes`: every row and value measured)
 
 
 @dataclass
@@ -410,7 +411,8 @@ def _run_once(db: Database, sql: str, max_rows: int, deadline: float, settings: 
             if room > 0:
                 taken = chunk if room >= len(chunk) else chunk[:room]
                 if len(chunk) < batch and held_bytes + len(taken) * row_bound <= byte_cap:
-                    rows.extend(taken)  # the last batch, and even its bound fits
+                    rows.extend(taken)  # the last batch, and even its bound fits: measured only for the record
+                    held_bytes += rows_bytes(taken)
                 else:
                     size = rows_bytes(taken)
                     if held_bytes + size <= byte_cap:
@@ -431,7 +433,7 @@ def _run_once(db: Database, sql: str, max_rows: int, deadline: float, settings: 
             if len(chunk) < batch:
                 break  # a short batch is the last one: skip the empty fetch
         return QueryResult(columns, rows, n_rows, truncated and not settings.count_rows_past_cap,
-                           time.monotonic() - start)
+                           time.monotonic() - start, held_bytes)
     except sqlite3.OperationalError as err:
         message = str(err).lower()
         if "could not decode" in message and db.conn.text_factory is str:

@@ -403,3 +403,37 @@ def test_arguments_at_their_limit_pass_the_door(env):
     assert obs.error.startswith("Unknown action type") and len(obs.error) < 200
     assert all(len(kind) <= 32 and len(key) <= 20_000 for kind, key in env._seen_actions)
     assert env.step(SQLAction("ANSWER", " 30 ")).reward_layers.terminal == 1.0
+
+
+def test_results_kept_across_environments_are_bounded_in_total(toy):
+    """Each environment keeps its last QUERY result for EX (up to `max_result_bytes`): 64 server sessions could keep
+    ~2 GB (issue 35). What all the environments of the process keep is bounded; the results kept longest are dropped
+    first, and an episode whose result was dropped still scores EX (its query runs again when it ends)."""
+    import sys
+
+    from sqlenv.kept_results import KEPT_RESULTS
+
+    budget = 3_000_000
+    settings = SandboxSettings(max_kept_result_bytes=budget)
+    big = ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 110) "
+           "SELECT n, zeroblob(9000) FROM r")  # ~1 MB held
+    envs = [SQLEnvironment(*toy, sandbox=settings) for _ in range(6)]
+    try:
+        envs[0].reset(question_id="music_q1")
+        assert envs[0].step(SQLAction("QUERY", "SELECT count(*) FROM singer")).error == ""  # the gold query
+        for env in envs[1:]:
+            env.reset(question_id="music_q1")
+            assert env.step(SQLAction("QUERY", big)).error == ""
+            assert KEPT_RESULTS.held_bytes() <= budget
+        held = [env._kept.result for env in envs if env._kept is not None and env._kept.result is not None]
+        measured = sum(sys.getsizeof(row) + 8 + sum(sys.getsizeof(v) for v in row) for r in held for row in r.rows)
+        assert 2 <= len(held) <= 3 and measured <= budget  # 5 MB asked for
+        assert envs[0]._kept.result is None  # kept longest: dropped
+        envs[0].step(SQLAction("ANSWER", "30"))
+        assert envs[0].execution_match is True  # scored all the same
+        envs[-1].step(SQLAction("ANSWER", "30"))
+        assert envs[-1].execution_match is False
+    finally:
+        for env in envs:
+            env.close()
+    assert KEPT_RESULTS.held_bytes() <= budget
