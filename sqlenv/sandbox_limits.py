@@ -59,7 +59,7 @@ class SandboxSettings:
         max_like_pattern_chars: SQLite's SQLITE_LIMIT_LIKE_PATTERN_LENGTH in bytes (default 100; Spider's longest
             pattern has 42), which bounds the cost of one LIKE/GLOB comparison: a pattern is tried at every
             position of a value, inside one VM instruction out of the time check's reach (a `GLOB '*[bbb...a]c'`
-            of 500 bytes over 10 KB took 20 ms a call).
+            of 500 bytes over 10 KB took ~10 ms of CPU a call).
         max_result_bytes: Most bytes of result rows held for scoring (default 32_000_000), measured on every row
             kept (Python's own size of the row and of each value); past it rows are counted but not kept, like
             past `max_scoring_rows`.

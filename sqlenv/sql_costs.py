@@ -102,7 +102,7 @@ FUNCTION_PRICES.update({
     "glob(2)": Price(0.003, "LP", "a pattern tried at every position, a [class] read whole at each"),
     "instr(2)": Price(0.0005, "LL", "a comparison at every position"),
     "replace(3)": Price(0.0005, "LL", "a comparison at every position"),
-    "json_patch(2)": Price(0.003, "LL", "every key of the patch against every key of the target"),
+    "json_patch(2)": Price(0.004, "LL", "every key of the patch against every key of the target"),
 })
 
 #: Names the authorizer lets a statement call (the prices' names); every other function is refused.
