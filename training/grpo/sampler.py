@@ -71,7 +71,7 @@ class SamplerSettings:
             to step (a question that failed every episode 30 steps ago may be mixed today), but a group is seen only
             every few steps: in a simulation of the built-in data at 8 questions a step (`bench/question_sampler.py`),
             a half-life of 4 kept less of the gain than 8 or 16.
-        prior_strength: how alike the questions under one key are, in episodes (default 4.0): a question's success
+        prior_strength: how alike the questions under one key are, in episodes (default 2.0): a question's success
             rate is taken to scatter around its group's as a Beta of this many pseudo-episodes, so a group seen often
             speaks for its unseen questions, and a question's own group of `num_generations` episodes outweighs it.
         explore: weight added to every question (default 0.05, against a mixed question's ~0.8-1.0): questions
@@ -81,7 +81,7 @@ class SamplerSettings:
     """
 
     half_life: float = 8.0
-    prior_strength: float = 4.0
+    prior_strength: float = 2.0
     explore: float = 0.05
     in_flight: int = 4
 
