@@ -33,5 +33,7 @@ browser:
 demo: install
 	$(PY) app.py
 
+# Two workers (pytest-xdist): one per core of the 2-core CI machine; `make test TEST_WORKERS=4` on a bigger one.
+TEST_WORKERS ?= 2
 test: install browser
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS)

@@ -23,8 +23,20 @@ from typing import Any
 
 import httpx
 from serverproc import end_process, free_port
+from training_helpers import built_tiny_model
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def copy_built_models(runs: Path) -> None:
+    """Give an app's `runs` folder the tiny models built in the repository's `runs/models/` (deterministic from their
+    seed: copied, not rebuilt by every app that trains), the default one built first, once for all test processes,
+    when there is none. Whole models only: another worker's build in progress (a hidden temporary folder) is skipped."""
+    cache = REPO_ROOT / "runs" / "models"
+    built = [p for p in cache.iterdir() if not p.name.startswith(".") and (p / "config.json").is_file()] \
+        if cache.is_dir() else []
+    for model in built or [built_tiny_model()]:
+        shutil.copytree(model, runs / "models" / model.name, dirs_exist_ok=True)
 
 
 def wait_http(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
@@ -51,9 +63,7 @@ def serve(env: dict[str, str] | None = None, config: dict[str, Any] | None = Non
     runs, data = root / "runs", root / "data"
     runs.mkdir()
     data.mkdir()
-    cached = REPO_ROOT / "runs" / "models"
-    if cached.is_dir():  # the built tiny model (deterministic from its seed): reuse instead of rebuilding
-        shutil.copytree(cached, runs / "models", dirs_exist_ok=True)
+    copy_built_models(runs)
     port = free_port()
     args = [sys.executable, str(REPO_ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(port)]
     if config is not None:

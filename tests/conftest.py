@@ -16,6 +16,52 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+# --------------------------------------------------------------------------- pytest-xdist
+# `make test` runs `pytest -n 2`; pyproject's addopts say `--dist loadfile --no-loadscope-reorder`: a worker is handed
+# whole groups, in the order the workers collected them.
+BROWSER_TESTS = "tests/browser"
+HEAVY_FIRST = ("browser", "slow")  # a group's rank: its heaviest mark; unmarked groups come last
+
+
+def worker_group(nodeid: str) -> str:
+    """The group a test runs in, on one worker: its file, so that module fixtures (a trained model, an app server, a
+    built dataset) are built by one worker only; and the whole of tests/browser/ as one, so that one Chromium and
+    one dashboard server (the session's) serve every browser test, and test_dashboard.py's tests keep their order
+    (Compare and Runs open the run its training test made)."""
+    path = nodeid.split("::", 1)[0]
+    return BROWSER_TESTS if path.startswith(BROWSER_TESTS + "/") else path
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own choice; no error where xdist is absent
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`--dist loadfile`, with `worker_group` for a file. (Overriding `_split_scope` is how xdist's own schedulers
+    differ; its `loadgroup` cannot be used: it marks a test's group by rewriting `item._nodeid`, which pytest 9.2
+    no longer reads.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class GroupScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    return GroupScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On xdist workers, the heaviest groups first (browser, then those with slow tests), so neither worker is left
+    running a long file at the end while the other idles. Each worker collects and sorts alike (a stable sort keeps
+    every file's own order); a plain run keeps the usual order."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    rank: dict[str, int] = {}
+    for item in items:
+        heaviest = next((i for i, mark in enumerate(HEAVY_FIRST) if item.get_closest_marker(mark)), len(HEAVY_FIRST))
+        group = worker_group(item.nodeid)
+        rank[group] = min(rank.get(group, heaviest), heaviest)
+    items.sort(key=lambda item: rank[worker_group(item.nodeid)])
+
+
 @pytest.fixture(scope="session")
 def spider_source() -> Path:
     """The local Spider copy: `$SQLENV_SPIDER_DIR`, defaulting to `../shared/spider` beside the repository."""
@@ -79,5 +125,8 @@ def one_cpu_thread():
 def tiny():
     """(model, tokenizer) of the built-in tiny model on CPU, shared by a module (deep-copy before training)."""
     from training.models import load_model_and_tokenizer
+    from training_helpers import built_tiny_model
+
+    built_tiny_model()  # built once for all test processes
 
     return load_model_and_tokenizer("builtin:tiny", device="cpu")

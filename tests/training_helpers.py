@@ -2,6 +2,27 @@
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@functools.cache
+def built_tiny_model() -> Path:
+    """The built-in tiny model (seed 0, built-in dataset) in the repository's model cache, `runs/models/`, built
+    once for every test process: under pytest-xdist both workers would otherwise build it side by side on a fresh
+    clone (~15 s of CPU each; the build's atomic rename keeps one whole copy). A file lock makes the second wait and
+    reuse the first's."""
+    from filelock import FileLock
+
+    from training.models import tiny_model_dir
+
+    cache = REPO / "runs" / "models"
+    cache.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(cache / ".tests-build.lock")):
+        return tiny_model_dir(cache_dir=cache)
+
 
 def small_train_config(tmp_path, **overrides):
     """A TrainConfig for a 2-step GRPO run of the tiny model on CPU: 2-step episodes, 16-token turns, no SFT,
@@ -15,4 +36,7 @@ def small_train_config(tmp_path, **overrides):
         output_dir=str(tmp_path / "run"),
     )
     values.update(overrides)
+    if (values.get("model", "builtin:tiny"), values.get("dataset", "builtin"), values["seed"]) == (
+            "builtin:tiny", "builtin", 0):
+        built_tiny_model()  # the one the run loads (its seed, its dataset), from the same cache
     return TrainConfig(**values)

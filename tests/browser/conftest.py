@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from app_server import end_process, free_port, wait_http  # tests/, the root conftest's folder, is on sys.path
+# tests/, the root conftest's folder, is on sys.path
+from app_server import copy_built_models, end_process, free_port, wait_http
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("SQLENV_CHROMIUM", "/usr/bin/chromium")
@@ -69,9 +70,7 @@ def dashboard(chromium_path):
     runs, data = root / "runs", root / "data"
     runs.mkdir()
     data.mkdir()
-    cached = REPO_ROOT / "runs" / "models"
-    if cached.is_dir():  # reuse the built tiny model (deterministic from its seed) instead of rebuilding it
-        shutil.copytree(cached, runs / "models", dirs_exist_ok=True)
+    copy_built_models(runs)  # the built tiny model, reused instead of rebuilt
     config = root / "test_config.json"
     config.write_text(json.dumps(TEST_CONFIG))
     port = free_port()
