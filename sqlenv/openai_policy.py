@@ -98,6 +98,10 @@ class EndpointSettings:
         chat_template_kwargs: template variables sent with each request as `chat_template_kwargs` (vLLM,
             `transformers serve` and `training.generation.openai_server` read it), e.g. `{"enable_thinking": False}` to render
             Qwen3's turns as training does. Default None: nothing is sent (hosted APIs refuse unknown fields).
+        prompt: the prompt episodes start with (`sqlenv.prompts.PROMPTS`): "full" (default) sends the tools with each
+            request; "compact" (a model trained with `TrainConfig.prompt="compact"`) sends its system prompt, which
+            names the tools, and no tools: the reply's `<tool_call>` comes back as a tool call where the endpoint
+            parses one without tools (`training.generation.openai_server`), else as text (`parse_model_output`).
     """
 
     base_url: str
@@ -109,6 +113,7 @@ class EndpointSettings:
     max_tokens: int = 512
     tool_schemas: str = "training"
     chat_template_kwargs: dict[str, Any] | None = None
+    prompt: str = "full"
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.base_url)
@@ -126,10 +131,18 @@ class EndpointSettings:
             raise ValueError(f"tool_schemas must be 'training' or 'openai', got {self.tool_schemas!r}")
         if self.chat_template_kwargs is not None and not isinstance(self.chat_template_kwargs, dict):
             raise ValueError(f"chat_template_kwargs must be a JSON object, got {self.chat_template_kwargs!r}")
+        from sqlenv.prompts import PROMPTS
+
+        if self.prompt not in PROMPTS:
+            raise ValueError(f"prompt must be one of {list(PROMPTS)}, got {self.prompt!r}")
 
     @property
     def tools(self) -> list[dict[str, Any]]:
-        """The tool schemas sent with every request (see `tool_schemas`)."""
+        """The tool schemas sent with every request (see `tool_schemas`; none with the compact prompt)."""
+        from sqlenv.prompts import renders_tool_schemas
+
+        if not renders_tool_schemas(self.prompt):
+            return []
         return TOOLS if self.tool_schemas == "training" else OPENAI_TOOLS
 
     @property
@@ -150,7 +163,7 @@ class EndpointSettings:
         """What may be stored beside a result: the endpoint without credentials, never the key."""
         return {"base_url": redact_url(self.base_url), "model": self.model, "temperature": self.temperature,
                 "max_tokens": self.max_tokens, "tool_schemas": self.tool_schemas,
-                "chat_template_kwargs": self.chat_template_kwargs}
+                "chat_template_kwargs": self.chat_template_kwargs, "prompt": self.prompt}
 
 
 class OpenAIPolicy:
@@ -179,7 +192,7 @@ class OpenAIPolicy:
     def reset(self, env: Any, observation: SQLObservation) -> None:
         from sqlenv.prompts import initial_messages
 
-        self.messages = initial_messages(observation)
+        self.messages = initial_messages(observation, self.settings.prompt)
         self._pending, self._awaiting = [], None
         self._usage = _empty_usage()
 
@@ -246,10 +259,12 @@ class OpenAIPolicy:
 
         s = self.settings
         extra = {"extra_body": {"chat_template_kwargs": s.chat_template_kwargs}} if s.chat_template_kwargs else {}
+        if s.tools:  # none with the compact prompt (an empty list is refused by strict endpoints)
+            extra["tools"] = s.tools
         started = time.perf_counter()
         try:
             response = self.client.chat.completions.create(
-                model=s.model, messages=self.messages, tools=s.tools, temperature=s.temperature,
+                model=s.model, messages=self.messages, temperature=s.temperature,
                 max_tokens=s.max_tokens, **extra)
         except openai.APITimeoutError:
             raise self._fatal(f"no answer from {redact_url(s.base_url)} within {s.timeout:g} s "

@@ -9,8 +9,13 @@ the dashboard's traces all show the model the same conversation:
     {"role": "tool", "name": "query", "content": format_tool_result(obs)}
     ... after ANSWER the tool result says the episode is over; the model ends with FINAL_MESSAGE.
 
-The system prompt is deliberately short: the tiny model reads it in every episode, and the chat template adds
-the tool schemas after it anyway.
+Two prompts (`PROMPTS`, chosen by `TrainConfig.prompt`): `"full"` (default), the short `SYSTEM_PROMPT` after
+which the chat template renders the four tools' JSON schemas; `"compact"`, for small models, `COMPACT_SYSTEM_PROMPT`
+names the tools and the call format in three lines and no schemas are rendered (`renders_tool_schemas`). Measured
+with SmolLM2-135M's tokenizer (TRL's Qwen3 template), an episode's prompt takes 552 tokens full and 190 compact
+(means over 200 built-in train questions): the schemas are ~400 of the full one's, read (and back-propagated) in
+every row of every GRPO step. The model's tool calls are the same `<tool_call>` JSON either way, parsed by the
+template's response schema or `sqlenv.model_output.parse_model_output`.
 """
 
 from __future__ import annotations
@@ -21,6 +26,10 @@ from sqlenv.types import SQLAction, SQLObservation
 
 __all__ = [
     "SYSTEM_PROMPT",
+    "COMPACT_SYSTEM_PROMPT",
+    "PROMPTS",
+    "system_prompt",
+    "renders_tool_schemas",
     "FINAL_MESSAGE",
     "MAX_OBSERVATION_CHARS",
     "TOOL_FOR_ACTION",
@@ -37,6 +46,41 @@ SYSTEM_PROMPT = (
     "You answer a question about a SQLite database. Call one tool per turn: describe tables, query, then answer.\n"
     "Answer formats: one value; a list as a, b, c; table rows as a | b, one row per line; [] if empty."
 )
+
+#: The compact prompt (`PROMPTS["compact"]`): the tools and the call format in the system prompt itself, and no tool
+#: schemas rendered by the chat template. The example call is what the template renders for a tool call.
+COMPACT_SYSTEM_PROMPT = (
+    "You answer a question about a SQLite database. Call one tool per turn: describe tables, query, then answer.\n"
+    "Tools: describe(table_name) shows a table's columns; sample(table_name) its first rows; query(sql) runs one "
+    "SELECT; answer(value) submits the answer and ends the episode.\n"
+    'Call a tool as <tool_call>\n{"name": "query", "arguments": {"sql": "SELECT ..."}}\n</tool_call>\n'
+    "Answer formats: one value; a list as a, b, c; table rows as a | b, one row per line; [] if empty."
+)
+
+#: The prompts a run may choose (`TrainConfig.prompt`), by name: the system prompt, and whether the chat template
+#: renders the tool schemas after it.
+PROMPTS: dict[str, tuple[str, bool]] = {
+    "full": (SYSTEM_PROMPT, True),
+    "compact": (COMPACT_SYSTEM_PROMPT, False),
+}
+
+
+def _prompt(name: str) -> tuple[str, bool]:
+    if name not in PROMPTS:
+        raise ValueError(f"unknown prompt {name!r}: use one of {list(PROMPTS)}")
+    return PROMPTS[name]
+
+
+def system_prompt(prompt: str = "full") -> str:
+    """The system prompt of `prompt` (`"full"` or `"compact"`, see `PROMPTS`)."""
+    return _prompt(prompt)[0]
+
+
+def renders_tool_schemas(prompt: str = "full") -> bool:
+    """Whether the chat template renders the tools' JSON schemas after the system prompt of `prompt` (`"full"`); the
+    compact prompt names the tools itself."""
+    return _prompt(prompt)[1]
+
 
 #: What the model says after the answer tool's result: a turn without a tool call ends TRL's tool loop.
 FINAL_MESSAGE = "Done."
@@ -74,10 +118,11 @@ def first_user_message(observation: SQLObservation) -> str:
     )
 
 
-def initial_messages(observation: SQLObservation, system_prompt: str = SYSTEM_PROMPT) -> list[dict[str, Any]]:
-    """`[system, user]` for an episode that just started: what GRPO's prompt plus `reset()` render to."""
+def initial_messages(observation: SQLObservation, prompt: str = "full") -> list[dict[str, Any]]:
+    """`[system, user]` for an episode that just started: what GRPO's prompt plus `reset()` render to. `prompt` names
+    the system prompt (`PROMPTS`; default `"full"`)."""
     return [
-        {"role": "system", "content": system_prompt},
+        {"role": "system", "content": system_prompt(prompt)},
         {"role": "user", "content": first_user_message(observation)},
     ]
 

@@ -191,7 +191,8 @@ def test_eval_against_a_served_model(server, tmp_path):
     assert summary["n_episodes"] == 8 and summary["n_errors"] == 0, summary
     assert summary["policy"] == "openai:tiny-sft" and summary["concurrency"] == 3
     assert summary["endpoint"] == {"base_url": server.url + "/v1", "model": "tiny-sft", "temperature": 0.0,
-                                   "max_tokens": 48, "tool_schemas": "training", "chat_template_kwargs": None}
+                                   "max_tokens": 48, "tool_schemas": "training", "chat_template_kwargs": None,
+                                   "prompt": "full"}
     usage = summary["usage"]
     assert usage["requests"] >= 8 and usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
     assert usage["tool_calls"] > 0, "the warm-started model should answer in tool calls"

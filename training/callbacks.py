@@ -239,7 +239,7 @@ class RunCallback(TrainerCallback):
         return evaluate_model(
             _unwrap(model), self.tokenizer, n_episodes=n, seed=seed, name="model",
             max_turn_tokens=self.config.max_turn_tokens, enable_thinking=self.config.enable_thinking,
-            envs=self._env_list(split, n),
+            envs=self._env_list(split, n), prompt=self.config.prompt,
         )
 
     def _trace(self, model: Any, step: int) -> None:

@@ -228,6 +228,13 @@ class TrainConfig:
             progress scale, so the weighted sum equals the environment's own episode reward.
         enable_thinking: let Qwen3 think before answering (default False). Thinking tokens eat the completion
             budget of a multi-turn episode; off, the template inserts an empty think block.
+        prompt: what the model reads first (`sqlenv.prompts.PROMPTS`). `"full"` (default): the short system prompt,
+            then the four tools' JSON schemas as the chat template renders them (552 tokens on average with
+            SmolLM2-135M's tokenizer). `"compact"`: a system prompt that names the tools and the call format itself,
+            no schemas (190 tokens), for small models, which read the prompt in every row of every step. The warm
+            start, GRPO, evals and the comparison all use it, so a model is trained and measured on one prompt.
+            Compact needs `rollout="rollout_func"`: TRL's environment_factory loop always renders its environment's
+            tool schemas.
         rollout: `"environment"` (default: TRL's `environment_factory` tool loop over `SQLEnvTRL`) or
             `"rollout_func"` (the batched path: `training.grpo.rollout.BatchedRollout` plays all episodes of a step
             together, one generation per turn for all of them; several times faster on small models).
@@ -331,6 +338,7 @@ class TrainConfig:
     temperature: float = 1.0
     reward_weights: list[float] | None = None
     enable_thinking: bool = False
+    prompt: str = "full"
     rollout: str = "environment"
     lean_loss: bool = True
     gradient_checkpointing: bool = False
@@ -416,6 +424,14 @@ class TrainConfig:
                 fail("reward_weights must be three numbers: [correctness, progress, operational]")
         if self.rollout not in ROLLOUT_MODES:
             fail(f"rollout must be one of {ROLLOUT_MODES} (got {self.rollout!r})")
+        from sqlenv.prompts import PROMPTS, renders_tool_schemas  # plain text, no ML import
+
+        if self.prompt not in PROMPTS:
+            fail(f"prompt must be one of {list(PROMPTS)} (got {self.prompt!r})")
+        if self.rollout == "environment" and not renders_tool_schemas(self.prompt):
+            fail(f"prompt={self.prompt!r} lists the tools in the system prompt, but rollout='environment' (TRL's "
+                 "environment_factory tool loop) always renders the tool schemas of the environment's methods: set "
+                 "rollout='rollout_func' with it, or prompt='full'")
         for name in ("plot_every",):
             if getattr(self, name) < 1:
                 fail(f"{name} must be at least 1 (got {getattr(self, name)})")

@@ -430,7 +430,8 @@ def _play_model(model: Any, tokenizer: Any, plan: Any, name: str, n: int | None 
     return evaluate_model(model, tokenizer, dataset=plan.dataset, split=config.eval_split,
                           n_episodes=config.comparison_episodes if n is None else n, seed=config.seed,
                           step_budget=config.step_budget, name=name, max_turn_tokens=config.max_turn_tokens,
-                          enable_thinking=config.enable_thinking, batch_size=_eval_batch_size(config, model))
+                          enable_thinking=config.enable_thinking, batch_size=_eval_batch_size(config, model),
+                          prompt=config.prompt)
 
 
 #: Tokens of one eval episode's KV cache that a GPU eval makes room for (a prompt and a long episode).

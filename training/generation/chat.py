@@ -2,7 +2,8 @@
 
 The prompt is rendered with the chat template and the tool schemas; each generated turn is followed by the tool
 result's template tokens, computed like `GRPOTrainer._get_tool_suffix_ids`. So a model trained on one rollout path
-plays the other, and evals (`training.generation.model_policy`) see what training saw.
+plays the other, and evals (`training.generation.model_policy`) see what training saw. With the compact prompt
+(`sqlenv.prompts.PROMPTS`) no tool schemas are rendered: the system prompt names the tools itself.
 """
 
 from __future__ import annotations
@@ -17,23 +18,32 @@ class ChatRenderer:
 
     Args:
         tokenizer: the model's tokenizer (its chat template must support tools, e.g. Qwen3's).
-        tools: tool callables or schemas (default: `SQLEnvTRL`'s tools, in TRL's order).
+        tools: tool callables or schemas (default: `SQLEnvTRL`'s tools, in TRL's order; none with the compact prompt).
         chat_template: the template to render with; default: TRL's training variant when the tokenizer's own
             template is not prefix-preserving (Qwen3's is not), as GRPOTrainer does.
         chat_template_kwargs: extra template variables, e.g. `{"enable_thinking": False}`.
+        prompt: the prompt the conversations start with (`sqlenv.prompts.PROMPTS`): `"full"` (default) renders the
+            tool schemas after the system prompt, `"compact"` none (`TrainConfig.prompt`; training, the warm start and
+            evals must agree).
     """
 
     def __init__(self, tokenizer: Any, tools: list | None = None, chat_template: str | None | bool = True,
-                 chat_template_kwargs: dict[str, Any] | None = None):
+                 chat_template_kwargs: dict[str, Any] | None = None, prompt: str = "full"):
         from trl.chat_template_utils import (
             add_response_schema,
             get_training_chat_template,
             is_chat_template_prefix_preserving,
         )
 
+        from sqlenv.prompts import renders_tool_schemas
         from training.grpo.trl_env import tool_methods
 
         self.tokenizer = tokenizer
+        self.prompt = prompt
+        if not renders_tool_schemas(prompt):
+            if tools:
+                raise ValueError(f"prompt={prompt!r} renders no tool schemas: pass no tools")
+            tools = []
         self.tools = tools if tools is not None else tool_methods()
         if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
             add_response_schema(tokenizer)
@@ -46,10 +56,10 @@ class ChatRenderer:
         self._suffix_cache: dict[tuple, list[int]] = {}
 
     @classmethod
-    def from_trainer(cls, trainer: Any) -> "ChatRenderer":
-        """The renderer a running GRPOTrainer uses (same template, kwargs, tools and eos ids)."""
+    def from_trainer(cls, trainer: Any, prompt: str = "full") -> "ChatRenderer":
+        """The renderer a running GRPOTrainer uses (same template, kwargs, tools and eos ids) for `prompt`."""
         renderer = cls(trainer.processing_class, tools=None, chat_template=trainer.chat_template,
-                       chat_template_kwargs=trainer.chat_template_kwargs)
+                       chat_template_kwargs=trainer.chat_template_kwargs, prompt=prompt)
         renderer.eos_token_ids = list(trainer.eos_token_ids)
         return renderer
 
@@ -87,7 +97,7 @@ class ChatRenderer:
     def parse(self, ids: list[int], prefix: list[int] | None = None) -> dict[str, Any]:
         from trl.chat_template_utils import parse_response
 
-        return parse_response(self.tokenizer, ids, prefix=prefix, tools=self.tools)
+        return parse_response(self.tokenizer, ids, prefix=prefix, tools=self.tools or None)
 
     def count_tokens(self, messages: list[dict[str, Any]]) -> int:
         return len(self.prompt_ids(messages))

@@ -41,16 +41,20 @@ class ModelPolicy:
         temperature: 0 (default) decodes greedily, so an eval is repeatable; > 0 samples.
         enable_thinking: as in `TrainConfig` (default False); must match training.
         max_context_tokens: conversation budget; default: the model's context length.
+        prompt: the prompt episodes start with (`sqlenv.prompts.PROMPTS`, default `"full"`); must match training.
     """
 
     def __init__(self, model: Any, tokenizer: Any, name: str = "model", *, max_turn_tokens: int = 256,
-                 temperature: float = 0.0, enable_thinking: bool = False, max_context_tokens: int | None = None):
+                 temperature: float = 0.0, enable_thinking: bool = False, max_context_tokens: int | None = None,
+                 prompt: str = "full"):
         self.model = model
         self.tokenizer = tokenizer
         self.name = name
         self.max_turn_tokens = max_turn_tokens
         self.temperature = temperature
-        self.renderer = ChatRenderer(tokenizer, chat_template_kwargs={"enable_thinking": enable_thinking})
+        self.prompt = prompt
+        self.renderer = ChatRenderer(tokenizer, chat_template_kwargs={"enable_thinking": enable_thinking},
+                                     prompt=prompt)
         self.max_context_tokens = max_context_tokens or _context_limit(model, max_turn_tokens)
         self.messages: list[dict[str, Any]] = []
         self._ids: list[int] = []
@@ -62,7 +66,7 @@ class ModelPolicy:
         self.decoder: MultiTurnDecoder | None = None
 
     def reset(self, env: Any, observation: SQLObservation) -> None:
-        self.messages = initial_messages(observation)
+        self.messages = initial_messages(observation, self.prompt)
         self._ids = self.renderer.prompt_ids(self.messages)
         self._pending, self._awaiting, self._results = [], [], []
         if self.decoder is not None:
@@ -119,13 +123,19 @@ class ModelPolicy:
 # ------------------------------------------------------------------------------------ batched evaluation
 def play_model_episodes(model: Any, tokenizer: Any, envs: list[Any], observations: list[SQLObservation], *,
                         max_turn_tokens: int = 256, temperature: float = 0.0, enable_thinking: bool = False,
-                        renderer: ChatRenderer | None = None, keep_cache: bool = True) -> list[Episode]:
+                        renderer: ChatRenderer | None = None, keep_cache: bool = True,
+                        prompt: str | None = None) -> list[Episode]:
     """Play one episode per environment (already reset, with its first observation) to the end, batched
-    (`keep_cache`: each episode keeps its KV cache across turns, see `play_batched`)."""
-    renderer = renderer or ChatRenderer(tokenizer, chat_template_kwargs={"enable_thinking": enable_thinking})
+    (`keep_cache`: each episode keeps its KV cache across turns, see `play_batched`). `prompt`
+    (`sqlenv.prompts.PROMPTS`) defaults to the renderer's, else `"full"`."""
+    prompt = prompt or (renderer.prompt if renderer is not None else "full")
+    renderer = renderer or ChatRenderer(tokenizer, chat_template_kwargs={"enable_thinking": enable_thinking},
+                                        prompt=prompt)
+    if renderer.prompt != prompt:
+        raise ValueError(f"the renderer renders prompt={renderer.prompt!r}, the episodes start with {prompt!r}")
     episodes = []
     for env, obs in zip(envs, observations):
-        messages = initial_messages(obs)
+        messages = initial_messages(obs, prompt)
 
         def step(action: SQLAction, env: Any = env):
             obs = env.step(action)
@@ -149,11 +159,12 @@ def play_model_episodes(model: Any, tokenizer: Any, envs: list[Any], observation
 def evaluate_model(model: Any, tokenizer: Any, *, dataset: str = "builtin", split: str = "eval",
                    n_episodes: int = 3, seed: int = 0, step_budget: int = 10, name: str = "model",
                    max_turn_tokens: int = 256, temperature: float = 0.0, enable_thinking: bool = False,
-                   batch_size: int = 32, envs: list[Any] | None = None):
+                   batch_size: int = 32, envs: list[Any] | None = None, prompt: str = "full"):
     """Evaluate a model like `sqlenv.evaluation.evaluate` (episode i = `reset(seed=seed + i)`), batched.
 
     `dataset` is a name, a prepared directory or a resolved `DatasetInfo` (a run passes its plan's); `envs`, when
-    given, are played instead (already open; the caller closes them).
+    given, are played instead (already open; the caller closes them). `prompt` is the prompt the model was trained
+    on (`TrainConfig.prompt`, default `"full"`).
 
     Returns an `EvaluationResult` whose episodes are transcripts with `policy` and `seed` filled.
     """
@@ -166,7 +177,7 @@ def evaluate_model(model: Any, tokenizer: Any, *, dataset: str = "builtin", spli
         info = resolve_dataset(dataset)  # once, not per environment
         envs = [SQLEnvironment.from_dataset(info, split, step_budget=step_budget)
                 for _ in range(min(batch_size, max(1, n_episodes)))]
-    renderer = ChatRenderer(tokenizer, chat_template_kwargs={"enable_thinking": enable_thinking})
+    renderer = ChatRenderer(tokenizer, chat_template_kwargs={"enable_thinking": enable_thinking}, prompt=prompt)
     transcripts: list[dict] = []
     try:
         for start in range(0, n_episodes, len(envs)):

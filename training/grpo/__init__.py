@@ -149,13 +149,14 @@ def build_trainer(plan: Any, model: Any, tokenizer: Any, *, output_dir: str | No
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         if config.rollout == "rollout_func":
-            rollout = BatchedRollout(source, max_turn_tokens=config.max_turn_tokens)
-            trainer = SQLEnvGRPOTrainer(train_dataset=rollout_rows(source), rollout_func=rollout, **common)
+            rollout = BatchedRollout(source, max_turn_tokens=config.max_turn_tokens, prompt=config.prompt)
+            trainer = SQLEnvGRPOTrainer(train_dataset=rollout_rows(source, config.prompt), rollout_func=rollout, **common)
             # TRL only parses tool calls when a response schema is set; the batched path parses them itself.
             from training.generation.chat import ChatRenderer
 
             rollout.renderer = ChatRenderer(tokenizer, chat_template=True,
-                                            chat_template_kwargs={"enable_thinking": config.enable_thinking})
+                                            chat_template_kwargs={"enable_thinking": config.enable_thinking},
+                                            prompt=config.prompt)
             rollout.renderer.eos_token_ids = list(trainer.eos_token_ids)
         else:
             trainer = SQLEnvGRPOTrainer(train_dataset=train_rows(source),

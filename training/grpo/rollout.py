@@ -54,12 +54,15 @@ class BatchedRollout:
             template kwargs and end-of-turn ids as GRPOTrainer).
         keep_cache: each episode keeps its KV cache from turn to turn (default True; see `play_batched`); False
             re-reads every conversation each turn (the older decoder, for comparison).
+        prompt: the prompt the dataset's rows start with (`rollout_rows(source, prompt)`; `sqlenv.prompts.PROMPTS`,
+            default `"full"`): the default renderer renders the tool schemas for it or not.
     """
 
     def __init__(self, source: Any, *, max_turn_tokens: int = 256, renderer: ChatRenderer | None = None,
-                 keep_cache: bool = True):
+                 keep_cache: bool = True, prompt: str = "full"):
         self.source = source
         self.max_turn_tokens = max_turn_tokens
+        self.prompt = prompt
         self.renderer = renderer
         self.keep_cache = keep_cache
         self._pool: list[Any] = []
@@ -83,7 +86,7 @@ class BatchedRollout:
         from trl.models import unwrap_model_for_generation
 
         if self.renderer is None:
-            self.renderer = ChatRenderer.from_trainer(trainer)
+            self.renderer = ChatRenderer.from_trainer(trainer, prompt=self.prompt)
         renderer = self.renderer
         question_ids = [prompt_question_id(prompt) for prompt in prompts]
         if None in question_ids:
@@ -123,12 +126,13 @@ class BatchedRollout:
         }
 
 
-def rollout_rows(source: Any):
+def rollout_rows(source: Any, prompt: str = "full"):
     """The GRPO dataset of the batched path: `[system, user(first observation)]` prompts, one per question, the user
     turn naming its question (`QUESTION_ID_KEY`), plus the `question_id` column.
 
     Args:
         source: a `training.plan.EpisodeSource` (its questions, databases and step budget).
+        prompt: the system prompt's name (`sqlenv.prompts.PROMPTS`, default `"full"`; `TrainConfig.prompt`).
     """
     from datasets import Dataset
 
@@ -136,7 +140,7 @@ def rollout_rows(source: Any):
     try:
         prompts, ids = [], []
         for q in source.questions:
-            system, user = initial_messages(env.reset(question_id=q.question_id))
+            system, user = initial_messages(env.reset(question_id=q.question_id), prompt)
             prompts.append([system, {**user, QUESTION_ID_KEY: q.question_id}])
             ids.append(q.question_id)
     finally:

@@ -7,8 +7,9 @@ on a share of the episodes (`SFTSettings.teacher_error_rate`) where it makes the
 it answers without looking, or queries with a wrong filter or column and answers from that. Each episode
 becomes one chat conversation rendered exactly as TRL renders tool conversations in GRPO: the same system prompt and
 first user turn (the dataset row's prompt plus the text `reset()` returns), the same tool schemas in the same order
-(TRL lists the environment's public methods alphabetically: answer, describe, query, sample), the same tool-result
-texts, and TRL's Qwen3 training template. TRL's `SFTTrainer` (as `training.warm_start.trainer.WarmStartTrainer`) then
+(TRL lists the environment's public methods alphabetically: answer, describe, query, sample; none with the compact
+prompt, `SFTSettings.prompt`, whose system prompt names the tools), the same tool-result texts, and TRL's Qwen3
+training template. TRL's `SFTTrainer` (as `training.warm_start.trainer.WarmStartTrainer`) then
 trains on the assistant turns only (`assistant_only_loss=True`; the template's `{% generation %}` tags mark them),
 including the `<|im_end|>` that ends each turn and the final turn after the answer, which teaches the model to stop
 calling tools when the episode is over. With mistakes in the demonstrations the warm-started model samples careless and careful episodes alike,
@@ -91,6 +92,8 @@ class SFTSettings:
         args: any other `trl.SFTConfig` field, set last (`TrainConfig.sft.args`; default `{}`).
         precision: "bf16", "fp16" (autocast) or "fp32"; `None` (default) = the weights' dtype. A run passes its
             plan's precision, as GRPO uses.
+        prompt: the prompt the episodes start with (`sqlenv.prompts.PROMPTS`, `TrainConfig.prompt`): `"full"`
+            (default) or `"compact"` (no tool schemas rendered). The model learns the prompt it will play on.
     """
 
     dataset: Any = "builtin"
@@ -120,14 +123,15 @@ class SFTSettings:
     run_name: str | None = None
     args: dict = field(default_factory=dict)
     precision: str | None = None
+    prompt: str = "full"
 
     @classmethod
     def from_config(cls, config: Any) -> "SFTSettings":
         """Build settings from an `SFTSettings`, a dict of its fields, or a `TrainConfig`.
 
         A `TrainConfig` contributes its `sft` section (resolved: `enabled`, `teacher_error_rate` and `eval_every`
-        filled in; `args` as `args`), `dataset`, `train_split` (as `split`), `step_budget`, `seed` and
-        `gradient_checkpointing`.
+        filled in; `args` as `args`), `dataset`, `train_split` (as `split`), `step_budget`, `seed`,
+        `gradient_checkpointing` and `prompt`.
         """
         if isinstance(config, cls):
             return config
@@ -138,7 +142,8 @@ class SFTSettings:
             section = config.resolved_sft()
             values = {f.name: getattr(section, f.name) for f in fields(section) if f.name in names}
             values.update(dataset=config.dataset, split=config.train_split, step_budget=config.step_budget,
-                          seed=config.seed, gradient_checkpointing=config.gradient_checkpointing)
+                          seed=config.seed, gradient_checkpointing=config.gradient_checkpointing,
+                          prompt=config.prompt)
         else:
             values = dict(config) if isinstance(config, dict) else {f.name: getattr(config, f.name)
                                                                        for f in fields(config)}
@@ -203,6 +208,7 @@ def teacher_conversations(
     error_rate: float = 0.0,
     mistakes: tuple[str, ...] | list[str] = DEFAULT_MISTAKES,
     seed: int = 0,
+    prompt: str = "full",
 ) -> list[dict[str, Any]]:
     """Play the teacher through `SQLEnvTRL` and return each episode as `{"messages", "tools", "question_id",
     "teacher"}`. `dataset` is a name, a prepared directory or a resolved `DatasetInfo`.
@@ -216,22 +222,23 @@ def teacher_conversations(
     row's prompt with `reset()`'s text appended to its user turn, then per action an assistant turn with one tool
     call and the tool's result, then `FINAL_MESSAGE`. Tool-call arguments are stored as JSON text (the Qwen3
     template writes strings verbatim), which renders identically to a dict and keeps the rows Arrow-friendly.
-    `tools` holds the tool schemas as JSON text, in TRL's order. With `episodes` larger than the split, questions
+    `tools` holds the tool schemas as JSON text, in TRL's order, or JSON `null` with a prompt that renders none
+    (`prompt="compact"`: the system prompt names the tools). With `episodes` larger than the split, questions
     repeat (a seeded shuffle decides which); smaller takes a seeded sample.
     """
     import random
 
     from sqlenv.policies import MISTAKES, OraclePolicy
     from training.plan import EpisodeSource
-    from sqlenv.prompts import FINAL_MESSAGE, action_to_tool_call
+    from sqlenv.prompts import FINAL_MESSAGE, action_to_tool_call, renders_tool_schemas, system_prompt
     from training.grpo.trl_env import SQLEnvTRL, tool_methods, train_rows
     from transformers.utils import get_json_schema
 
     source = EpisodeSource.from_dataset(dataset, split, step_budget)
     env = SQLEnvTRL(source)
-    tools = [get_json_schema(method) for method in tool_methods(env)]
+    tools = [get_json_schema(method) for method in tool_methods(env)] if renders_tool_schemas(prompt) else None
     tools_json = json.dumps(tools, ensure_ascii=False)
-    rows = train_rows(source).to_list()
+    rows = train_rows(source, system_prompt=system_prompt(prompt)).to_list()
     order = list(range(len(rows)))
     if episodes is not None:
         rng = random.Random(seed)
@@ -332,6 +339,7 @@ def run_sft(
             error_rate=settings.teacher_error_rate,
             mistakes=settings.teacher_mistakes,
             seed=settings.seed,
+            prompt=settings.prompt,
         )
     if not conversations:
         raise ValueError(f"no oracle episodes to imitate in {settings.dataset!r} split {settings.split!r}")
