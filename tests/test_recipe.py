@@ -116,3 +116,114 @@ def test_train_head_false_freezes_the_head(tmp_path, tiny):
     with pytest.raises(ConfigError, match="train_head=false"):
         TrainConfig(train_head=False)
     assert TrainConfig(train_top_layers=2, train_head=False).train_head is False
+
+
+# ---------------------------------------------------------------------------------------- the learning rate
+def _applied_rates(tmp_path, tiny, **overrides):
+    """The learning rate each optimizer step of a real 5-step GRPO run of the tiny model was taken at (read from the
+    optimizer just before it steps), and the rates the trainer logged."""
+    from transformers import TrainerCallback
+
+    from training.grpo import build_trainer
+
+    rates = []
+
+    class Rates(TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+            rates.append(optimizer.param_groups[0]["lr"])
+
+    config = small_train_config(tmp_path, max_steps=5, learning_rate=1e-3, rollout="rollout_func", **overrides)
+    trainer = build_trainer(config, copy.deepcopy(tiny[0]), tiny[1], output_dir=str(tmp_path / "trainer"),
+                            callbacks=[Rates()])
+    trainer.train()
+    logged = [h["learning_rate"] for h in trainer.state.log_history if "learning_rate" in h]
+    return rates, logged
+
+
+def test_constant_with_warmup_holds_the_rate_after_warmup(tmp_path, tiny):
+    """`grpo.lr_scheduler_type=constant_with_warmup` passes through to TRL: after `warmup_steps` every step runs at the
+    nominal rate. Without a schedule TRL's linear decay runs each step at a smaller rate than the one before (the
+    recipe's old defect: over a short run the mean rate is about half the nominal one)."""
+    rates, logged = _applied_rates(tmp_path / "warmup", tiny,
+                                   grpo={"lr_scheduler_type": "constant_with_warmup", "warmup_steps": 2})
+    assert rates == pytest.approx([0.0, 5e-4, 1e-3, 1e-3, 1e-3])  # transformers' linear warmup starts from 0
+    assert logged and logged[-3:] == pytest.approx([1e-3] * 3)
+
+    decaying, _ = _applied_rates(tmp_path / "default", tiny)
+    assert decaying[0] == pytest.approx(1e-3) and all(b < a for a, b in zip(decaying, decaying[1:]))
+
+
+# ------------------------------------------------------------------------- capped turns and truncated episodes
+def _play(model, tokenizer, question_seeds, *, max_turn_tokens, max_completion_tokens=None):
+    """Greedy episodes of the built-in train split (step budget 2) through `play_batched`: as training plays them
+    (`max_completion_tokens`) or as evals do (None)."""
+    from sqlenv.environment import SQLEnvironment
+    from sqlenv.prompts import format_tool_result, initial_messages
+    from training.generation.chat import ChatRenderer
+    from training.generation.episodes import Episode, play_batched
+
+    renderer = ChatRenderer(tokenizer, chat_template_kwargs={"enable_thinking": False})
+    envs = [SQLEnvironment.from_dataset("builtin", "train", step_budget=2) for _ in question_seeds]
+    episodes = []
+    for env, seed in zip(envs, question_seeds):
+        observation = env.reset(seed=seed)
+        messages = initial_messages(observation)
+
+        def step(action, env=env):
+            obs = env.step(action)
+            return format_tool_result(obs), obs, obs.done
+
+        episodes.append(Episode(messages=messages, prompt_ids=renderer.prompt_ids(messages), step=step,
+                                observation=observation))
+    try:
+        play_batched(model, renderer, episodes, max_turn_tokens=max_turn_tokens,
+                     max_completion_tokens=max_completion_tokens, sample=False)
+        return episodes, [env.transcript() for env in envs]
+    finally:
+        for env in envs:
+            env.close()
+
+
+def test_a_capped_turn_is_closed_and_played_on_in_training_as_in_eval(tiny):
+    """The untrained tiny model babbles: every 6-token turn is capped. Training (an episode budget) and eval (none)
+    play the same greedy episodes: each capped turn is closed by an end-of-turn token the model did not write
+    (env_mask 0), its text runs as an action, and the episode plays on to its step budget; none is truncated."""
+    model, tokenizer = tiny
+    trained, trained_steps = _play(model, tokenizer, [0, 1, 2], max_turn_tokens=6, max_completion_tokens=1000)
+    evaluated, eval_steps = _play(model, tokenizer, [0, 1, 2], max_turn_tokens=6)
+    eos = tokenizer.eos_token_id
+    for t, e in zip(trained, evaluated):
+        assert (t.completion_ids, t.env_mask, t.actions) == (e.completion_ids, e.env_mask, e.actions)
+        assert t.turns == 2 and t.done and not t.truncated and not e.truncated
+        # An end of turn right after the model's tokens, not written by the model: the turn was closed for it.
+        closes = [i for i, token in enumerate(t.completion_ids) if token == eos and t.env_mask[i - 1:i + 1] == [1, 0]]
+        assert len(closes) == 2 and closes[-1] == len(t.completion_ids) - 1
+    assert [len(s["steps"]) for s in trained_steps] == [len(s["steps"]) for s in eval_steps] == [2, 2, 2]
+
+
+def test_truncated_episodes_leave_the_loss(tmp_path, tiny):
+    """A real GRPO trainer on the batched path: with an episode budget that cuts every episode (its first capped turn
+    fits, the tool result after it does not: the record ends on an end-of-turn token, which TRL's own check would
+    miss) each row's loss mask is empty, so `mask_truncated_completions` (on by default) leaves it out of the loss;
+    a budget that fits them masks nothing, nor does turning the option off."""
+    from training.grpo import build_trainer, grpo_args
+
+    assert grpo_args(small_train_config(tmp_path)).mask_truncated_completions is True
+
+    def rollout(**overrides):
+        config = small_train_config(tmp_path, rollout="rollout_func", max_turn_tokens=8, **overrides)
+        trainer = build_trainer(config, copy.deepcopy(tiny[0]), tiny[1], output_dir=str(tmp_path / "trainer"))
+        prompts = [trainer.train_dataset[i]["prompt"] for i in range(4)]
+        return trainer, trainer.rollout_func(prompts, trainer)
+
+    trainer, cut = rollout(max_completion_length=20)
+    eos = tiny[1].eos_token_id
+    assert all(ids[-1] == eos and len(ids) <= 20 for ids in cut["completion_ids"])
+    assert all(sum(mask) == 0 for mask in cut["env_mask"])
+    trainer.train()  # TRL takes the masked rows: the step runs, and their loss is 0
+    assert trainer.state.global_step == 2
+
+    _, whole = rollout(max_completion_length=400)
+    assert all(sum(mask) > 0 and ids[-1] == eos for mask, ids in zip(whole["env_mask"], whole["completion_ids"]))
+    _, unmasked = rollout(max_completion_length=20, grpo={"mask_truncated_completions": False})
+    assert unmasked["completion_ids"] == cut["completion_ids"] and all(sum(mask) > 0 for mask in unmasked["env_mask"])

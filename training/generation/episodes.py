@@ -68,8 +68,17 @@ def play_batched(
 
     A turn's tool calls are run in order (a turn without one is parsed as plain text, see
     `parse_model_output`). An episode ends when its environment says done, when its record would exceed
-    `max_completion_tokens` (training: like TRL, the sample stops as it is), or after `max_turns` turns. With
-    `max_context_tokens` (evals) an over-long conversation is trimmed by `prompts.fit_context` instead.
+    `max_completion_tokens` (training: like TRL, the sample stops as it is, and `Episode.truncated` says so), or after
+    `max_turns` turns. With `max_context_tokens` (evals) an over-long conversation is trimmed by `prompts.fit_context`
+    instead.
+
+    A turn that reaches `max_turn_tokens` without ending is closed, in training and in eval alike: its tool calls run,
+    an end-of-turn token is appended (`env_mask` 0: the model did not write it) and the episode plays on. Why: the
+    turn cap bounds compute, it is not a rule of the task; the environment's step budget is. Ending the episode there
+    (as training did before) gave it reward 0 and a negative advantage for something eval forgives, pushing GRPO
+    toward short episodes; closing it lets the episode's own outcome judge the babbling turn (it spent a step).
+    Only an episode cut by `max_completion_tokens`, a cap eval does not have, is `truncated`: its outcome is unknown,
+    so `BatchedRollout` leaves it out of the loss (TRL's `mask_truncated_completions`).
 
     With `keep_cache` (default) each episode keeps its KV cache from turn to turn (`MultiTurnDecoder`: a turn reads
     only the tool result, the prompts' shared prefix is read once) whenever the decoding allows it — greedy or plain
@@ -145,16 +154,18 @@ def play_batched(
                 e.observation, e.done = obs, done
                 tool_messages.append({"role": "tool", "name": name, "content": text})
             e.messages.extend(tool_messages)
-            if e.done:
-                continue
-            if not ended:
-                if max_completion_tokens is not None:  # training: stop the sample as it is, as TRL does
-                    e.done, e.truncated = True, True
+            if not ended:  # the turn reached max_turn_tokens: close it and play on (see the docstring)
+                if max_completion_tokens is not None and len(e.completion_ids) >= max_completion_tokens:
+                    # no room for the closing token: the episode's budget cut the turn; stop the sample as it is
+                    e.truncated = e.truncated or not e.done
+                    e.done = True
                     continue
-                e.completion_ids.append(renderer.tokenizer.eos_token_id)  # eval: close the turn, play on
+                e.completion_ids.append(renderer.tokenizer.eos_token_id)
                 e.env_mask.append(0)
                 if e.context_ids is not None:
                     e.context_ids = e.context_ids + [renderer.tokenizer.eos_token_id]
+            if e.done:
+                continue
             if e.turns >= max_turns:
                 e.done = True
                 continue

@@ -90,6 +90,10 @@ def grpo_args(plan: Any, output_dir: str | None = None, **overrides: Any):
         remove_unused_columns=False,
         # Always passed: TRL's GRPOConfig defaults it to True, which would make small CPU runs recompute activations.
         gradient_checkpointing=config.gradient_checkpointing,
+        # An episode cut by max_completion_length (a cap eval does not have) has no outcome: leave it out of the loss
+        # instead of training it with reward 0 and a negative advantage. `grpo.mask_truncated_completions=false` keeps
+        # TRL's default.
+        mask_truncated_completions=True,
     )
     kwargs.update({k: v for k, v in (config.grpo or {}).items() if k != "generation_kwargs"})
     kwargs["generation_kwargs"] = turn_generation_kwargs(config)
@@ -150,7 +154,8 @@ def build_trainer(plan: Any, model: Any, tokenizer: Any, *, output_dir: str | No
         warnings.simplefilter("ignore", UserWarning)
         if config.rollout == "rollout_func":
             rollout = BatchedRollout(source, max_turn_tokens=config.max_turn_tokens, prompt=config.prompt)
-            trainer = SQLEnvGRPOTrainer(train_dataset=rollout_rows(source, config.prompt), rollout_func=rollout, **common)
+            trainer = SQLEnvGRPOTrainer(train_dataset=rollout_rows(source, config.prompt),
+                                        rollout_func=rollout, **common)
             # TRL only parses tool calls when a response schema is set; the batched path parses them itself.
             from training.generation.chat import ChatRenderer
 

@@ -4,8 +4,9 @@
 generation batch is played at once (`training.generation.episodes.play_batched`: one batched generation per turn for all live
 episodes), several times faster than TRL's loop on small models. It returns what GRPOTrainer trains on —
 `prompt_ids`, `completion_ids`, `logprobs` (None: TRL recomputes them), `env_mask` (1 on model tokens, 0 on tool
-results) — plus the per-completion fields the reward functions read (`correctness`, `progress`, `operational`) and
-the tool counts `reward_operational` logs through TRL's `log_metric` (TRL logs them itself on the other path).
+results; all 0 for an episode cut by `max_completion_length` when `mask_truncated_completions` is on) — plus the
+per-completion fields the reward functions read (`correctness`, `progress`, `operational`) and the tool counts
+`reward_operational` logs through TRL's `log_metric` (TRL logs them itself on the other path).
 
     rollout = BatchedRollout(plan.episodes("train"), max_turn_tokens=64)
     trainer = GRPOTrainer(..., train_dataset=rollout_rows(plan.episodes("train")), rollout_func=rollout)
@@ -111,11 +112,15 @@ class BatchedRollout:
                          max_completion_tokens=trainer.max_completion_length, max_turns=max_turns,
                          generation_config=trainer.generation_config, keep_cache=self.keep_cache)
         breakdowns = [env.breakdown for env in envs]
+        # An episode cut by max_completion_length has no outcome to learn from: with TRL's mask_truncated_completions
+        # it leaves the loss. TRL spots a cut row by its last token (not an end of turn), which misses an episode cut
+        # because its next tool result would not fit (its last turn ended properly); its empty mask leaves it out alike.
+        mask_truncated = trainer.args.mask_truncated_completions
         return {
             "prompt_ids": [e.prompt_ids for e in episodes],
             "completion_ids": [e.completion_ids for e in episodes],
             "logprobs": None,
-            "env_mask": [e.env_mask for e in episodes],
+            "env_mask": [[0] * len(e.env_mask) if mask_truncated and e.truncated else e.env_mask for e in episodes],
             "correctness": [b.correctness for b in breakdowns],
             "progress": [b.progress for b in breakdowns],
             "operational": [b.operational for b in breakdowns],

@@ -23,6 +23,14 @@ A call after the end runs nothing and costs `POST_EPISODE_PENALTY`; an episode t
 without a tool call before ANSWER) is charged the step cost of its unused steps, so giving up never scores
 better than trying. Rewards accumulate per instance and are read by the reward functions in
 `training.grpo.rewards` through `kwargs["environments"]`.
+
+Caps on this path are TRL's own loop's: a turn that reaches `max_turn_tokens` goes on only if it holds a complete
+tool call, else the sample ends there without an end-of-turn token, and a tool result that would pass
+`max_completion_length` ends the sample at the model's last turn. With `mask_truncated_completions` (on by default,
+`training.grpo.grpo_args`) TRL leaves the first kind out of the loss (it spots them by their last token), not the
+second. The batched path (`rollout="rollout_func"`) closes a capped turn and plays on, as evals do, and masks both
+kinds (`training.generation.episodes.play_batched`). The compact prompt (`TrainConfig.prompt`) needs that path too:
+TRL renders this class's tool schemas into every prompt.
 """
 
 from __future__ import annotations
