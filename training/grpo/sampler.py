@@ -28,9 +28,9 @@ The mixin
 - logs `groups_mixed_success_frac`, the fraction of this batch's groups with mixed success, whichever sampler is on;
 - saves its statistics in each checkpoint (`question_sampler.json`) and restores them on resume.
 
-Lag: the dataloader draws ahead of training (accelerate prefetches one batch; workers and gradient accumulation more),
-so a chunk is drawn before the outcomes of the one or more chunks in flight are known: the outcomes of generation
-batch k shape batch k + 2 at the earliest. The questions in flight (drawn, no outcome yet) are left out of the next
+Lag: the dataloader draws ahead of training (accelerate prefetches one batch, dataloader workers more), so a chunk
+is drawn before the outcomes of the chunk (or chunks) in flight are known: the outcomes of generation batch k shape
+batch k + 2 at the earliest (at an epoch's start, k + 1). The questions in flight (drawn, no outcome yet) are left out of the next
 draws while there are enough others, so a question is not spent twice before its first result is in.
 
 Deterministic given the seed and the outcomes. `sqlenv` stays free of torch: this module is training-side.
@@ -349,8 +349,8 @@ class QuestionSampling:
     Args:
         question_sampler: `"uniform"` (default: TRL's own shuffled `RepeatSampler`, unchanged) or `"mixed"`
             (`MixedQuestionSampler`: needs a map-style train dataset with a `question_id` column).
-        question_groups: question id -> coarse key for the prior (`question_groups(source)`); default None: per
-            question only, with a flat prior.
+        question_groups: question id -> its coarser keys, finest first, for the prior (`question_groups(source)`);
+            default None: per question only, over a flat prior.
         sampler_settings: a `SamplerSettings` (default: its defaults).
         *args, **kwargs: `GRPOTrainer`'s.
 
