@@ -292,7 +292,7 @@ class SQLEnvironment:
                         self._best_progress = score
                         progress = cfg.shaping(before, score)
                 self._kept = None  # the previous result is freed before the new one is counted
-                self._kept = KEPT_RESULTS.keep(res, res.nbytes, self.sandbox_settings.max_kept_result_bytes)
+                self._kept = KEPT_RESULTS.keep(res, self.sandbox_settings.max_kept_result_bytes)
                 self._last_sql = arg
                 summary = f"{res.n_rows} row{'s' if res.n_rows != 1 else ''}"
             except SandboxError as err:

@@ -9,7 +9,7 @@ it does for a result cut at the row cap.
 
 An environment holds a `Kept` handle; the registry holds only weak references, so a result is freed as soon as its
 environment lets go of the handle (a new result, a reset, `close`, or the environment itself gone), and the
-registry forgets it at its next count.
+registry forgets it at its next count. Keeping a result costs O(1) unless the budget is reached.
 """
 
 from __future__ import annotations
@@ -24,50 +24,68 @@ __all__ = ["Kept", "KeptResults", "KEPT_RESULTS"]
 
 
 class Kept:
-    """One kept result (`result`: None once the registry dropped it) and the bytes it holds."""
+    """One kept result (`result`: None once the registry dropped it)."""
 
-    __slots__ = ("result", "nbytes", "__weakref__")
+    __slots__ = ("result", "__weakref__")
 
-    def __init__(self, result: Any, nbytes: int):
-        self.result, self.nbytes = result, int(nbytes)
+    def __init__(self, result: Any):
+        self.result = result
 
 
 class KeptResults:
-    """What the environments of a process keep between steps, oldest first; thread-safe."""
+    """What the environments of a process keep between steps, oldest first; thread-safe.
+
+    A result is counted at its `nbytes`, an upper bound (`sqlenv.sql_runner.QueryResult`: a small last batch is
+    not measured when it is fetched); only when the bounds add up past the budget are the results measured
+    (`held_bytes()`, once each), then the oldest dropped. Most steps keep a few rows and measure nothing."""
 
     def __init__(self) -> None:
-        self._kept: OrderedDict[int, weakref.ref[Kept]] = OrderedDict()
+        self._kept: OrderedDict[int, list] = OrderedDict()  # key -> [weak handle, bytes counted, measured]
+        self._total = 0
+        self._gone: list[int] = []  # handles let go of by their environments (appended by weakref callbacks)
         self._order = itertools.count()
         self._lock = threading.Lock()
 
-    def keep(self, result: Any, nbytes: int, max_bytes: int) -> Kept:
-        """A handle on `result` (`nbytes` held), counted with every result still kept; then, while they hold more
+    def _forget_gone(self) -> None:
+        while self._gone:
+            entry = self._kept.pop(self._gone.pop(), None)
+            if entry is not None:
+                self._total -= entry[1]
+
+    def keep(self, result: Any, max_bytes: int) -> Kept:
+        """A handle on `result` (a `QueryResult`), counted with every result still kept; then, while they hold more
         than `max_bytes` together, the ones kept longest are dropped (this one last)."""
-        kept = Kept(result, nbytes)
+        kept = Kept(result)
+        key = next(self._order)
         with self._lock:
-            self._kept[next(self._order)] = weakref.ref(kept)
-            total = 0
-            live: list[tuple[int, Kept]] = []
-            for key, ref in list(self._kept.items()):
+            self._forget_gone()
+            self._kept[key] = [weakref.ref(kept, lambda _, key=key: self._gone.append(key)), result.nbytes, False]
+            self._total += result.nbytes
+            if self._total > max_bytes:
+                self._measure()
+            while self._total > max_bytes and self._kept:
+                _, (ref, counted, _measured) = self._kept.popitem(last=False)
+                self._total -= counted
                 held = ref()
-                if held is None or held.result is None:
-                    del self._kept[key]  # let go of by its environment, or dropped before
-                else:
-                    live.append((key, held))
-                    total += held.nbytes
-            for key, held in live:
-                if total <= max_bytes:
-                    break
-                held.result = None
-                total -= held.nbytes
-                del self._kept[key]
+                if held is not None:
+                    held.result = None
         return kept
 
+    def _measure(self) -> None:
+        """Count every kept result at its measured size instead of its bound."""
+        for entry in self._kept.values():
+            held = entry[0]()
+            if entry[2] or held is None or held.result is None:
+                continue
+            exact = held.result.held_bytes()
+            self._total += exact - entry[1]
+            entry[1], entry[2] = exact, True
+
     def held_bytes(self) -> int:
-        """Bytes of the results kept now (by handles still alive)."""
+        """Bytes counted for the results kept now (an upper bound: some may be counted at their bound)."""
         with self._lock:
-            return sum(held.nbytes for ref in self._kept.values()
-                       if (held := ref()) is not None and held.result is not None)
+            self._forget_gone()
+            return self._total
 
 
 #: The process's registry: every `SQLEnvironment` keeps its last result through it.

@@ -126,11 +126,19 @@ def call_price(key: str, settings) -> float:
 
 
 def costly_names(settings) -> frozenset[str]:
-    """Names of the functions whose calls could add up past `max_uninterruptible_s` within `max_program_ops`
-    instructions (a statement that calls none of them needs no pricing); every name when even the cheapest could."""
+    """The names to look for in a text: those of the functions whose calls could add up past
+    `max_uninterruptible_s` within `max_program_ops` instructions (a statement that names none of them needs no
+    pricing), shortest first ("trim" stands for "ltrim" too); every name when even the cheapest could.
+
+    A call is one instruction, and each of its arguments one more (evaluated at the call, or once before the first),
+    so a function whose price grows with its arguments ("A") costs at most its price over A per instruction: the
+    date functions (31 modifiers of 10 KB each at worst) and JSON paths never add up past the bound."""
     free = settings.max_uninterruptible_s / settings.max_program_ops
-    return frozenset(key.rsplit("(", 1)[0] for key, price in FUNCTION_PRICES.items()
-                     if price.at(limits_of(settings)) > free)
+    limits = limits_of(settings)
+    names = {key.rsplit("(", 1)[0] for key, price in FUNCTION_PRICES.items()
+             if price.at(limits) / (limits["A"] if "A" in price.growth else 1) > free}
+    # A text that names "ltrim" names "trim": the shortest names are enough to look for.
+    return frozenset(name for name in names if not any(other != name and other in name for other in names))
 
 
 def names_costly_function(text: str, names: frozenset[str]) -> bool:
@@ -138,7 +146,10 @@ def names_costly_function(text: str, names: frozenset[str]) -> bool:
     regard to ASCII case and a name cannot be split (quoting keeps its letters), so a text that does not contain
     one, in any case, cannot call it."""
     lowered = text.lower()
-    return any(name in lowered for name in names)
+    for name in names:
+        if name in lowered:
+            return True
+    return False
 
 
 def program_price(conn: sqlite3.Connection, sql: str, settings) -> tuple[float, dict[str, int]]:

@@ -52,7 +52,20 @@ class QueryResult:
     n_rows: int
     truncated: bool = False  # rows were dropped past max_scoring_rows (n_rows may be a lower bound)
     elapsed_s: float = 0.0
-    nbytes: int = 0  # what holding `rows` costs (`rows_bytes`: every row and value measured)
+    # What holding `rows` costs (`rows_bytes`), at most: measured, except for the rows from `unmeasured_from` on (a
+    # last batch whose bound fit under the byte cap), counted at that bound until `held_bytes()` measures them.
+    nbytes: int = 0
+    unmeasured_from: int = 0
+    value_bytes: int = 0  # the longest value the statement could hold (`max_value_bytes`), for that bound
+
+    def held_bytes(self) -> int:
+        """What holding `rows` costs, measured (once: `nbytes` is exact afterwards)."""
+        if self.unmeasured_from < len(self.rows):
+            tail = self.rows[self.unmeasured_from:]
+            bound = len(tail) * _row_bound(len(self.columns), self.value_bytes)
+            self.nbytes += rows_bytes(tail) - bound
+            self.unmeasured_from = len(self.rows)
+        return self.nbytes
 
 
 @dataclass
@@ -341,10 +354,11 @@ def rows_bytes(rows: list[tuple]) -> int:
     return per_row * len(rows) + sum(map(_column_bytes, zip(*rows)))
 
 
-def _value_bound(settings: SandboxSettings) -> int:
-    """The most a value can take in Python: a text of `max_value_bytes` UTF-8 bytes is at most 4 bytes a byte (a
-    4-byte-wide str, or lenient decoding's 2-byte replacement characters), plus the object's header."""
-    return 4 * settings.max_value_bytes + 80
+def _row_bound(n_columns: int, max_value_bytes: int) -> int:
+    """The most a row can take in Python: its tuple (and slot in the result list), and each value at most a text of
+    `max_value_bytes` UTF-8 bytes, at most 4 bytes a byte (a 4-byte-wide str, or lenient decoding's 2-byte
+    replacement characters), plus the object's header."""
+    return _getsizeof((None,) * n_columns) + 8 + n_columns * (4 * max_value_bytes + 80)
 
 
 # ------------------------------------------------------------------------------------------ running a statement
@@ -401,7 +415,8 @@ def _run_once(db: Database, sql: str, max_rows: int, deadline: float, settings: 
         held_bytes, byte_cap = 0, settings.max_result_bytes
         # An upper bound of one row's size: a short last batch whose bound fits needs no measuring (the common
         # case: counts, names, short lists).
-        row_bound = _getsizeof((None,) * len(columns)) + 8 + len(columns) * _value_bound(settings)
+        row_bound = _row_bound(len(columns), settings.max_value_bytes)
+        measured = None  # where unmeasured rows start (none so far)
         while True:
             chunk = cursor.fetchmany(batch)
             if not chunk:
@@ -411,8 +426,9 @@ def _run_once(db: Database, sql: str, max_rows: int, deadline: float, settings: 
             if room > 0:
                 taken = chunk if room >= len(chunk) else chunk[:room]
                 if len(chunk) < batch and held_bytes + len(taken) * row_bound <= byte_cap:
-                    rows.extend(taken)  # the last batch, and even its bound fits: measured only for the record
-                    held_bytes += rows_bytes(taken)
+                    measured = len(rows)  # the last batch, and even its bound fits: not measured (at its bound)
+                    rows.extend(taken)
+                    held_bytes += len(taken) * row_bound
                 else:
                     size = rows_bytes(taken)
                     if held_bytes + size <= byte_cap:
@@ -433,7 +449,8 @@ def _run_once(db: Database, sql: str, max_rows: int, deadline: float, settings: 
             if len(chunk) < batch:
                 break  # a short batch is the last one: skip the empty fetch
         return QueryResult(columns, rows, n_rows, truncated and not settings.count_rows_past_cap,
-                           time.monotonic() - start, held_bytes)
+                           time.monotonic() - start, held_bytes, len(rows) if measured is None else measured,
+                           settings.max_value_bytes)
     except sqlite3.OperationalError as err:
         message = str(err).lower()
         if "could not decode" in message and db.conn.text_factory is str:
