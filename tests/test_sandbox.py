@@ -252,7 +252,8 @@ def test_sql_normal_form_and_order_detection():
     assert check_sql("SELECT 1") is check_sql("SELECT 1")  # cached
 
 
-@pytest.mark.parametrize("bad", [{"timeout_s": 0}, {"max_display_rows": 0}, {"max_scoring_rows": -1}])
+@pytest.mark.parametrize("bad", [{"timeout_s": 0}, {"max_display_rows": 0}, {"max_scoring_rows": -1},
+                                 {"max_uninterruptible_s": 0}, {"max_kept_result_bytes": 0}])
 def test_settings_are_validated(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
         SandboxSettings(**bad)
