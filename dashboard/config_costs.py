@@ -1,26 +1,39 @@
-"""What a config costs, as measured, and how long a run has left: the Train tab's cost line and remaining time.
+"""What a config reaches and costs, as measured, and how long a run has left: the Train tab's cost line and
+remaining time.
 
-`configs/measured.json` holds, per config file, what one run of it cost on a named machine — minutes all-in, peak
-memory, disk written, seconds per phase, and the steps and eval episodes it ran — written by
-`python bench/real_model.py --config configs/X.json --record` (or by hand from another bench, saying which).
-The picker shows it before Start; a running run's remaining time is its current phase at its own pace, then
-the phases still to come at the measured pace of the config measured for the same model and dataset (scaled by
-steps and episodes), so the warm start and the evals are counted, not only GRPO.
+`configs/measured.json` holds, per config file, what one run of it reached and cost on a named machine: eval
+success at each stage (random policy, zero-shot, warm start, after GRPO) on how many eval questions, minutes all-in,
+peak memory, disk written, seconds per phase, the steps and eval episodes it ran, the command that measured it and a
+digest of the config's content. The bench that measured a config writes its entry (`record`):
+`python bench/learning_curve.py --record` for the default run (configs/tiny_cpu.json), `python bench/real_model.py
+--config configs/X.json --record` for any config. The picker shows it before Start, and says so when the config
+changed since (its digest differs); a running run's remaining time is its current phase at its own pace, then the
+phases still to come at the measured pace of the config measured for the same model and dataset (scaled by steps
+and episodes), so the warm start and the evals are counted, not only GRPO.
 """
 
 from __future__ import annotations
 
+import datetime
+import hashlib
 import html
 import json
+import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MEASURED_FILE", "measured", "cost_html", "remaining_seconds", "remaining_parts", "PHASE_ORDER"]
+__all__ = ["MEASURED_FILE", "STAGES", "measured", "config_digest", "record", "reached_text", "cost_html", "remaining_seconds",
+           "remaining_parts", "PHASE_ORDER"]
 
 MEASURED_FILE = Path(__file__).resolve().parent.parent / "configs" / "measured.json"
 
 #: The phases of a run in the order they run (`training.phases`), as status.json names them.
 PHASE_ORDER = ["loading model", "zero-shot eval", "sft", "base eval", "grpo", "saving", "comparison"]
+
+#: An entry's `success` keys in the order a run reaches them, with the cost line's words. A model trained from
+#: random weights plays no zero-shot eval (it is 0% by construction): its line starts at the random policy.
+STAGES = [("random", "random policy"), ("zero_shot", "zero-shot"), ("warm_start", "warm start"),
+          ("after_grpo", "after GRPO")]
 
 
 def measured(path: Path | None = None) -> dict[str, dict[str, Any]]:
@@ -32,10 +45,89 @@ def measured(path: Path | None = None) -> dict[str, dict[str, Any]]:
     return {k: v for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
 
 
-def cost_html(config_file: Path | str | None, table: dict[str, dict[str, Any]] | None = None) -> str:
-    """One line for the Train form: which config the form holds and what it cost when measured."""
+def config_digest(config_file: Path | str) -> str | None:
+    """A short SHA-256 of a config file's JSON content (keys sorted, whitespace dropped, so re-indenting the file
+    keeps it), or None when the file is missing or not JSON. A measurement stores the digest of the config it ran;
+    the cost line compares it with the file as it is now."""
+    try:
+        content = json.loads(Path(config_file).read_text())
+    except (OSError, ValueError):
+        return None
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+
+
+def record(config_file: Path | str, entry: dict[str, Any], digest: str | None = None, path: Path | None = None) -> Path:
+    """Keep a bench's measurement of `config_file` in `configs/measured.json` under the file's name, with the
+    digest of the config it ran (`config_sha256`) and today's date; other configs' entries are kept.
+
+    Args:
+        config_file: a config under `configs/` (the picker looks entries up by file name in that folder).
+        entry: the figures (see the module docstring), including `command`, the command line that measured them.
+        digest: `config_digest` of the file when the run started (default: as it is now; a bench passes the one it
+            took before training, so an edit during the run is not credited with its figures).
+        path: the table to write (default `MEASURED_FILE`; tests pass their own).
+    """
+    from training.run_dir import atomic_write_json
+
+    config_file = Path(config_file)
+    path = Path(path or MEASURED_FILE)
+    table = measured(path)
+    table[config_file.name] = {**entry, "config_sha256": digest or config_digest(config_file),
+                               "date": datetime.date.today().isoformat()}
+    atomic_write_json(path, table)
+    return path
+
+
+def _percent(value: Any) -> str:
+    return f"{100 * value:.0f}%" if isinstance(value, (int, float)) else "?"
+
+
+def reached_text(entry: dict[str, Any]) -> str:
+    """What a measured run reached, stage by stage: "zero-shot 0% → warm start 43% → after GRPO 43% on 100 eval
+    questions" (the random policy stands first only where no zero-shot eval was played; EX after GRPO when
+    measured)."""
+    success = entry.get("success") if isinstance(entry.get("success"), dict) else {}
+    stages = [(key, words) for key, words in STAGES if isinstance(success.get(key), (int, float))]
+    if any(key == "zero_shot" for key, _ in stages):
+        stages = [(key, words) for key, words in stages if key != "random"]
+    if not stages:
+        return ""
+    text = " → ".join(f"{words} {_percent(success[key])}" for key, words in stages)
+    ex = (entry.get("execution_accuracy") or {}).get("after_grpo") if isinstance(
+        entry.get("execution_accuracy"), dict) else None
+    if isinstance(ex, (int, float)) and stages[-1][0] == "after_grpo":
+        text += f" (EX {100 * ex:.1f}%)"
+    n = entry.get("comparison_episodes")
+    return f"<b>{html.escape(text)}</b>" + (f" on {n} eval questions" if isinstance(n, int) else "")
+
+
+def _shared(entry: dict[str, Any]) -> str:
+    """", on a shared machine (6 CPU-minutes)" when other work loaded the cores while the run was measured (its
+    wall minutes are then longer than on an idle machine; its CPU time is not)."""
+    load, cores, cpu = entry.get("mean_load"), entry.get("cores"), entry.get("cpu_minutes")
+    if cores is None:  # older entries name the cores in `machine` only ("2-core CPU")
+        found = re.match(r"(\d+)-core", str(entry.get("machine") or ""))
+        cores = int(found.group(1)) if found else None
+    if not (isinstance(load, (int, float)) and isinstance(cores, int) and load > cores):
+        return ""
+    return " on a shared machine" + (f" ({cpu:.0f} CPU-minutes)" if isinstance(cpu, (int, float)) else "")
+
+
+def cost_html(config_file: Path | str | None, table: dict[str, dict[str, Any]] | None = None,
+              model: str | None = None) -> str:
+    """One line for the Train form: which config the form holds, what it reached and what it cost when measured
+    (`data-measured` is "current", "earlier" when the config changed since, or "none").
+
+    Args:
+        config_file: the config the form was filled from (None: the form's own values).
+        table: the measurements (default: `configs/measured.json`).
+        model: the model the form holds, when it is not the one measured (the Hub id of a packaged model): the line
+            names the model the figures are for.
+    """
     if config_file is None:
-        return '<div class="sqe-muted" id="train-config-cost">No config file: the form\'s own values.</div>'
+        return ('<div class="sqe-muted" id="train-config-cost" data-measured="none">No config file: the form\'s own '
+                'values.</div>')
     path = Path(config_file)
     name = path.name
     entry = (measured() if table is None else table).get(name) if path.parent.resolve() == MEASURED_FILE.parent else None
@@ -45,17 +137,28 @@ def cost_html(config_file: Path | str | None, table: dict[str, dict[str, Any]] |
         shown = str(path)
     loaded = f"Loaded <code>{html.escape(shown)}</code>"
     if not entry:
-        return f'<div class="sqe-muted" id="train-config-cost">{loaded} · not measured yet.</div>'
+        return f'<div class="sqe-muted" id="train-config-cost" data-measured="none">{loaded} · not measured.</div>'
+    current = entry.get("config_sha256") is not None and entry.get("config_sha256") == config_digest(path)
+    version = "" if current else (" on an earlier version of this config," if entry.get("config_sha256")
+                                  else " on a version of this config it did not record,")
+    machine = html.escape(str(entry.get("machine") or "one machine"))
+    who = ""
+    if model and entry.get("model") and model != entry.get("model"):
+        who = f" with {html.escape(str(entry['model']))}"
     parts = []
     if isinstance(entry.get("minutes"), (int, float)):
-        parts.append(f"<b>~{entry['minutes']:.0f} min</b> all-in")
+        parts.append(f"<b>~{entry['minutes']:.0f} min</b> all-in" + _shared(entry))
     if isinstance(entry.get("peak_memory_gb"), (int, float)):
         parts.append(f"peak memory <b>{entry['peak_memory_gb']:.1f} GiB</b>")
     if isinstance(entry.get("disk_written_gb"), (int, float)):
         parts.append(f"{entry['disk_written_gb']:.1f} GiB written")
-    machine = html.escape(str(entry.get("machine") or "one machine"))
-    return (f'<div class="sqe-muted" id="train-config-cost" data-minutes="{entry.get("minutes", "")}">{loaded} · '
-            f'measured on {machine}: {", ".join(parts) or "no figures"}</div>')
+    reached = reached_text(entry)
+    figures = " · ".join(p for p in (reached, ", ".join(parts)) if p) or "no figures"
+    note = entry.get("note")
+    title = f' title="{html.escape(str(note))}"' if note else ""
+    return (f'<div class="sqe-muted" id="train-config-cost" data-measured="{"current" if current else "earlier"}" '
+            f'data-minutes="{entry.get("minutes", "")}"{title}>{loaded} · measured{version}{who} on {machine}: '
+            f'{figures}</div>')
 
 
 def _scale(entry: dict[str, Any], phase: str, config: dict[str, Any]) -> float | None:

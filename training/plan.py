@@ -91,7 +91,12 @@ def check_config(config: Any) -> None:
         modules = TRACKERS[name]
         if not any(importlib.util.find_spec(m) is not None for m in modules):
             raise ConfigError(f"report_to: {name} is not installed (pip install {modules[0]}), or leave it out")
-    if config.max_completion_length is not None and config.max_completion_length < 512 and is_hub_model(config.model):
+    # The floor is for Hub models of unknown habits; a packaged model's Hub id is that model, whose recipes are measured.
+    from training.models.gguf import PACKAGED_MODELS
+
+    known = any(packaged.hub_id == config.model for packaged in PACKAGED_MODELS.values())
+    if (config.max_completion_length is not None and config.max_completion_length < 512 and is_hub_model(config.model)
+            and not known):
         raise ConfigError(f"max_completion_length={config.max_completion_length} is too short for {config.model}: a "
                           "whole multi-turn episode must fit in it; use at least 512 (1024 recommended)")
     if (config.resolved_lora() or {}).get("load_in_4bit") and importlib.util.find_spec("bitsandbytes") is None:

