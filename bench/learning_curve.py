@@ -4,6 +4,7 @@
     nice python bench/learning_curve.py --dataset spider10    # the same recipe on spider10: honest figures, no target
     nice python bench/learning_curve.py --set max_steps=40    # any TrainConfig field, as `python -m training.train`
     nice python bench/learning_curve.py --no-reference        # skip the clean-oracle reference run
+    nice python bench/learning_curve.py --no-reference --record   # keep the default run's figures for the picker
 
 It runs exactly what the dashboard's Start button runs with the form's defaults: `training.train.run_training` on
 `configs/tiny_cpu.json`, in fresh data and runs folders, so the built-in data, the tokenizer and the tiny model are
@@ -16,6 +17,10 @@ of them), the GRPO reward of `metrics.jsonl` (mean of the first and of the last 
 of `evals.jsonl`. Targets on the built-in data, idle 2-core machine: all-in <= 10 minutes; final eval success
 >= 60% on >= 200 episodes; random ~0%; GRPO raises eval success by >= 15 points; the GRPO reward rises. The last
 line printed is one JSON object with the figures.
+
+With `--record` the default run's figures (success and EX at each stage, eval questions, minutes, peak memory,
+seconds per phase, this command) go into `configs/measured.json` under the config's name, with a digest of the
+config: the Train form's cost line for that config shows them (`dashboard.config_costs`).
 """
 
 from __future__ import annotations
@@ -32,20 +37,36 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 DEFAULT_CONFIG = REPO / "configs" / "tiny_cpu.json"
 
+from bench.meters import MemoryMeter, PhaseClock  # noqa: E402 - after the path
+
 
 def log(message: str) -> None:
     print(message, flush=True)
 
 
 def run_once(config, label: str) -> dict:
-    """Train `config` through the dashboard's entry point; the figures read back from its run directory."""
+    """Train `config` through the dashboard's entry point; the figures read back from its run directory, with the
+    wall seconds of each phase, this process's peak memory and the machine's load while it ran."""
     from training.run_dir import RunDir
     from training.cli import progress_listener
     from training.train import run_training
 
     log(f"--- {label}: {config.run_id}")
+    memory = MemoryMeter()
+    printer = progress_listener(config.max_steps)
+    clock = PhaseClock(lambda phase: setattr(memory, "phase", phase))
+
+    def listener(event: str, payload: dict) -> None:
+        printer(event, payload)
+        clock(event, payload)
+
+    memory.start()
     start = time.perf_counter()
-    run = RunDir(run_training(config, listener=progress_listener(config.max_steps)))
+    try:
+        run = RunDir(run_training(config, listener=listener))
+    finally:
+        clock.enter(None)
+        memory.stop()
     minutes = (time.perf_counter() - start) / 60
     status = run.read_status()
     if status.get("status") != "completed":
@@ -64,6 +85,10 @@ def run_once(config, label: str) -> dict:
         "minutes": round(minutes, 2),
         "curve": [{"phase": e.get("phase"), "step": e["step"], "split": e["split"], "minutes": round((e["time"] - t0) / 60, 2),
                    "success": e["success_rate"], "explored": e.get("explore_rate")} for e in evals],
+        "run_dir": str(run.path), "device": status.get("device"),
+        "phase_seconds": {k: round(v, 1) for k, v in clock.seconds.items()},
+        "peak_memory_gb": round(memory.peak, 2), "disk_written_gb": round(memory.written_gb(), 2),
+        "mean_load": memory.mean_load(),
     }
 
 
@@ -74,7 +99,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a TrainConfig field of both runs, e.g. --set max_steps=40")
     parser.add_argument("--no-reference", action="store_true", help="skip the clean-oracle reference run")
+    parser.add_argument("--record", action="store_true",
+                        help="write the default run's figures into configs/measured.json under the config's file "
+                             "name, with this command and a digest of the config (the Train form's cost line); the "
+                             "config must run as it is: no --set, the built-in dataset")
+    parser.add_argument("--note", default=None, help="with --record: a remark kept in the entry")
     args = parser.parse_args(argv)
+    if args.record and (args.overrides or args.dataset != "builtin"):
+        print("learning_curve: --record measures a config file as it is: drop --set and --dataset", file=sys.stderr)
+        return 2
+    if args.record and args.config.resolve().parent != (REPO / "configs").resolve():
+        print(f"learning_curve: --record keeps figures for the configs under configs/, not {args.config}",
+              file=sys.stderr)
+        return 2
+    from dashboard.config_costs import config_digest
+
+    digest = config_digest(args.config)  # the config as it runs, before any edit
 
     # Fresh folders: the data, the tokenizer and the model are built on the way, as on a first press of Start.
     scratch = Path(tempfile.mkdtemp(prefix="sqlenv-curve-"))
@@ -105,6 +145,16 @@ def main(argv: list[str] | None = None) -> int:
     out: dict = {"dataset": args.dataset, "config": str(args.config), "overrides": args.overrides,
                  "teacher_error_rate": config.resolved_sft().teacher_error_rate}
     default = run_once(config.with_overrides({"run_id": "default"}), "the default recipe")
+    if args.record:
+        from bench.meters import command_line, measurement
+        from dashboard.config_costs import record
+
+        entry = measurement(config, default["run_dir"], device=default["device"], minutes=default["minutes"],
+                            command=command_line("bench/learning_curve.py", argv),
+                            phase_seconds=default["phase_seconds"], peak_memory_gb=default["peak_memory_gb"],
+                            disk_written_gb=default["disk_written_gb"], mean_load=default["mean_load"],
+                            note=args.note)
+        log(f"recorded in {record(args.config, entry, digest)}")
     out.update({
         "random_eval_success": default["random"]["success_rate"],
         "sft_eval_success": default["base"]["success_rate"],

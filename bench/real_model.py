@@ -32,6 +32,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 DEFAULT_CONFIG = REPO / "configs" / "smollm2_cpu.json"
 
+from bench.meters import MemoryMeter, PhaseClock, command_line, measurement  # noqa: E402 - after the path
+
 
 def log(message: str) -> None:
     print(message, flush=True)
@@ -103,54 +105,6 @@ class GenerationMeter:
         return sum(len(row) for row in out.values())
 
 
-class MemoryMeter:
-    """This process's resident memory, sampled twice a second on its own thread: the peak overall and per phase;
-    and the bytes it has written to storage (Linux `/proc/self/io`), the run's checkpoints included."""
-
-    def __init__(self):
-        self.phase: str | None = None
-        self.peak_by_phase: dict[str, float] = {}
-        self.peak = 0.0
-        self._stop = threading.Event()
-        self._written_at_start = self.written_bytes()
-
-    @staticmethod
-    def rss_gb() -> float:
-        try:
-            for line in Path("/proc/self/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 2**20
-        except OSError:
-            pass
-        return 0.0
-
-    @staticmethod
-    def written_bytes() -> int:
-        try:
-            for line in Path("/proc/self/io").read_text().splitlines():
-                if line.startswith("write_bytes:"):
-                    return int(line.split()[1])
-        except OSError:
-            pass
-        return 0
-
-    def written_gb(self) -> float:
-        return (self.written_bytes() - self._written_at_start) / 2**30
-
-    def start(self) -> None:
-        def sample() -> None:
-            while not self._stop.wait(0.5):
-                rss = self.rss_gb()
-                self.peak = max(self.peak, rss)
-                if self.phase:
-                    self.peak_by_phase[self.phase] = max(self.peak_by_phase.get(self.phase, 0.0), rss)
-
-        threading.Thread(target=sample, daemon=True, name="memory-meter").start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-
 def eval_split_size(config) -> int:
     from sqlenv.datasets import load_questions, resolve_dataset
 
@@ -170,8 +124,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="stop after this many minutes (at a checkpoint) and print how to resume: for "
                              "machines lent in short slices")
     parser.add_argument("--record", action="store_true",
-                        help="write the figures into configs/measured.json under the config's file name (what the "
-                             "dashboard's picker shows before Start and counts remaining time with)")
+                        help="write the figures into configs/measured.json under the config's file name, with this "
+                             "command and a digest of the config (what the dashboard's picker shows before Start and "
+                             "counts remaining time with); the config must run as it is: no --set")
+    parser.add_argument("--note", default=None,
+                        help="with --record: a remark kept in the entry (e.g. what else ran on the machine)")
     parser.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
                         help="continue a run this bench stopped (its own config; figures add up across chunks)")
     args = parser.parse_args(argv)
@@ -180,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     from training.run_dir import RunDir
 
     try:
+        if args.record and (args.overrides or args.resume is not None):
+            raise ConfigError("--record measures a config file as it is: drop --set and --resume")
+        if args.record and args.config.resolve().parent != (REPO / "configs").resolve():
+            raise ConfigError(f"--record keeps figures for the configs under configs/, not {args.config}")
         if args.resume is not None:
             if args.overrides or args.episodes is not None:
                 raise ConfigError("--resume uses the run's own config: drop --set/--episodes")
@@ -203,27 +164,24 @@ def main(argv: list[str] | None = None) -> int:
     from training.cli import progress_listener
     from training.train import resume_training, run_training
 
+    from dashboard.config_costs import config_digest, record
+
+    digest = config_digest(args.config) if args.record else None  # the config as it runs, before any edit
     meter = GenerationMeter()
     meter.install()
     memory = MemoryMeter()
     memory.start()
-    phases: dict[str, float] = {}
-    current = {"phase": None, "since": time.perf_counter()}
     printer = progress_listener(config.max_steps)
 
-    def enter(phase: str | None) -> None:
-        now = time.perf_counter()
-        if current["phase"] not in (None, "done", "queued", "resuming"):
-            phases[current["phase"]] = phases.get(current["phase"], 0.0) + now - current["since"]
-        current.update(phase=phase, since=now)
+    def on_phase(phase: str | None) -> None:
         memory.phase = phase
         (meter.active.set if phase == "grpo" else meter.active.clear)()
 
+    clock = PhaseClock(on_phase)
+
     def listener(event: str, payload: dict) -> None:
         printer(event, payload)
-        phase = payload.get("phase") if event == "status" else None
-        if phase and phase != current["phase"]:
-            enter(phase)
+        clock(event, payload)
 
     stop = threading.Event()
     timer = threading.Timer(args.minutes * 60, stop.set) if args.minutes is not None else None
@@ -242,10 +200,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if timer is not None:
             timer.cancel()
-    enter(None)
+    clock.enter(None)
     memory.stop()
     run = RunDir(path)
-    figures = _add_chunk(run, phases, time.perf_counter() - start, meter, memory)
+    figures = _add_chunk(run, clock.seconds, time.perf_counter() - start, meter, memory)
     status = run.read_status()
     if status.get("status") == "stopped" and args.minutes is not None:
         log(f"stopped after {args.minutes} minutes at a checkpoint; continue with: python bench/real_model.py "
@@ -276,38 +234,13 @@ def main(argv: list[str] | None = None) -> int:
         "run_dir": str(run.path),
     }
     if args.record:
-        record_measurement(args.config if args.resume is None else None, config, result)
+        entry = measurement(config, run.path, device=status.get("device"), minutes=figures["total_seconds"] / 60,
+                            command=command_line("bench/real_model.py", argv), phase_seconds=figures["phase_seconds"],
+                            peak_memory_gb=figures["peak_rss_gb"], disk_written_gb=figures["disk_written_gb"],
+                            mean_load=memory.mean_load(), note=args.note)
+        log(f"recorded in {record(args.config, entry, digest)}")
     log(json.dumps(result))
     return 0
-
-
-def record_measurement(config_file: Path | None, config, result: dict) -> None:
-    """Keep a finished run's cost in `configs/measured.json` under its config file's name."""
-    import datetime
-    import os
-
-    from training.run_dir import atomic_write_json
-
-    if config_file is None:
-        log("--record: a resumed run names no config file; nothing recorded")
-        return
-    path = REPO / "configs" / "measured.json"
-    table = json.loads(path.read_text()) if path.is_file() else {}
-    sft = config.resolved_sft()
-    table[Path(config_file).name] = {
-        "model": config.model, "dataset": config.dataset,
-        "machine": f"{os.cpu_count()}-core CPU" if result.get("device") in (None, "cpu") else str(result["device"]),
-        "minutes": round(result["total_seconds"] / 60, 1), "peak_memory_gb": result.get("peak_rss_gb"),
-        "disk_written_gb": result.get("disk_written_gb"), "phase_seconds": result.get("phase_seconds"),
-        "sft_steps": sft.max_steps if sft.enabled else 0,
-        "grpo_episodes": config.max_steps * config.per_device_train_batch_size * config.gradient_accumulation_steps,
-        "comparison_episodes": config.comparison_episodes,
-        "success": {k: result.get(k) for k in ("zero_shot", "warm_start", "after_grpo")},
-        "command": f"python bench/real_model.py --config configs/{Path(config_file).name} --record",
-        "date": datetime.date.today().isoformat(),
-    }
-    atomic_write_json(path, table)
-    log(f"recorded in {path}")
 
 
 BENCH_FILE = "bench_real_model.json"

@@ -5,7 +5,9 @@ A Space installs `requirements.txt`, then runs `app.py` from the repository root
 it), with pip's cache (warm after `make install`); `app.py` starts from it; and every model the running app's Train
 form lists loads as Start would load it, with and without the form's LoRA adapter: the built-in model all the way,
 a Hub model up to its network call (the Hub is kept offline here: the error must be the Hub's, never an
-ImportError). The virtualenv is built once for the module (about 2 minutes on a shared 2-core machine).
+ImportError). The virtualenv is built once for the module: pip takes about 40 CPU-seconds (measured with
+`/usr/bin/time`: 25 s user + 12 s sys; 68 s when it byte-compiles), so about a minute of wall time on 2 idle
+cores (not measured idle: 290 s on the 2-core machine it was measured on, under a load average of ~10).
 
 Where the virtualenv cannot be built for want of a package index, the tests skip and say why, except under CI
 (env CI set), which has PyPI: there they fail.
@@ -53,9 +55,11 @@ def space_python():
         if made.returncode != 0:
             _cannot_build(f"python -m venv failed (Debian needs python3-venv): {made.stderr.strip()[-500:]}")
         python = venv / "bin" / "python"
-        # One resolve for both, as pip would see a Space's file with the CPU wheel pinned beside it.
+        # One resolve for both, as pip would see a Space's file with the CPU wheel pinned beside it. --no-compile:
+        # byte-compiling every installed file is two thirds of pip's CPU time here, and the few modules the app
+        # imports compile as they load.
         install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                                  CPU_TORCH, "-r", str(REPO_ROOT / "requirements.txt")],
+                                  "--no-compile", CPU_TORCH, "-r", str(REPO_ROOT / "requirements.txt")],
                                  capture_output=True, text=True, timeout=1200, env=_clean_env())
         seconds = time.perf_counter() - start
         if install.returncode != 0:

@@ -1,0 +1,181 @@
+"""What a bench measures while a run trains in its process, and the measurement it records.
+
+- `MemoryMeter`: this process's resident memory (peak overall and per phase), the bytes it wrote, and the machine's
+  load while it ran, so a time taken on a shared machine says so.
+- `PhaseClock`: wall seconds per phase, from the run's status events (a `run_training` listener).
+- `measurement`: the `configs/measured.json` entry of a finished run (what `dashboard.config_costs.record` keeps and
+  the Train form's cost line shows), read from the run directory's comparison summary.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shlex
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+__all__ = ["MemoryMeter", "PhaseClock", "measurement", "command_line"]
+
+
+class MemoryMeter:
+    """This process's resident memory, sampled twice a second on its own thread: the peak overall and per phase;
+    the bytes it has written to storage (Linux `/proc/self/io`), the run's checkpoints included; and the machine's
+    1-minute load average, averaged over the samples (above the core count, other work shared the cores)."""
+
+    def __init__(self):
+        self.phase: str | None = None
+        self.peak_by_phase: dict[str, float] = {}
+        self.peak = 0.0
+        self.loads: list[float] = []
+        self._stop = threading.Event()
+        self._written_at_start = self.written_bytes()
+
+    @staticmethod
+    def rss_gb() -> float:
+        try:
+            for line in Path("/proc/self/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 2**20
+        except OSError:
+            pass
+        return 0.0
+
+    @staticmethod
+    def written_bytes() -> int:
+        try:
+            for line in Path("/proc/self/io").read_text().splitlines():
+                if line.startswith("write_bytes:"):
+                    return int(line.split()[1])
+        except OSError:
+            pass
+        return 0
+
+    def written_gb(self) -> float:
+        return (self.written_bytes() - self._written_at_start) / 2**30
+
+    def mean_load(self) -> float | None:
+        return round(sum(self.loads) / len(self.loads), 2) if self.loads else None
+
+    def start(self) -> None:
+        def sample() -> None:
+            while not self._stop.wait(0.5):
+                rss = self.rss_gb()
+                self.peak = max(self.peak, rss)
+                if self.phase:
+                    self.peak_by_phase[self.phase] = max(self.peak_by_phase.get(self.phase, 0.0), rss)
+                try:
+                    self.loads.append(os.getloadavg()[0])
+                except OSError:
+                    pass
+
+        threading.Thread(target=sample, daemon=True, name="memory-meter").start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class PhaseClock:
+    """Wall seconds per phase of a run, as a `run_training` listener (call it with each event, or `enter` a phase).
+
+    Args:
+        on_phase: called with each phase entered (None when the run ends), e.g. to tell a meter which phase runs.
+    """
+
+    IDLE = (None, "done", "queued", "resuming")
+
+    def __init__(self, on_phase: Callable[[str | None], None] | None = None):
+        self.seconds: dict[str, float] = {}
+        self.phase: str | None = None
+        self._since = time.perf_counter()
+        self._on_phase = on_phase
+
+    def enter(self, phase: str | None) -> None:
+        now = time.perf_counter()
+        if self.phase not in self.IDLE:
+            self.seconds[self.phase] = self.seconds.get(self.phase, 0.0) + now - self._since
+        self.phase, self._since = phase, now
+        if self._on_phase is not None:
+            self._on_phase(phase)
+
+    def __call__(self, event: str, payload: dict) -> None:
+        phase = payload.get("phase") if event == "status" else None
+        if phase and phase != self.phase:
+            self.enter(phase)
+
+
+def cpu_minutes() -> float:
+    """CPU time this process and its finished children have used so far (all their threads), in minutes: unlike
+    wall time, other work on the machine barely changes it."""
+    seconds = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        seconds += usage.ru_utime + usage.ru_stime
+    return round(seconds / 60, 1)
+
+
+def command_line(script: str, argv: list[str] | None) -> str:
+    """The command that ran a bench, as it can be typed again."""
+    import sys
+
+    return shlex.join(["python", script, *(sys.argv[1:] if argv is None else argv)])
+
+
+def measurement(config, run_dir: Path | str, *, device: str | None, minutes: float, command: str,
+                phase_seconds: dict[str, float] | None = None, peak_memory_gb: float | None = None,
+                disk_written_gb: float | None = None, mean_load: float | None = None,
+                note: str | None = None) -> dict[str, Any]:
+    """The `configs/measured.json` entry of a finished run of `config` (its comparison summary read from
+    `run_dir`): success and EX at each stage on the comparison's eval questions, minutes all-in (and the CPU minutes
+    of this process), memory, disk, seconds per phase, steps and episodes, the command, and a note saying when other
+    work shared the cores.
+
+    Args:
+        config: the run's `TrainConfig`.
+        device: the device it trained on ("cpu", "cuda").
+        minutes: wall minutes all-in.
+        command: the command line that ran it (`command_line`).
+        phase_seconds, peak_memory_gb, disk_written_gb, mean_load: what `PhaseClock` and `MemoryMeter` measured.
+        note: anything else the entry should say.
+    """
+    from training.run_dir import RunDir
+
+    run = RunDir(Path(run_dir))
+    summary = next(r for r in reversed(run.read("comparison")) if r.get("kind") == "summary")
+
+    def stage(key: str, field: str) -> float | None:
+        result = summary.get(key)
+        return result.get(field) if isinstance(result, dict) else None
+
+    warm = bool(config.resolved_sft().enabled)
+    # Without a warm start the `base` column is the model before any training: zero-shot for a pretrained model.
+    keys = {"random": "random", "zero_shot": "zero_shot" if warm else "base", "warm_start": "base" if warm else None,
+            "after_grpo": "trained"}
+    success = {name: stage(key, "success_rate") if key else None for name, key in keys.items()}
+    ex = {name: stage(key, "execution_accuracy") if key else None for name, key in keys.items()}
+    cores = os.cpu_count() or 1
+    notes = [note] if note else []
+    if mean_load is not None and mean_load > cores:
+        notes.append(f"shared machine: the 1-minute load averaged {mean_load:g} on {cores} cores during the run, so "
+                     "the minutes are longer than on an idle machine (cpu_minutes: this process's CPU time)")
+    sft = config.resolved_sft()
+    return {
+        "model": config.model, "dataset": config.dataset,
+        "machine": f"{cores}-core CPU" if device in (None, "cpu") else str(device),
+        "minutes": round(minutes, 1),
+        "cpu_minutes": cpu_minutes(),
+        "cores": cores,
+        "mean_load": mean_load,
+        "peak_memory_gb": peak_memory_gb,
+        "disk_written_gb": disk_written_gb,
+        "phase_seconds": {k: round(v, 1) for k, v in (phase_seconds or {}).items()},
+        "sft_steps": sft.max_steps if sft.enabled else 0,
+        "grpo_episodes": config.max_steps * config.per_device_train_batch_size * config.gradient_accumulation_steps,
+        "comparison_episodes": summary.get("n_episodes", config.comparison_episodes),
+        "success": success,
+        "execution_accuracy": ex,
+        "command": command,
+        **({"note": "; ".join(notes)} if notes else {}),
+    }
