@@ -48,6 +48,8 @@ from typing import Any, Callable, Mapping
 
 import gradio as gr
 
+from sqlenv.client_address import FORWARDED_ALLOW_IPS_ENV, client_address, proxy_hops_setting
+
 MODES = ("open", "password", "oauth", "locked")
 PASSWORD_ENV = "SQLENV_ADMIN_PASSWORD"
 USERS_ENV = "SQLENV_ADMIN_USERS"
@@ -59,13 +61,10 @@ MAX_LOGIN_FAILURES = 5
 LOGIN_WINDOW_S = 60.0
 # Most client addresses the throttle remembers (the oldest are forgotten first): bounded memory under a flood.
 MAX_THROTTLED_CLIENTS = 10_000
-# Reverse proxies in front of the app whose X-Forwarded-For entries are trusted (the client address is the
-# entry that many hops from the right); 0 = none: the TCP peer is the client.
-PROXY_HOPS_ENV = "SQLENV_PROXY_HOPS"
-# uvicorn's own list of proxy addresses whose X-Forwarded-For it believes, rewriting the request's client address
-# (default 127.0.0.1: any local process could then name any address). The app serves with it empty unless the
-# operator set it (`trusted_proxies_setting`), so one setting, never a loopback peer's header, decides.
-FORWARDED_ALLOW_IPS_ENV = "FORWARDED_ALLOW_IPS"
+# SQLENV_PROXY_HOPS (reverse proxies whose X-Forwarded-For entries are trusted) and uvicorn's FORWARDED_ALLOW_IPS
+# (proxy addresses whose header it believes; its default 127.0.0.1 would let any local process name any
+# address): one of them, read as the OpenEnv server reads it (`sqlenv.client_address`). The app serves with
+# FORWARDED_ALLOW_IPS empty unless the operator set it (`trusted_proxies_setting`).
 OWNER_ROLES = ("admin", "write")  # roles in an owner organization that count as owner
 HOW_TO_ENABLE = (
     "To turn them on, set <code>SQLENV_ADMIN_PASSWORD</code> (on a Space: a secret in its settings) and log in "
@@ -132,16 +131,10 @@ class AccessPolicy:
         env = os.environ if env is None else env
         password = env.get(PASSWORD_ENV) or None
         space = env.get("SPACE_ID") or None
-        hops_text = (env.get(PROXY_HOPS_ENV) or "0").strip()
-        if not hops_text.isdigit():
-            raise ValueError(f"{PROXY_HOPS_ENV} must be a non-negative integer, got {hops_text!r}")
-        if int(hops_text) and (env.get(FORWARDED_ALLOW_IPS_ENV) or "").strip():
-            raise ValueError(f"{PROXY_HOPS_ENV} and {FORWARDED_ALLOW_IPS_ENV} both say which proxies to trust: set "
-                             f"one ({PROXY_HOPS_ENV}: how many proxies append to X-Forwarded-For; "
-                             f"{FORWARDED_ALLOW_IPS_ENV}: uvicorn's list of their addresses)")
+        hops = proxy_hops_setting(env=env)
         if password:
             return cls("password", password=password, reason=f"{PASSWORD_ENV} is set: the owner logs in with it.",
-                       proxy_hops=int(hops_text))
+                       proxy_hops=hops)
         # Gradio serves the real Hub login only where it sees a Space (SYSTEM=spaces with SPACE_ID, as every
         # Space sets); elsewhere its login button would impersonate the machine's own Hub account.
         if space and env.get("OAUTH_CLIENT_ID") and env.get("SYSTEM") == "spaces":
@@ -194,11 +187,7 @@ class AccessPolicy:
         trusted proxies the `X-Forwarded-For` entry added by the outermost of them (entries further left are the
         client's own words). "unknown" when there is neither. `peer` is the TCP peer as long as uvicorn trusts
         no proxy (`trusted_proxies_setting`), else the client its operator-set FORWARDED_ALLOW_IPS resolved."""
-        if self.proxy_hops and forwarded_for:
-            entries = [e.strip() for e in forwarded_for.split(",")[-64:] if e.strip()]
-            if len(entries) >= self.proxy_hops:
-                return entries[-self.proxy_hops][:64]
-        return (peer or "unknown")[:64]
+        return client_address(peer, forwarded_for, self.proxy_hops)
 
     # --- oauth mode -------------------------------------------------------------------------------------
     def profile_allowed(self, profile: Mapping[str, Any] | None) -> bool:

@@ -311,3 +311,77 @@ def test_a_websocket_that_never_resets_is_closed(guarded):
         player.send(json.dumps(step))
         assert json.loads(player.recv(timeout=30))["type"] == "observation"
     assert guarded.wait_sessions(0) == 0
+
+
+# ------------------------------------------------------------ behind a reverse proxy (a Space): SQLENV_PROXY_HOPS
+@pytest.fixture(scope="module")
+def proxied(builtin):
+    """A server started as the Dockerfile starts it on a Space: SQLENV_PROXY_HOPS=1 in its environment."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("SQLENV_PROXY_HOPS", "1")
+        env.delenv("FORWARDED_ALLOW_IPS", raising=False)
+        with ServerProcess(["--dataset", str(builtin.root), "--split", "train", "--max-sessions", "8",
+                            "--max-sessions-per-client", str(PER_CLIENT), "--session-timeout", "120"]) as proc:
+            yield proc
+
+
+def _ws_forwarded(server, forwarded: str | list[str]):
+    """A WebSocket from 127.0.0.1 (the proxy's address here) carrying `X-Forwarded-For` (a list: one header line
+    each, as a proxy that adds its own line rather than appending sends it)."""
+    from websockets.sync.client import connect
+
+    lines = [forwarded] if isinstance(forwarded, str) else forwarded
+    return connect(f"ws://127.0.0.1:{server.port}/ws", proxy=None, compression=None, open_timeout=10,
+                   additional_headers=[("X-Forwarded-For", line) for line in lines])
+
+
+def _refused(ws) -> bool:
+    reply = json.loads(ws.recv(timeout=10))
+    return reply["type"] == "error" and reply["data"]["code"] == "CAPACITY_REACHED"
+
+
+def test_behind_a_proxy_each_client_has_its_own_limit_keyed_by_the_entry_the_proxy_appended(proxied):
+    """On a Space every client arrives from the proxy's address, so the per-client limit was one limit for all
+    clients together. With SQLENV_PROXY_HOPS=1 a client is the X-Forwarded-For entry the proxy appended (the last
+    one): clients with different last entries have separate limits, and entries a client writes to the left of
+    the proxy's (its own claims, a new one per connection) name no new client."""
+    assert proxied.wait_sessions(0) == 0
+    client = "198.51.100.1"  # the address the proxy saw and appended
+    with contextlib.ExitStack() as stack:
+        held = [stack.enter_context(_ws_forwarded(proxied, f"203.0.113.{i}, 10.9.9.{i}, {client}"))
+                for i in range(PER_CLIENT)]  # a new forged prefix on each connection
+        assert all(_reset(ws)["type"] == "observation" for ws in held)
+        forged = stack.enter_context(_ws_forwarded(proxied, f"203.0.113.99, {client}"))
+        assert _refused(forged)
+        # The proxy adding a header line of its own after the client's: the same list, the same client.
+        second_line = stack.enter_context(_ws_forwarded(proxied, ["203.0.113.100", client]))
+        assert _refused(second_line)
+        other = stack.enter_context(_ws_forwarded(proxied, f"{client}, 198.51.100.2"))  # another client
+        assert _reset(other)["type"] == "observation"
+        direct = stack.enter_context(_ws_from(proxied, "127.0.0.1"))  # no header: the peer is the client
+        assert _reset(direct)["type"] == "observation"
+        assert proxied.sessions()["open"] == PER_CLIENT + 2
+    assert proxied.wait_sessions(0) == 0
+
+
+@pytest.mark.parametrize("args, env, expected", [
+    (["--proxy-hops", "-1"], {}, "--proxy-hops"),
+    ([], {"SQLENV_PROXY_HOPS": "two"}, "SQLENV_PROXY_HOPS must be a non-negative integer"),
+    ([], {"SQLENV_PROXY_HOPS": "1", "FORWARDED_ALLOW_IPS": "10.0.0.5"},
+     "SQLENV_PROXY_HOPS and FORWARDED_ALLOW_IPS both"),
+    (["--proxy-hops", "1"], {"FORWARDED_ALLOW_IPS": "*"}, "--proxy-hops and FORWARDED_ALLOW_IPS both"),
+])
+def test_one_proxy_setting_or_a_one_line_refusal(args, env, expected):
+    """Proxy hops and uvicorn's FORWARDED_ALLOW_IPS both say which proxies to trust, and could disagree: the
+    server refuses to start with both (as the dashboard does), and with a bad hop count, in one line, exit 2."""
+    import os
+    import subprocess
+    import sys
+
+    from serverproc import REPO
+
+    clean = {k: v for k, v in os.environ.items() if k not in ("SQLENV_PROXY_HOPS", "FORWARDED_ALLOW_IPS")}
+    done = subprocess.run([sys.executable, "-m", "sqlenv", "serve", "--port", "1", *args], cwd=REPO,
+                          env={**clean, **env}, capture_output=True, text=True, timeout=60)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and expected in lines[0], done.stderr[-1000:]

@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
-from sqlenv.cli.arguments import CLIError, one_line, port, positive_float, positive_int
+from sqlenv.cli.arguments import CLIError, nonnegative_int, one_line, port, positive_float, positive_int
 from sqlenv.cli.environments import resolve
+from sqlenv.client_address import PROXY_HOPS_ENV, proxy_hops_setting
 
 
 def add_parser(commands: Any) -> None:
@@ -36,6 +37,11 @@ def add_parser(commands: Any) -> None:
     srv.add_argument("--reset-timeout", type=positive_float, default=20.0,
                      help="seconds a new WebSocket has to send its first reset before the server closes it "
                           "(default 20)")
+    srv.add_argument("--proxy-hops", type=nonnegative_int, default=None,
+                     help="trusted reverse proxies in front of the server, each appending to X-Forwarded-For: the "
+                          "per-client limit counts the entry the outermost one appended (default: "
+                          "SQLENV_PROXY_HOPS, else 0 = the TCP peer; never more than the proxies there are; not "
+                          "with FORWARDED_ALLOW_IPS)")
     srv.add_argument("--web", action="store_true", help="also serve OpenEnv's playground page at /web")
     srv.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="warning",
                      help="uvicorn log level (default warning)")
@@ -44,7 +50,11 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
     """Serve until stopped; the dataset and split are checked before the server stack is imported."""
-    info = resolve(args.dataset)  # bad input first: the server stack takes seconds to import
+    try:  # bad input first: the server stack takes seconds to import
+        hops = proxy_hops_setting(args.proxy_hops, name=PROXY_HOPS_ENV if args.proxy_hops is None else "--proxy-hops")
+    except ValueError as exc:
+        raise CLIError(one_line(exc)) from None
+    info = resolve(args.dataset)
     try:
         info.questions_path(args.split)
     except ValueError as exc:
@@ -60,5 +70,6 @@ def run(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
         raise CLIError(one_line(exc)) from None
     serve(config, host=args.host, port=args.port, max_sessions=args.max_sessions, web=args.web,
           log_level=args.log_level, session_timeout_s=args.session_timeout, request_timeout_s=args.request_timeout,
-          max_sessions_per_client=args.max_sessions_per_client, reset_timeout_s=args.reset_timeout)
+          max_sessions_per_client=args.max_sessions_per_client, reset_timeout_s=args.reset_timeout,
+          proxy_hops=hops)
     return 0

@@ -15,7 +15,8 @@ A session lives as long as its WebSocket, and a WebSocket as long as its client 
   is closed by the server, which ends its session. OpenEnv's own idle reaper is off: it freed the environment
   but left the WebSocket playing on outside the session limit;
 - one client address holds at most `max_sessions_per_client` WebSockets at once, so one client cannot take
-  every slot.
+  every slot. Behind `proxy_hops` trusted reverse proxies (a Space has one) the address is the one they
+  appended to `X-Forwarded-For` (`sqlenv.client_address`), not the proxy's.
 Every connection must also send its request head within `request_timeout_s` (and a POST body within as long
 again), no HTTP request body may exceed `MAX_HTTP_BODY_BYTES`, and bad `/reset` values are answered 422.
 """
@@ -35,6 +36,7 @@ from fastapi.responses import JSONResponse
 from openenv.core.env_server.http_server import create_fastapi_app
 from openenv.core.env_server.types import ConcurrencyConfig
 
+from sqlenv.client_address import FORWARDED_ALLOW_IPS_ENV, client_address, forwarded_for, proxy_hops_setting
 from sqlenv.native_memory import fix_mmap_threshold, malloc_trim
 from sqlenv.server.environment import ResetArgumentError, ServerConfig, SQLEnvServerEnvironment
 from sqlenv.server.models import EpisodeState, SQLAction, SQLObservation
@@ -191,23 +193,26 @@ class _WebSocketGuard:
     stepping there, outside the session limit (12 working sessions on a 4-session server, `/sessions` saying
     0). Ending the connection ends everything the session holds, through one path.
 
-    The client address is the TCP peer's: `serve` has uvicorn trust no proxy's `X-Forwarded-For` unless the
-    operator names the proxies in `FORWARDED_ALLOW_IPS` (behind a proxy, every client would otherwise share its
-    address, and any local client could name a new address per connection)."""
+    The client address is the TCP peer's, or with `proxy_hops` trusted proxies the `X-Forwarded-For` entry the
+    outermost of them appended (entries further left are the client's own words). `serve` has uvicorn trust no
+    proxy's header itself unless the operator names the proxies in `FORWARDED_ALLOW_IPS` instead (behind a proxy,
+    every client would otherwise share its address, and any local client could name a new address per
+    connection)."""
 
     def __init__(self, app: Any, idle_s: float, reset_s: float = DEFAULT_RESET_TIMEOUT_S,
-                 per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT):
+                 per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT, proxy_hops: int = 0):
         self.app = app
         self.idle_s = idle_s
         self.reset_s = reset_s
         self.per_client = per_client
+        self.proxy_hops = proxy_hops
         self._open: dict[str, int] = {}  # client address -> its WebSockets now
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "websocket":
             await self.app(scope, receive, send)
             return
-        client = _client_key(scope)
+        client = _client_key(scope, self.proxy_hops)
         if self._open.get(client, 0) >= self.per_client:
             await _refuse_websocket(receive, send, self.per_client)
             return
@@ -254,10 +259,12 @@ class _WebSocketGuard:
         await self.app(scope, timed_receive, guarded_send)
 
 
-def _client_key(scope: dict) -> str:
-    """The address a WebSocket comes from, for the per-client limit: the peer's IP (an IPv6 peer: its /64,
-    the block one host is usually given)."""
-    host = (scope.get("client") or ("unknown", 0))[0] or "unknown"
+def _client_key(scope: dict, proxy_hops: int = 0) -> str:
+    """The address a WebSocket comes from, for the per-client limit: the peer's IP, or behind `proxy_hops`
+    trusted proxies the one they appended to `X-Forwarded-For` (an IPv6 address: its /64, the block one host is
+    usually given)."""
+    peer = (scope.get("client") or (None, 0))[0]
+    host = client_address(peer, forwarded_for(scope.get("headers") or ()) if proxy_hops else None, proxy_hops)
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
@@ -364,7 +371,7 @@ def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS
                session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
                request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
                max_sessions_per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT,
-               reset_timeout_s: float = DEFAULT_RESET_TIMEOUT_S) -> FastAPI:
+               reset_timeout_s: float = DEFAULT_RESET_TIMEOUT_S, proxy_hops: int = 0) -> FastAPI:
     """The FastAPI app serving `config`.
 
     Args:
@@ -382,6 +389,10 @@ def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS
             a training with at least that many.
         reset_timeout_s: seconds a new WebSocket has to send its first `reset` before the server closes it
             (default 20; clients reset as soon as they connect).
+        proxy_hops: trusted reverse proxies in front of the server, each appending to `X-Forwarded-For`
+            (default 0: the TCP peer is the client). The per-client limit then counts the entry the outermost
+            proxy appended. Set it to the number of proxies, never more (one more and the entry counted is the
+            client's own claim), and only where every request comes through them.
     """
     if max_sessions < 1:
         raise ValueError(f"max_sessions must be at least 1, got {max_sessions}")
@@ -393,6 +404,8 @@ def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS
         raise ValueError(f"max_sessions_per_client must be at least 1, got {max_sessions_per_client}")
     if not reset_timeout_s > 0:
         raise ValueError(f"reset_timeout_s must be > 0, got {reset_timeout_s}")
+    if not isinstance(proxy_hops, int) or proxy_hops < 0:
+        raise ValueError(f"proxy_hops must be a non-negative integer, got {proxy_hops!r}")
     # No reaper (session_timeout=None): `_WebSocketGuard` closes silent connections, which ends their sessions.
     concurrency = ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=None)
     factory = functools.partial(SQLEnvServerEnvironment, config)
@@ -407,7 +420,7 @@ def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS
                                  env_name="sqlenv", state_cls=EpisodeState)
     app.add_middleware(_HttpGuard, body_timeout_s=request_timeout_s)
     app.add_middleware(_WebSocketGuard, idle_s=session_timeout_s, reset_s=reset_timeout_s,
-                       per_client=max_sessions_per_client)
+                       per_client=max_sessions_per_client, proxy_hops=proxy_hops)
 
     async def refuse_reset(request: Request, exc: ResetArgumentError) -> JSONResponse:
         # A client's bad value (OpenEnv's /reset lets the environment's ValueError become a 500).
@@ -442,7 +455,7 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, *,
           session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
           request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
           max_sessions_per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT,
-          reset_timeout_s: float = DEFAULT_RESET_TIMEOUT_S) -> None:
+          reset_timeout_s: float = DEFAULT_RESET_TIMEOUT_S, proxy_hops: int | None = None) -> None:
     """Run the server in this process until interrupted (uvicorn; SIGINT/SIGTERM stop it cleanly).
 
     Args:
@@ -456,27 +469,31 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, *,
         request_timeout_s: seconds a connection has to send each request head, and a POST its body (default 10).
         max_sessions_per_client: most WebSockets one client address may hold at once (default 16).
         reset_timeout_s: seconds a new WebSocket has to send its first reset (default 20).
+        proxy_hops: trusted reverse proxies appending to `X-Forwarded-For` (default None: `SQLENV_PROXY_HOPS`,
+            else 0); see `create_app`.
 
-    Client addresses are TCP peers: uvicorn trusts a proxy's `X-Forwarded-For` only from the addresses in
-    `FORWARDED_ALLOW_IPS` (default none here; uvicorn's own default, 127.0.0.1, let any local client name a
-    new address per connection).
+    Client addresses are TCP peers unless one setting names the proxies: `proxy_hops` (how many append to
+    `X-Forwarded-For`), or uvicorn's `FORWARDED_ALLOW_IPS` (their addresses; default none here: uvicorn's own
+    default, 127.0.0.1, let any local client name a new address per connection). Both at once raise ValueError.
     """
     import gc
 
     import uvicorn
 
+    proxy_hops = proxy_hops_setting(proxy_hops)
     app = create_app(config, max_sessions=max_sessions, web=web, session_timeout_s=session_timeout_s,
                      request_timeout_s=request_timeout_s, max_sessions_per_client=max_sessions_per_client,
-                     reset_timeout_s=reset_timeout_s)
+                     reset_timeout_s=reset_timeout_s, proxy_hops=proxy_hops)
     # Everything loaded so far (FastAPI, OpenEnv, Gradio, the questions) lives as long as the process: keep it
     # out of the garbage collector's full passes, which otherwise stall every session for ~0.2 s now and then.
     gc.collect()
     gc.freeze()
     print(f"sqlenv server: {config.dataset or 'dataset'}/{config.split} ({len(config.questions)} questions) on "
-          f"http://{host}:{port} (WebSocket /ws, at most {max_sessions} sessions{', playground /web' if web else ''})",
+          f"http://{host}:{port} (WebSocket /ws, at most {max_sessions} sessions{', playground /web' if web else ''}"
+          f"{f', clients by X-Forwarded-For behind {proxy_hops} proxy hop(s)' if proxy_hops else ''})",
           flush=True)
     # No per-message compression: observations are small text, and deflating every frame costs more CPU on
     # both ends than the bytes it saves.
     uvicorn.run(app, host=host, port=port, log_level=log_level, ws_max_size=WS_MAX_MESSAGE_BYTES,
                 ws_per_message_deflate=False, http=_http_protocol(request_timeout_s),
-                forwarded_allow_ips=os.environ.get("FORWARDED_ALLOW_IPS", ""))
+                forwarded_allow_ips=os.environ.get(FORWARDED_ALLOW_IPS_ENV, ""))

@@ -1,0 +1,92 @@
+"""The address a request comes from, given how many trusted reverse proxies stand in front of the server.
+
+Behind a reverse proxy every request arrives from the proxy's address, so a limit per client address becomes one
+limit for all clients together. A proxy appends the address it saw to `X-Forwarded-For`; entries further left are
+whatever the client sent, so only the entries the trusted proxies appended count: with `proxy_hops` proxies, the
+client address is the entry `proxy_hops` places from the right (the one the outermost proxy appended).
+
+    client_address("10.0.0.1", "6.6.6.6, 203.0.113.1", proxy_hops=1)  # -> "203.0.113.1"
+    client_address("10.0.0.1", "6.6.6.6, 203.0.113.1", proxy_hops=0)  # -> "10.0.0.1" (the header is words)
+
+One setting says which proxies to trust: `SQLENV_PROXY_HOPS` (how many append to the header), or uvicorn's own
+`FORWARDED_ALLOW_IPS` (their addresses; uvicorn then rewrites the peer itself). Both at once are refused
+(`proxy_hops_setting`). Used by the OpenEnv server's per-client session limit and the dashboard's login
+throttle. Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+
+__all__ = ["PROXY_HOPS_ENV", "FORWARDED_ALLOW_IPS_ENV", "MAX_ADDRESS_CHARS", "client_address", "forwarded_for",
+           "proxy_hops_setting"]
+
+#: Reverse proxies in front of the server whose `X-Forwarded-For` entries are trusted (0: none, the TCP peer
+#: is the client).
+PROXY_HOPS_ENV = "SQLENV_PROXY_HOPS"
+#: uvicorn's list of proxy addresses whose `X-Forwarded-For` it believes (rewriting the request's client).
+FORWARDED_ALLOW_IPS_ENV = "FORWARDED_ALLOW_IPS"
+#: The longest address kept: an entry is the client's text when a proxy passes a malformed header on.
+MAX_ADDRESS_CHARS = 64
+#: Entries read from the right of the header: more hops than this are not a real deployment.
+_MAX_ENTRIES = 64
+
+
+def client_address(peer: str | None, forwarded_for: str | None, proxy_hops: int = 0) -> str:
+    """The address a request comes from.
+
+    Args:
+        peer: the TCP peer the ASGI server reports (`scope["client"][0]`).
+        forwarded_for: the request's `X-Forwarded-For` (several header lines joined with ",", in order:
+            `forwarded_for(headers)`), or None.
+        proxy_hops: trusted proxies that each append one entry to the header (default 0: the header is ignored).
+            Set it to the number of proxies in front of the server, never more: one more and the entry read is
+            the client's own claim. Too few is safe (clients then share a proxy's address).
+
+    Returns:
+        the entry `proxy_hops` places from the right of the header; the peer when `proxy_hops` is 0 or the
+        header has fewer entries (the request did not come through the proxies); "unknown" when there is
+        neither. At most `MAX_ADDRESS_CHARS` characters.
+    """
+    if proxy_hops and forwarded_for:
+        # Split from the right only: a long header costs no more than its last entries.
+        entries = [e.strip() for e in forwarded_for.rsplit(",", _MAX_ENTRIES)[-_MAX_ENTRIES:] if e.strip()]
+        if len(entries) >= proxy_hops:
+            return entries[-proxy_hops][:MAX_ADDRESS_CHARS]
+    return (peer or "unknown")[:MAX_ADDRESS_CHARS]
+
+
+def forwarded_for(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """Every `X-Forwarded-For` line of an ASGI scope's `headers`, joined with "," in order (a proxy may add a
+    line of its own rather than append to the client's: both spell the same list), or None when there is none."""
+    lines = [value.decode("latin-1") for name, value in headers if name.lower() == b"x-forwarded-for"]
+    return ",".join(lines) if lines else None
+
+
+def proxy_hops_setting(hops: int | None = None, env: Mapping[str, str] | None = None,
+                       name: str = PROXY_HOPS_ENV) -> int:
+    """The number of trusted proxy hops, checked once at start.
+
+    Args:
+        hops: the value given on a command line (None: read `SQLENV_PROXY_HOPS`, default 0).
+        env: the environment (default `os.environ`).
+        name: how the error names the hops setting (default the variable; a command line names its flag).
+
+    Raises:
+        ValueError (one line): `SQLENV_PROXY_HOPS` is not a non-negative integer, or hops and
+        `FORWARDED_ALLOW_IPS` are both set (two settings that could disagree on which proxies to trust).
+    """
+    env = os.environ if env is None else env
+    if hops is None:
+        text = (env.get(PROXY_HOPS_ENV) or "0").strip()
+        if not text.isdigit():
+            raise ValueError(f"{PROXY_HOPS_ENV} must be a non-negative integer, got {text!r}")
+        hops = int(text)
+    if not isinstance(hops, int) or isinstance(hops, bool) or hops < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {hops!r}")
+    if hops and (env.get(FORWARDED_ALLOW_IPS_ENV) or "").strip():
+        raise ValueError(f"{name} and {FORWARDED_ALLOW_IPS_ENV} both say which proxies to trust: set one "
+                         f"({name}: how many proxies append to X-Forwarded-For; "
+                         f"{FORWARDED_ALLOW_IPS_ENV}: uvicorn's list of their addresses)")
+    return hops
