@@ -80,7 +80,10 @@ def record(config_file: Path | str, entry: dict[str, Any], digest: str | None = 
 
 
 def _percent(value: Any) -> str:
-    return f"{100 * value:.0f}%" if isinstance(value, (int, float)) else "?"
+    """73.5% on 200 questions, 43% on 100: one decimal where the share has one."""
+    if not isinstance(value, (int, float)):
+        return "?"
+    return f"{100 * value:.1f}".rstrip("0").rstrip(".") + "%"
 
 
 def reached_text(entry: dict[str, Any]) -> str:
@@ -97,7 +100,7 @@ def reached_text(entry: dict[str, Any]) -> str:
     ex = (entry.get("execution_accuracy") or {}).get("after_grpo") if isinstance(
         entry.get("execution_accuracy"), dict) else None
     if isinstance(ex, (int, float)) and stages[-1][0] == "after_grpo":
-        text += f" (EX {100 * ex:.1f}%)"
+        text += f" (EX {_percent(ex)})"
     n = entry.get("comparison_episodes")
     return f"<b>{html.escape(text)}</b>" + (f" on {n} eval questions" if isinstance(n, int) else "")
 

@@ -32,9 +32,10 @@ from serverproc import end_process, free_port
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: The CPU wheel `make install` takes on a machine without a GPU (a bare `torch` pulls GBs of CUDA packages).
 CPU_TORCH = "torch==2.13.0"
-#: pip's words when no index answers: the virtualenv cannot be built offline.
+#: pip's words when no index answers: the virtualenv cannot be built offline. (A package the index lacks, with the
+#: index reachable, is a failure: "No matching distribution found" alone does not skip.)
 OFFLINE_SIGNS = ("NewConnectionError", "Temporary failure in name resolution", "Network is unreachable",
-                 "Could not fetch URL", "No matching distribution found", "ProxyError", "Max retries exceeded")
+                 "ProxyError", "Max retries exceeded", "Connection refused")
 
 
 def _cannot_build(message: str) -> None:

@@ -59,7 +59,7 @@ def test_the_default_config_and_smollm2_say_what_they_reach_and_picking_back_res
     tiny = CONFIGS / "tiny_cpu.json"
     assert cost_text(page).strip() == expected_cost(tiny)
     if "tiny_cpu.json" in measured():
-        assert re.search(r"after GRPO \d+% .*on \d+ eval questions · ~\d+ min all-in", cost_text(page))
+        assert re.search(r"after GRPO [\d.]+% .*on \d+ eval questions · ~\d+ min all-in", cost_text(page))
     tiny_steps = field_value(page, "max_steps")
     assert tiny_steps == str(TrainConfig.from_json(tiny).max_steps)
 
@@ -88,7 +88,7 @@ def test_the_default_config_and_smollm2_say_what_they_reach_and_picking_back_res
     wait_cost(page, smollm2.name)
     assert cost_text(page).strip() == expected_cost(smollm2, "smollm2-135m")
     if smollm2.name == "smollm2_cpu.json":
-        assert re.search(r"zero-shot \d+% → warm start \d+% → after GRPO \d+% .*on \d+ eval questions · ~\d+ min "
+        assert re.search(r"zero-shot [\d.]+% → warm start [\d.]+% → after GRPO [\d.]+% .*on \d+ eval questions · ~\d+ min "
                          r"all-in, peak memory [\d.]+ GiB", cost_text(page))
     page.wait_for_function(
         f"() => document.querySelector('#cfg-max_steps input')?.value === '{TrainConfig.from_json(smollm2).max_steps}'")
