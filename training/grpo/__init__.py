@@ -127,6 +127,7 @@ def build_trainer(plan: Any, model: Any, tokenizer: Any, *, output_dir: str | No
 
     from training.grpo.rewards import REWARD_FUNCS
     from training.grpo.rollout import BatchedRollout, rollout_rows
+    from training.grpo.sampler import question_groups
     from training.grpo.trainer import SQLEnvGRPOTrainer
     from training.grpo.trl_env import SQLEnvTRL, train_rows
 
@@ -149,7 +150,9 @@ def build_trainer(plan: Any, model: Any, tokenizer: Any, *, output_dir: str | No
 
         train_top_layers(model, config.train_top_layers, train_head=config.train_head)
     common = dict(model=model, reward_funcs=list(REWARD_FUNCS), args=args, processing_class=tokenizer,
-                  callbacks=callbacks, peft_config=lora_config(config), lean_loss=config.lean_loss)
+                  callbacks=callbacks, peft_config=lora_config(config), lean_loss=config.lean_loss,
+                  question_sampler=config.question_sampler,
+                  question_groups=question_groups(source) if config.question_sampler == "mixed" else None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         if config.rollout == "rollout_func":

@@ -367,7 +367,9 @@ class QuestionSampling:
         if question_sampler not in QUESTION_SAMPLERS:
             raise ValueError(f"question_sampler must be one of {QUESTION_SAMPLERS} (got {question_sampler!r})")
         super().__init__(*args, **kwargs)
-        if self.success_reward not in self.reward_func_names:
+        # Without the success reward there is nothing to sample by (refused) or to count as mixed (not logged).
+        self.reads_success = self.success_reward in self.reward_func_names
+        if question_sampler == "mixed" and not self.reads_success:
             raise ValueError(f"QuestionSampling reads success from the reward function {self.success_reward!r}; the "
                              f"trainer's are {self.reward_func_names}")
         self.question_sampler = question_sampler
@@ -399,6 +401,8 @@ class QuestionSampling:
     # has no handle on the trainer), so the outcomes are read where TRL computes them: after its reward functions ran.
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if not self.reads_success:
+            return rewards_per_func
         success = torch.nan_to_num(rewards_per_func[:, self.reward_func_names.index(self.success_reward)], nan=0.0) > 0
         training = self.model.training
         group = self.num_generations if training else self.num_generations_eval

@@ -41,6 +41,7 @@ from typing import Any
 import torch
 from accelerate.utils import DistributedType
 from trl import GRPOTrainer
+from training.grpo.sampler import QuestionSampling
 
 __all__ = ["SQLEnvGRPOTrainer", "LossPhaseStats", "ROW_MEAN_LOSSES", "TOKEN_MEAN_LOSSES", "GLOBAL_TOKEN_LOSSES"]
 
@@ -91,13 +92,15 @@ class LossPhaseStats:
         return self.tokens_fed / self.tokens_padded if self.tokens_padded else 1.0
 
 
-class SQLEnvGRPOTrainer(GRPOTrainer):
+class SQLEnvGRPOTrainer(QuestionSampling, GRPOTrainer):
     """`GRPOTrainer` whose loss skips rows that teach nothing and trims padding, with TRL's gradient (see the module
-    docstring).
+    docstring), and whose questions come from `question_sampler` (`training.grpo.sampler.QuestionSampling`: TRL's
+    uniform pass, or questions whose groups are likely to have mixed success; the mixed-success share is logged).
 
     Args:
         lean_loss: drop the rows whose gradient is exactly 0 and trim each micro-batch to its own longest row
             (default True). False computes TRL's loss unchanged (the same gradient, more time).
+        question_sampler, question_groups, sampler_settings: as `QuestionSampling`.
         args, kwargs: as `trl.GRPOTrainer`.
     """
 
