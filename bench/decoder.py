@@ -101,7 +101,7 @@ def figures(generated: int, seconds: float, counter: FeedCounter) -> dict:
 
 
 def eval_workload(model, tokenizer, n: int, step_budget: int, turn_tokens: int, counter: FeedCounter) -> dict:
-    from sqlenv.datasets import resolve_dataset
+    from sqlenv.data.datasets import resolve_dataset
     from sqlenv.environment import SQLEnvironment
     from training.generation.chat import ChatRenderer
     from training.generation.model_policy import play_model_episodes

@@ -38,9 +38,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from sqlenv.datasets import DatasetInfo, load_questions  # noqa: E402
+from sqlenv.data.datasets import DatasetInfo, load_questions  # noqa: E402
 from sqlenv.environment import SQLEnvironment  # noqa: E402
-from sqlenv.sandbox import SandboxSettings  # noqa: E402
+from sqlenv.sandbox.sandbox import SandboxSettings  # noqa: E402
 from sqlenv.types import SQLAction  # noqa: E402
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
@@ -49,9 +49,9 @@ CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 def _prepare(args: argparse.Namespace, tmp: Path) -> DatasetInfo:
     if args.dataset:
         return DatasetInfo.from_dir(args.dataset)
-    from sqlenv.spider import prepare_spider
+    from sqlenv.data.spider import prepare_spider
 
-    from sqlenv.spider import default_spider_dir
+    from sqlenv.data.spider import default_spider_dir
 
     source = default_spider_dir()
     if not (source / "tables.json").exists():
@@ -81,7 +81,7 @@ def _raw_pass(connections: dict, mix: list) -> dict[str, float]:
 
 def _clear_sql_cache() -> None:
     """Forget every SQL text the sandbox has seen: its per-text caches (the full check, the normal form)."""
-    from sqlenv import sandbox
+    from sqlenv.sandbox import sandbox
 
     for name in ("check_sql", "normalize_sql"):
         clear = getattr(getattr(sandbox, name, None), "cache_clear", None)

@@ -4,7 +4,7 @@
     python bench/episode_tokens.py --model builtin:tiny --episodes 200     # a quick check
 
 - **prompt**: the tokens of an episode's prompt (system prompt, tool schemas when the prompt renders them, first user
-  turn, generation prompt) for each prompt of `sqlenv.prompts.PROMPTS`, over `--questions` train questions.
+  turn, generation prompt) for each prompt of `sqlenv.agent.prompts.PROMPTS`, over `--questions` train questions.
 - **teacher**: the warm start's teacher episodes (`training.warm_start.teacher_conversations` with the config's step
   budget, `describe` and teacher settings), rendered as a rollout records them: the completion is every assistant
   turn and the tool results between them, up to the end of the answering turn (the batched rollout stops there).
@@ -54,7 +54,7 @@ def summary(values: list[int]) -> dict:
 
 def prompt_tokens(tokenizer, dataset: str, step_budget: int, questions: int) -> dict:
     from sqlenv.environment import SQLEnvironment
-    from sqlenv.prompts import PROMPTS, initial_messages
+    from sqlenv.agent.prompts import PROMPTS, initial_messages
     from training.generation.chat import ChatRenderer
 
     env = SQLEnvironment.from_dataset(dataset, "train", step_budget=step_budget)

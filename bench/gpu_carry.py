@@ -175,7 +175,7 @@ def download_wheels(folder: Path) -> list[dict]:
 def prepare_dataset(out: Path) -> dict:
     """spider10 prepared from the local Spider copy (`SQLENV_SPIDER_DIR`) into `out` (ignored: never committed)."""
     sys.path.insert(0, str(REPO))
-    from sqlenv.spider import default_spider_dir, prepare_spider
+    from sqlenv.data.spider import default_spider_dir, prepare_spider
 
     info = prepare_spider(default_spider_dir(), out / DATASET, preset=DATASET)
     return {"name": DATASET, "counts": info.counts, "size": folder_size(out / DATASET)}

@@ -224,7 +224,7 @@ class Check:
 
     def prompts(self, n: int) -> list[list[int]]:
         """`n` episode prompts of the eval split (its questions in turn), rendered as the evals render them."""
-        from sqlenv.prompts import initial_messages
+        from sqlenv.agent.prompts import initial_messages
         from training.generation.chat import ChatRenderer
 
         renderer = ChatRenderer(self.tokenizer, chat_template_kwargs={"enable_thinking": self.config.enable_thinking})

@@ -116,7 +116,7 @@ class TeacherDecoder:
         return out
 
     def turn_ids(self, action) -> list[int]:
-        from sqlenv.prompts import action_to_tool_call
+        from sqlenv.agent.prompts import action_to_tool_call
 
         key = (action.action_type, action.argument)
         if key not in self._turns:
@@ -141,7 +141,7 @@ def teacher_policies(n: int, num_generations: int, mixed_groups: int, mistake: s
     `mixed_groups` groups half oracle, half `mistake`; the others all oracle or all `guess`, alternately (a wrong
     query can still find the right answer, a guess almost never does, so those groups are all equal). TRL pads every
     row to the batch's longest, so a dropped row's own length does not change TRL's time."""
-    from sqlenv.policies import MISTAKES, OraclePolicy
+    from sqlenv.evaluation.policies import MISTAKES, OraclePolicy
 
     policies = []
     for row in range(n):
@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="teacher rollouts: groups played half by the oracle, half by --mistake (default 2; the "
                              "others all oracle or all guess)")
     parser.add_argument("--mistake", default="wrong_query", help="teacher rollouts: the failing teacher's mistake "
-                        "(default wrong_query; see sqlenv.policies.MISTAKES)")
+                        "(default wrong_query; see sqlenv.evaluation.policies.MISTAKES)")
     parser.add_argument("--warm-start", type=int, default=0, metavar="STEPS",
                         help="model rollouts: warm-start steps first (default 0: the model as loaded)")
     parser.add_argument("--init", default=None, metavar="DIR",
@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="rounds of the three loss phases, interleaved; medians are reported (default 3 for the "
                              "tiny model, whose phases take seconds; 1 otherwise)")
     args = parser.parse_args(argv)
-    from sqlenv.policies import MISTAKES
+    from sqlenv.evaluation.policies import MISTAKES
     from training.config import BUILTIN_MODEL
 
     if args.repeats is None:

@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _prepare(name: str) -> str | None:
     """Prepare `name` (spider10 from the local Spider copy) unless it exists; a message when it cannot be had."""
-    from sqlenv.datasets import DatasetNotFoundError, data_root, resolve_dataset
+    from sqlenv.data.datasets import DatasetNotFoundError, data_root, resolve_dataset
 
     try:
         resolve_dataset(name)
@@ -216,7 +216,7 @@ def _prepare(name: str) -> str | None:
     except DatasetNotFoundError as exc:
         if name != "spider10":
             return str(exc)
-        from sqlenv.spider import default_spider_dir, prepare_spider
+        from sqlenv.data.spider import default_spider_dir, prepare_spider
 
         source = default_spider_dir()
         if not (source / "tables.json").exists():

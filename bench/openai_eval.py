@@ -2,7 +2,7 @@
 
 One invocation: a model is served on 127.0.0.1 by `python -m training.generation.openai_server` (a child process, which
 decodes concurrent requests in one batch as serving engines do), and the same evaluation — the same episodes,
-`sqlenv.concurrent_evaluation.evaluate_concurrently` with `OpenAIPolicy` — runs once per `--concurrency` value,
+`sqlenv.evaluation.concurrent.evaluate_concurrently` with `OpenAIPolicy` — runs once per `--concurrency` value,
 in this process, after a short warm-up. By default the model is the built-in tiny model warm-started here for
 `--sft-steps` (a few seconds), so that it answers in tool calls and ends episodes as a trained model does; an
 untrained model would write `--max-tokens` of noise every turn.
@@ -31,9 +31,9 @@ sys.path.insert(0, str(REPO_ROOT / "tests"))  # serverproc: the server-in-a-subp
 
 from serverproc import ServerProcess  # noqa: E402
 
-from sqlenv.concurrent_evaluation import evaluate_concurrently  # noqa: E402
+from sqlenv.evaluation.concurrent import evaluate_concurrently  # noqa: E402
 from sqlenv.environment import SQLEnvironment  # noqa: E402
-from sqlenv.openai_policy import EndpointSettings, OpenAIPolicy  # noqa: E402
+from sqlenv.evaluation.openai_policy import EndpointSettings, OpenAIPolicy  # noqa: E402
 
 
 def _load() -> str:

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.seeds < 1:
         parser.error("--seeds must be at least 1")
 
-    from sqlenv.datasets import resolve_dataset
+    from sqlenv.data.datasets import resolve_dataset
     from training.grpo.sampler import question_groups
 
     path = resolve_dataset(args.dataset).questions_path(args.split)

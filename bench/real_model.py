@@ -106,7 +106,7 @@ class GenerationMeter:
 
 
 def eval_split_size(config) -> int:
-    from sqlenv.datasets import load_questions, resolve_dataset
+    from sqlenv.data.datasets import load_questions, resolve_dataset
 
     info = resolve_dataset(config.dataset, data_root=config.data_dir)
     return len(load_questions(info.questions_path(config.eval_split)))

@@ -40,9 +40,9 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from serverproc import ServerProcess  # noqa: E402
 
-from sqlenv.datasets import DatasetInfo, load_questions, resolve_dataset  # noqa: E402
+from sqlenv.data.datasets import DatasetInfo, load_questions, resolve_dataset  # noqa: E402
 from sqlenv.environment import SQLEnvironment  # noqa: E402
-from sqlenv.policies import OraclePolicy, RandomPolicy  # noqa: E402
+from sqlenv.evaluation.policies import OraclePolicy, RandomPolicy  # noqa: E402
 from sqlenv.server.client import SQLEnvClient  # noqa: E402
 from sqlenv.server.models import SQLAction as WireAction  # noqa: E402
 
@@ -171,7 +171,7 @@ def _summary(run: dict) -> dict:
 def _prepare(args: argparse.Namespace, tmp: Path) -> DatasetInfo:
     if args.dataset:
         return resolve_dataset(args.dataset)
-    from sqlenv.spider import default_spider_dir, prepare_spider
+    from sqlenv.data.spider import default_spider_dir, prepare_spider
 
     source = default_spider_dir()
     if not (source / "tables.json").exists():

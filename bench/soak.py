@@ -53,8 +53,8 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from serverproc import ServerProcess, get_json  # noqa: E402
 
-from sqlenv.datasets import load_questions, resolve_dataset  # noqa: E402
-from sqlenv.policies import OraclePolicy  # noqa: E402
+from sqlenv.data.datasets import load_questions, resolve_dataset  # noqa: E402
+from sqlenv.evaluation.policies import OraclePolicy  # noqa: E402
 from sqlenv.server.client import SQLEnvClient  # noqa: E402
 from sqlenv.server.app import DEFAULT_REQUEST_TIMEOUT_S as REQUEST_TIMEOUT_S, TRIM_INTERVAL_S  # noqa: E402
 from sqlenv.server.app import DEFAULT_RESET_TIMEOUT_S as RESET_TIMEOUT_S  # noqa: E402

@@ -3,9 +3,9 @@
     python bench/sql_function_costs.py [--calls 8] [--reps 3] [--before]
 
 SQLite checks the time limit only at the jumps that close a loop, so the calls between two checks run unchecked;
-`sqlenv.sql_costs` prices every allowed function at its worst time per call and refuses a statement whose calls
+`sqlenv.sandbox.sql_costs` prices every allowed function at its worst time per call and refuses a statement whose calls
 could add up past `max_uninterruptible_s`. This measures those worst times: for every entry of
-`sqlenv.sql_costs.FUNCTION_PRICES`, one result row of `--calls` calls with arguments at the sandbox's limits
+`sqlenv.sandbox.sql_costs.FUNCTION_PRICES`, one result row of `--calls` calls with arguments at the sandbox's limits
 (values of `max_value_bytes`, patterns of `max_like_pattern_chars`, `max_function_args` arguments), built so each
 call does its most work (a `trim` set whose matching character comes last, a `GLOB` class read at every position,
 an `instr` needle that fails at its last byte, a JSON path at the end of the longest array...). The arguments come
@@ -37,9 +37,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from sqlenv.sandbox import Sandbox, SandboxError, SandboxSettings  # noqa: E402
-from sqlenv.sandbox_limits import connection_limits  # noqa: E402
-from sqlenv.sql_costs import FUNCTION_PRICES, call_price  # noqa: E402
+from sqlenv.sandbox.sandbox import Sandbox, SandboxError, SandboxSettings  # noqa: E402
+from sqlenv.sandbox.limits import connection_limits  # noqa: E402
+from sqlenv.sandbox.sql_costs import FUNCTION_PRICES, call_price  # noqa: E402
 
 SETTINGS = SandboxSettings()
 L = SETTINGS.max_value_bytes - 40  # the longest value a one-column row may hold (the record adds a few bytes)

@@ -1,6 +1,7 @@
 """The Compare tab's columns: a run's own policies (random, zero-shot, base, trained) and columns added from a saved evaluation
-(`sqlenv.saved_evaluation`, under `runs/evaluations/`) or from another run's trained model, all scored on the same
-eval questions, with success and execution accuracy overall, per hardness and per database (`sqlenv.breakdown`).
+(`sqlenv.evaluation.saved`, under `runs/evaluations/`) or from another run's trained model, all scored on the same
+eval questions, with success and execution accuracy overall, per hardness and per database
+(`sqlenv.evaluation.breakdown`).
 
 Everything is computed from the transcripts themselves, so runs written before EX and breakdowns existed still
 show (their EX reads "–"). An added column keeps only its episodes on questions the run played (matched by
@@ -17,8 +18,8 @@ from typing import Any
 import pandas as pd
 
 from dashboard.inputs import InputRefused, quote
-from sqlenv.breakdown import breakdown
-from sqlenv.saved_evaluation import EVALUATIONS_FOLDER, SavedEvaluationError, list_evaluations, load_evaluation
+from sqlenv.evaluation.breakdown import breakdown
+from sqlenv.evaluation.saved import EVALUATIONS_FOLDER, SavedEvaluationError, list_evaluations, load_evaluation
 from training.run_dir import InvalidRunName, resolve_run
 
 SUMMARY_HEADERS = ["policy", "success rate", "success 95% CI", "EX", "EX 95% CI", "avg reward", "avg steps",

@@ -52,7 +52,7 @@ def dataset_choices(data_root: Path | None = None) -> list[str]:
     """`builtin` first, then every dataset prepared under the data folder."""
     names = ["builtin"]
     try:
-        from sqlenv.datasets import list_datasets
+        from sqlenv.data.datasets import list_datasets
 
         for info in list_datasets(data_root):
             if info.name not in names:
@@ -65,7 +65,7 @@ def dataset_choices(data_root: Path | None = None) -> list[str]:
 def dataset_splits(name: str, data_root: Path | None = None) -> tuple[list[str], str | None]:
     """(splits, None) or ([], error message)."""
     try:
-        from sqlenv.datasets import resolve_dataset
+        from sqlenv.data.datasets import resolve_dataset
 
         info = resolve_dataset(name, data_root)
         return list(info.splits), None

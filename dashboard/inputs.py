@@ -48,7 +48,7 @@ def name(value: Any, label: str) -> str:
 def dataset_source(value: Any, data_root: Path | None) -> str:
     """The dataset to open for a dataset name from the page: `builtin`, or the folder of a dataset prepared
     under the data folder. Paths and unknown names are refused (a visitor reads nothing else on disk)."""
-    from sqlenv.datasets import BUILTIN_NAME, list_datasets, prepare_hint
+    from sqlenv.data.datasets import BUILTIN_NAME, list_datasets, prepare_hint
 
     value = name(value, "Dataset")
     if value == BUILTIN_NAME:

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping
 import gradio as gr
 
 from dashboard import inputs as checked
-from sqlenv.native_memory import fix_mmap_threshold, malloc_trim
+from sqlenv.sandbox.native_memory import fix_mmap_threshold, malloc_trim
 from dashboard.context import AppContext, dataset_choices, dataset_splits
 from dashboard.transcripts import esc, format_gold, layers_html, steps_table, transcript_html, verdict_badge
 
@@ -111,7 +111,7 @@ class PlayEpisodes:
         self.capacity, self.idle_s, self.clock = capacity, idle_s, clock
         self._episodes: OrderedDict[str, Episode] = OrderedDict()  # least recently used first
         self._lock = threading.Lock()
-        fix_mmap_threshold()  # a closed episode's big blocks go back to the system (see sqlenv.native_memory)
+        fix_mmap_threshold()  # a closed episode's big blocks go back to the system (see sqlenv.sandbox.native_memory)
 
     def __len__(self) -> int:
         with self._lock:
@@ -205,7 +205,7 @@ def refused(exc: Any) -> str:
 
 def question_choices(name: str, split: str, data_root) -> tuple[list, str | None]:
     try:
-        from sqlenv.datasets import resolve_dataset
+        from sqlenv.data.datasets import resolve_dataset
 
         source = checked.dataset_source(name, data_root)
         questions = resolve_dataset(source, data_root).load(checked.name(split, "Split"))
@@ -329,7 +329,7 @@ def build(ctx: AppContext) -> dict[str, Any]:
             return current, gr.skip(), busy_html, gr.skip()
         env = None
         try:
-            from sqlenv.datasets import resolve_dataset
+            from sqlenv.data.datasets import resolve_dataset
             from sqlenv.environment import SQLEnvironment
 
             questions = resolve_dataset(source, ctx.data_root).questions_path(split)

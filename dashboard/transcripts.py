@@ -50,7 +50,7 @@ def format_gold(gold: Any) -> str:
 
 def execution_note(transcript: dict[str, Any]) -> str:
     """Whether the episode's last successful QUERY matches the gold query (EX, the official Spider rules:
-    `sqlenv.execution`); nothing for transcripts without it."""
+    `sqlenv.scoring.execution`); nothing for transcripts without it."""
     match = transcript.get("execution_match")
     if not isinstance(match, bool):
         return ""

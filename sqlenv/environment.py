@@ -3,7 +3,7 @@
 An episode is one question about one SQLite database. The agent sees the question and the table names and
 acts with DESCRIBE, SAMPLE, QUERY and ANSWER under a step budget. `step()` never raises: every bad action
 becomes an error observation. SQL safety lives in `sqlenv.sandbox`, reward constants in `sqlenv.rewards`,
-answer checking in `sqlenv.verifier`, and the episode record in `sqlenv.transcript`.
+answer checking in `sqlenv.scoring.verifier`, and the episode record in `sqlenv.transcript`.
 """
 
 from __future__ import annotations
@@ -15,19 +15,19 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterable
 
-from sqlenv.dataset_dir import load_questions
-from sqlenv.datasets import resolve_dataset
-from sqlenv.execution import execution_match, gold_result
+from sqlenv.data.dataset_dir import load_questions
+from sqlenv.data.datasets import resolve_dataset
+from sqlenv.scoring.execution import execution_match, gold_result
 from sqlenv.kept_results import KEPT_RESULTS, Kept
 from sqlenv.rewards import GoldProfile, RewardConfig, progress_score
-from sqlenv.result_text import clean_for_display as _clean_for_display
-from sqlenv.result_text import cut_text
-from sqlenv.sandbox import Sandbox, SandboxError, SandboxSettings
-from sqlenv.sql_checks import has_top_level_order_by, normalize_sql, sql_too_long, table_name_too_long
+from sqlenv.sandbox.result_text import clean_for_display as _clean_for_display
+from sqlenv.sandbox.result_text import cut_text
+from sqlenv.sandbox.sandbox import Sandbox, SandboxError, SandboxSettings
+from sqlenv.sandbox.sql_checks import has_top_level_order_by, normalize_sql, sql_too_long, table_name_too_long
 from sqlenv.transcript import make_step, make_transcript
 from sqlenv.types import (ACTION_TYPES, EpisodeState, Question, RewardBreakdown, RewardLayers, SQLAction,
                           SQLObservation)
-from sqlenv.verifier import MAX_ANSWER_CHARS, verify_answer
+from sqlenv.scoring.verifier import MAX_ANSWER_CHARS, verify_answer
 
 _ARGUMENT_HELP = {
     "DESCRIBE": "DESCRIBE needs a table name, e.g. DESCRIBE {table}.",
@@ -195,7 +195,7 @@ class SQLEnvironment:
         try:
             result = self.sandbox.execute(question.database_name, question.gold_sql)
             profile = GoldProfile.from_rows(result.rows, result.n_rows, self.reward_config.max_numbers)
-            profile.columns = list(result.columns)  # EX keeps its own gold result (`sqlenv.execution`)
+            profile.columns = list(result.columns)  # EX keeps its own gold result (`sqlenv.scoring.execution`)
         except SandboxError:
             profile = None  # no progress signal for this question, the episode still works
         with _GOLD_LOCK:
@@ -352,8 +352,8 @@ class SQLEnvironment:
         return obs
 
     def _score_execution(self, deadline: float) -> bool:
-        """The episode's EX (`sqlenv.execution`), scored once by the step that ends it, on that step's thread and
-        within its `deadline`: the official text of the last QUERY (DISTINCT dropped) is another query than the one
+        """The episode's EX (`sqlenv.scoring.execution`), scored once by the step that ends it, on that step's thread
+        and within its `deadline`: the official text of the last QUERY (DISTINCT dropped) is another query than the one
         the step ran, and may be slow; a query stopped by the deadline counts as failed, as in `execution_match`.
         A gold that failed at reset (no profile) scores every prediction wrong without running anything."""
         q, kept = self.question, self._kept
@@ -416,8 +416,8 @@ class SQLEnvironment:
 
     @property
     def execution_match(self) -> bool | None:
-        """The episode's execution accuracy (`sqlenv.execution`): whether its last successful QUERY matches the gold
-        query under test-suite-sql-eval's `eval_exec_match` (the official Spider EX). None until the episode is
+        """The episode's execution accuracy (`sqlenv.scoring.execution`): whether its last successful QUERY matches the
+        gold query under test-suite-sql-eval's `eval_exec_match` (the official Spider EX). None until the episode is
         over (it would tell the agent whether its query is the gold one); scored once, by the step that ended the
         episode: reading it runs nothing, so any thread may (a server's event loop builds `state` from it)."""
         if not self.state.done or self.question is None:

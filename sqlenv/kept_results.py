@@ -1,7 +1,7 @@
 """Query results kept between steps, bounded in total across every environment of the process.
 
 An environment keeps its episode's last successful QUERY result until the episode ends, so that execution accuracy
-can reuse it (`sqlenv.execution`). One result holds at most `max_result_bytes` (32 MB), but a server holds one
+can reuse it (`sqlenv.scoring.execution`). One result holds at most `max_result_bytes` (32 MB), but a server holds one
 environment per session: 20 sessions each keeping a ~32 MB result took +634 MB, and 64 would keep ~2 GB
 (issue 35). `KEPT_RESULTS` counts what all of them keep; past `max_kept_result_bytes` the results kept longest are
 dropped. Dropping one loses nothing but time: when its episode ends, EX runs the query's official text again, as
@@ -35,7 +35,7 @@ class Kept:
 class KeptResults:
     """What the environments of a process keep between steps, oldest first; thread-safe.
 
-    A result is counted at its `nbytes`, an upper bound (`sqlenv.sql_runner.QueryResult`: a small last batch is
+    A result is counted at its `nbytes`, an upper bound (`sqlenv.sandbox.sql_runner.QueryResult`: a small last batch is
     not measured when it is fetched); only when the bounds add up past the budget are the results measured
     (`held_bytes()`, once each), then the oldest dropped. Most steps keep a few rows and measure nothing."""
 

@@ -6,7 +6,7 @@ around an environment — the OpenEnv server's (`sqlenv.server.environment`), TR
 evaluation loop — use only what is written here, so any of them runs on either environment, and none reaches
 into an environment's private state:
 
-    def play(env: Environment, policy) -> dict:               # e.g. a sqlenv.policies.OraclePolicy
+    def play(env: Environment, policy) -> dict:               # e.g. a sqlenv.evaluation.policies.OraclePolicy
         obs = env.reset(seed=3, step_budget=10, episode_id="run-7/ep-1")
         policy.reset(env, obs)
         while not obs.done:                                    # obs.terminated: ANSWER; obs.truncated: budget

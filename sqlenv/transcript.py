@@ -16,14 +16,15 @@ A step's `done` says the episode ended there; `terminated` (ANSWER) and `truncat
 the connection to a server was lost) say how, as Gymnasium does. Transcripts written before those two keys
 existed still validate: `STEP_KEYS` lists what every transcript has.
 
-`execution_match` is the episode's execution accuracy (`sqlenv.execution`): whether the agent's last successful
+`execution_match` is the episode's execution accuracy (`sqlenv.scoring.execution`): whether the agent's last successful
 QUERY matches the gold query under test-suite-sql-eval's `eval_exec_match` (the official Spider EX). It is null
 while the episode runs, and absent from transcripts written before it existed (readers treat both as unknown).
 Transcripts written before issue 27 scored it with a more lenient comparison (docs/EXPERIMENTS.md, "Official EX").
 
 Optional keys: "error" and "traceback" (outcome "error"); "wall_s" (seconds the episode took) and, for policies
-that count it (`sqlenv.openai_policy.OpenAIPolicy`), "usage": {"requests","prompt_tokens","completion_tokens",
-"total_tokens","tool_calls","text_turns","latency_s"}, both added by `sqlenv.concurrent_evaluation`.
+that count it (`sqlenv.evaluation.openai_policy.OpenAIPolicy`), "usage":
+{"requests","prompt_tokens","completion_tokens","total_tokens","tool_calls","text_turns","latency_s"}, both added by
+`sqlenv.evaluation.concurrent`.
 """
 
 from __future__ import annotations

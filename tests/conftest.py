@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sqlenv.spider import default_spider_dir
+from sqlenv.data.spider import default_spider_dir
 
 # OpenMP's default busy-waiting collapses on a shared, oversubscribed 2-core machine (measured: training steps
 # ~25x slower while other jobs run); passive waiting costs nothing when the machine is idle. Before torch loads.
@@ -85,7 +85,7 @@ def toy(tmp_path_factory):
 def builtin():
     """The built-in dataset's `DatasetInfo` (built under `data/` on first use). Modules that build their own
     copy in a temp folder define a `builtin` fixture of their own."""
-    from sqlenv.datasets import resolve_dataset
+    from sqlenv.data.datasets import resolve_dataset
 
     return resolve_dataset("builtin")
 
@@ -93,7 +93,7 @@ def builtin():
 @pytest.fixture(scope="module")
 def questions(builtin):
     """The built-in dataset's train questions."""
-    from sqlenv.datasets import load_questions
+    from sqlenv.data.datasets import load_questions
 
     return load_questions(builtin.questions_path("train"))
 

@@ -164,7 +164,7 @@ def test_runs_folder_on_a_space_with_persistent_storage(tmp_path):
 # ------------------------------------------------------------------------------------- visitor input
 def test_visitor_dataset_names_never_reach_the_disk_outside_data(tmp_path):
     from dashboard import inputs
-    from sqlenv.builtin import ensure_builtin
+    from sqlenv.data.builtin import ensure_builtin
 
     data = tmp_path / "data"
     info = ensure_builtin(data / "builtin")

@@ -238,7 +238,7 @@ def test_hostile_values_in_public_events_get_clear_messages_and_the_app_keeps_se
     outside_run = root / "outside-run"
     outside_run.mkdir()
     (outside_run / "status.json").write_text(json.dumps({"status": "completed", "error": "SECRET-RUN"}))
-    from sqlenv.builtin import ensure_builtin
+    from sqlenv.data.builtin import ensure_builtin
 
     info = ensure_builtin(root / "outside-data")
     questions = json.loads(info.questions_path("eval").read_text())

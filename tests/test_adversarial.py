@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sqlenv.environment import SQLEnvironment
-from sqlenv.sandbox import Sandbox, SandboxError, SandboxSettings
+from sqlenv.sandbox.sandbox import Sandbox, SandboxError, SandboxSettings
 from sqlenv.types import SQLAction
 
 pytestmark = pytest.mark.adversarial

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from sqlenv.breakdown import breakdown, rate_cell, wilson_interval
+from sqlenv.evaluation.breakdown import breakdown, rate_cell, wilson_interval
 from sqlenv.environment import SQLEnvironment
-from sqlenv.evaluation import EvaluationResult, all_questions, evaluate
-from sqlenv.policies import OraclePolicy, RandomPolicy
+from sqlenv.evaluation.evaluate import EvaluationResult, all_questions, evaluate
+from sqlenv.evaluation.policies import OraclePolicy, RandomPolicy
 
 
 @pytest.mark.parametrize("k, n, low, high", [

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sqlenv.builtin import BUILTIN_VERSION, UNSEEN_DB, build_builtin
-from sqlenv.datasets import (
+from sqlenv.data.builtin import BUILTIN_VERSION, UNSEEN_DB, build_builtin
+from sqlenv.data.datasets import (
     DatasetInfo,
     DatasetNotFoundError,
     data_root,
@@ -21,7 +21,7 @@ from sqlenv.datasets import (
     load_questions,
     resolve_dataset,
 )
-from sqlenv.difficulty import spider_hardness
+from sqlenv.data.difficulty import spider_hardness
 from sqlenv.types import ANSWER_TYPES, DIFFICULTIES
 
 SPLITS = ("train", "eval", "eval_unseen_db")
@@ -170,7 +170,8 @@ def test_resolve_builds_on_first_use_and_rebuilds_when_stale(tmp_path):
 
 
 def test_two_processes_building_at_once(tmp_path):
-    code = "import sys; from sqlenv.datasets import resolve_dataset; print(resolve_dataset('builtin', data_root=sys.argv[1]).counts)"
+    code = ("import sys; from sqlenv.data.datasets import resolve_dataset; "
+            "print(resolve_dataset('builtin', data_root=sys.argv[1]).counts)")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=120)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs)
@@ -200,7 +201,7 @@ def test_resolution_by_name_path_and_errors(tmp_path, built, monkeypatch):
 
 
 def test_a_build_from_another_seed_is_kept_unless_a_seed_is_asked_for(tmp_path):
-    from sqlenv.builtin import ensure_builtin
+    from sqlenv.data.builtin import ensure_builtin
 
     build_builtin(tmp_path / "builtin", seed=3)
     assert resolve_dataset("builtin", data_root=tmp_path).meta["seed"] == 3
@@ -248,12 +249,12 @@ def test_a_pattern_copying_baseline_solves_held_out_questions(built, questions):
 
 
 def test_one_question_loader_with_clear_errors(built, tmp_path):
-    """`load_questions` is the one loader: `sqlenv.datasets`, `DatasetInfo.load` and `SQLEnvironment(path, ...)`
+    """`load_questions` is the one loader: `sqlenv.data.datasets`, `DatasetInfo.load` and `SQLEnvironment(path, ...)`
     all read a questions file through it, and a bad file names itself and what is wrong."""
-    import sqlenv.dataset_dir
+    import sqlenv.data.dataset_dir
     from sqlenv.environment import SQLEnvironment
 
-    assert load_questions is sqlenv.dataset_dir.load_questions
+    assert load_questions is sqlenv.data.dataset_dir.load_questions
     path = built.questions_path("eval")
     loaded = load_questions(path)
     assert loaded == built.load("eval") and len(loaded) == built.counts["eval"]

@@ -12,20 +12,20 @@ import statistics
 import pytest
 
 from sqlenv.environment import SQLEnvironment
-from sqlenv.evaluation import EvaluationResult, evaluate, play_episode
-from sqlenv.policies import OraclePolicy, RandomPolicy
+from sqlenv.evaluation.evaluate import EvaluationResult, evaluate, play_episode
+from sqlenv.evaluation.policies import OraclePolicy, RandomPolicy
 
 
 @pytest.fixture(scope="session")
 def builtin_dataset(tmp_path_factory):
-    from sqlenv.builtin import build_builtin
+    from sqlenv.data.builtin import build_builtin
 
     return build_builtin(tmp_path_factory.mktemp("calib") / "builtin", seed=0)
 
 
 @pytest.fixture(scope="session")
 def spider10(spider_source, tmp_path_factory):
-    from sqlenv.spider import prepare_spider
+    from sqlenv.data.spider import prepare_spider
 
     return prepare_spider(spider_source, tmp_path_factory.mktemp("calib") / "spider10", preset="spider10")
 

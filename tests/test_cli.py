@@ -79,7 +79,7 @@ def test_eval_on_a_dataset_path(data_dir, tmp_path):
 
 
 def test_eval_all_questions_and_saved_evaluation(data_dir, tmp_path):
-    from sqlenv.saved_evaluation import load_evaluation
+    from sqlenv.evaluation.saved import load_evaluation
 
     out = tmp_path / "evaluations" / "oracle-eval"
     res = _run(["eval", "--dataset", "builtin", "--split", "eval", "--policy", "oracle", "--episodes", "all",
@@ -146,7 +146,7 @@ def test_help_works(data_dir):
 
 
 def test_play_with_piped_input_solves_a_question(data_dir):
-    from sqlenv.verifier import format_answer
+    from sqlenv.scoring.verifier import format_answer
 
     q = _questions(data_dir)[0]
     answer = format_answer(q["gold_answer"], q["answer_type"])
@@ -167,7 +167,7 @@ def test_play_with_piped_input_solves_a_question(data_dir):
 
 
 def test_play_table_answer_on_one_line(data_dir):
-    from sqlenv.verifier import format_answer
+    from sqlenv.scoring.verifier import format_answer
 
     q = next(x for x in _questions(data_dir) if "\n" in format_answer(x["gold_answer"], x["answer_type"]))
     typed = format_answer(q["gold_answer"], q["answer_type"]).replace("\n", "\\n")  # rows joined by a typed \n
@@ -240,7 +240,8 @@ def test_package_exports_are_lazy_and_ml_free(tmp_path):
         "         'RandomPolicy', 'OraclePolicy', 'RewardConfig', 'SandboxSettings', 'resolve_dataset']\n"
         "assert set(names) <= set(sqlenv.__all__) and set(names) <= set(dir(sqlenv))\n"
         "objs = [getattr(sqlenv, n) for n in names]\n"
-        "import sqlenv.cli, sqlenv.evaluation, sqlenv.policies, sqlenv.spider, sqlenv.builtin\n"
+        "import sqlenv.cli, sqlenv.evaluation.evaluate, sqlenv.evaluation.policies\n"
+        "import sqlenv.data.spider, sqlenv.data.builtin\n"
         "for n in sqlenv.__all__: getattr(sqlenv, n)\n"
         "try:\n    sqlenv.nope\nexcept AttributeError:\n    pass\nelse:\n    raise SystemExit('no AttributeError')\n"
         "ml = sorted(m for m in ('torch', 'transformers', 'trl', 'gradio', 'pandas', 'numpy') if m in sys.modules)\n"

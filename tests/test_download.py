@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from sqlenv.datasets import load_questions
-from sqlenv.spider import SpiderArchiveError, SpiderError, download_spider, prepare_spider
+from sqlenv.data.datasets import load_questions
+from sqlenv.data.spider import SpiderArchiveError, SpiderError, download_spider, prepare_spider
 
 
 class _Server:

@@ -9,10 +9,10 @@ import pytest
 
 from sqlenv.checker import EnvCheckError, check_env
 from sqlenv.environment import SQLEnvironment
-from sqlenv.sandbox import SandboxSettings
+from sqlenv.sandbox.sandbox import SandboxSettings
 from sqlenv.transcript import render_transcript_text, validate_transcript
 from sqlenv.types import EpisodeState, Question, RewardBreakdown, SQLAction, SQLObservation
-from sqlenv.verifier import format_answer
+from sqlenv.scoring.verifier import format_answer
 
 
 def test_reset_shows_question_and_table_names_only(env):

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from sqlenv.environment import SQLEnvironment
-from sqlenv.evaluation import EvaluationResult, evaluate, play_episode
-from sqlenv.policies import OraclePolicy, RandomPolicy
+from sqlenv.evaluation.evaluate import EvaluationResult, evaluate, play_episode
+from sqlenv.evaluation.policies import OraclePolicy, RandomPolicy
 from sqlenv.types import SQLAction
 
 TRANSCRIPT_KEYS = {
@@ -20,7 +20,7 @@ STEP_KEYS = {"step", "action_type", "argument", "observation", "error", "reward"
 
 @pytest.fixture(scope="module")
 def builtin(tmp_path_factory):
-    from sqlenv.builtin import build_builtin
+    from sqlenv.data.builtin import build_builtin
 
     return build_builtin(tmp_path_factory.mktemp("data") / "builtin", seed=0)
 
@@ -165,7 +165,7 @@ def test_wrong_answers_count_as_failures(env):
 
 
 def test_explore_rate_counts_episodes_that_looked_at_the_data_before_answering(env):
-    from sqlenv.policies import GuessPolicy
+    from sqlenv.evaluation.policies import GuessPolicy
 
     class FailThenAnswer:
         """Babble parsed as a query (it fails), then an answer: that is no look at the data."""

@@ -1,5 +1,5 @@
-"""Execution accuracy as test-suite-sql-eval's `eval_exec_match` computes it (`sqlenv.execution`), on real SQLite
-results: near-misses both ways (each also labelled by the official code when it is installed), the comparison's
+"""Execution accuracy as test-suite-sql-eval's `eval_exec_match` computes it (`sqlenv.scoring.execution`), on real
+SQLite results: near-misses both ways (each also labelled by the official code when it is installed), the comparison's
 bounds, and EX recorded per episode by the environment."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import pytest
 
 from official_eval import official_label
 from sqlenv.environment import SQLEnvironment
-from sqlenv.evaluation import evaluate
-from sqlenv.execution import execution_match, official_sql, order_matters, replace_cur_year
-from sqlenv.policies import OraclePolicy, RandomPolicy
-from sqlenv.result_eq import results_match
-from sqlenv.sandbox import Sandbox, SandboxSettings
+from sqlenv.evaluation.evaluate import evaluate
+from sqlenv.scoring.execution import execution_match, official_sql, order_matters, replace_cur_year
+from sqlenv.evaluation.policies import OraclePolicy, RandomPolicy
+from sqlenv.scoring.result_eq import results_match
+from sqlenv.sandbox.sandbox import Sandbox, SandboxSettings
 from sqlenv.types import Question, SQLAction
 
 BIG_ROWS = 10_005  # past the 10,000 rows the sandbox keeps of a QUERY for display and progress

@@ -38,8 +38,12 @@ ANY = "*"
 # Each subpackage declares the units it may import (ANY: the whole of sqlenv; the package's own `__init__` is always
 # allowed: it holds only lazy exports). A subpackage not listed fails `test_every_subpackage_is_declared`.
 SUBPACKAGES: dict[str, set[str] | str] = {
-    "builtin": {"dataset_dir", "difficulty", "types"},
-    "server": {"datasets", "environment", "native_memory", "protocol", "rewards", "sandbox", "transcript", "types"},
+    "sandbox": set(),  # the floor: SQL runs here, knowing nothing of episodes
+    "agent": {"types"},  # what a model reads and writes: plain text
+    "data": {"types"},
+    "scoring": {"sandbox", "agent"},  # agent: only its code fences (an ANSWER may come in one)
+    "evaluation": {"types", "agent", "data", "scoring"},
+    "server": {"client_address", "data", "environment", "protocol", "rewards", "sandbox", "transcript", "types"},
     "cli": ANY,  # the command line sits on top of the whole package
 }
 # Entry points over the rest of sqlenv, and the only units that may import them.

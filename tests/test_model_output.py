@@ -1,4 +1,4 @@
-"""Parsing a model's turn (`sqlenv.model_output`) on hostile text: linear time, and the same actions as before.
+"""Parsing a model's turn (`sqlenv.agent.model_output`) on hostile text: linear time, and the same actions as before.
 
 Issue 35: the tool-call and fence patterns backtracked quadratically on text every model completion reaches
 (16,000 spaces in a tool call took 4.5 s, 16,000 letters after a fence 3.3 s, holding the interpreter lock). They are
@@ -14,8 +14,8 @@ import sys
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sqlenv.model_output import parse_model_output
-from sqlenv.prompts import tool_call_to_action
+from sqlenv.agent.model_output import parse_model_output
+from sqlenv.agent.prompts import tool_call_to_action
 from sqlenv.types import ACTION_TYPES, SQLAction
 
 # parse_model_output as it was, with the patterns it used.
@@ -70,7 +70,7 @@ def test_turns_parse_as_they_did(text):
 
 _HOSTILE_TURNS = r"""
 import json, time
-from sqlenv.model_output import parse_model_output
+from sqlenv.agent.model_output import parse_model_output
 N = 1_000_000
 shapes = {"tool call, 16,000 spaces": "<tool_call>x" + " " * 16_000 + "x",
           "tool call, a million spaces": "<tool_call>x" + " " * N + "x",

@@ -29,7 +29,7 @@ def _rereading(tiny, sequences: list[list[int]], max_new_tokens: int, **kwargs) 
 def _prompts(tiny, n: int) -> list[list[int]]:
     """The first prompts of `n` built-in eval episodes, rendered as training renders them."""
     from sqlenv.environment import SQLEnvironment
-    from sqlenv.prompts import initial_messages
+    from sqlenv.agent.prompts import initial_messages
     from training.generation.chat import ChatRenderer
 
     renderer = ChatRenderer(tiny[1], chat_template_kwargs={"enable_thinking": False})
@@ -148,7 +148,7 @@ def test_a_model_with_a_sliding_window_cache_is_not_supported(tiny):
 
 def test_model_policy_keeps_its_episode_cache_across_turns(tiny):
     from sqlenv.environment import SQLEnvironment
-    from sqlenv.evaluation import evaluate
+    from sqlenv.evaluation.evaluate import evaluate
     from training.generation.model_policy import ModelPolicy
 
     model, tokenizer = tiny

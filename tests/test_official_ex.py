@@ -5,7 +5,7 @@ The pairs are Spider dev's gold queries and seven perturbations of each, built h
 DISTINCT added, a number changed, LIMIT 1 added, an `=` against a value turned to `!=`. Each pair is labelled by
 the official code (PyPI's nl2sql360 ships it unchanged: `tests/official_eval.py`) and scored by the project the
 way an episode scores it: the prediction run by the sandbox as a QUERY (its stored result reused when the
-official rules allow), then `sqlenv.execution.execution_match`. A second test compares the result comparison
+official rules allow), then `sqlenv.scoring.execution.execution_match`. A second test compares the result comparison
 alone on generated results, where the official `result_eq` has its subtle cases (1 against 1.0 in its quick
 rejection, duplicated columns, wide results).
 """
@@ -23,9 +23,9 @@ import sqlglot
 from sqlglot import exp
 
 from official_eval import official_exec_eval, official_label
-from sqlenv.execution import execution_match, official_sql
-from sqlenv.result_eq import results_match
-from sqlenv.sandbox import Sandbox, SandboxError
+from sqlenv.scoring.execution import execution_match, official_sql
+from sqlenv.scoring.result_eq import results_match
+from sqlenv.sandbox.sandbox import Sandbox, SandboxError
 
 KINDS = ("identity", "columns reversed", "ORDER BY dropped", "DISTINCT added", "number changed", "LIMIT 1 added",
          "= to !=")

@@ -18,11 +18,11 @@ import pytest
 
 from serverproc import REPO, ServerProcess, free_port
 
-from sqlenv.concurrent_evaluation import evaluate_concurrently
+from sqlenv.evaluation.concurrent import evaluate_concurrently
 from sqlenv.environment import SQLEnvironment
-from sqlenv.evaluation import evaluate
-from sqlenv.openai_policy import OPENAI_TOOLS, TOOLS, EndpointSettings, OpenAIPolicy, redact_url
-from sqlenv.policies import OraclePolicy
+from sqlenv.evaluation.evaluate import evaluate
+from sqlenv.evaluation.openai_policy import OPENAI_TOOLS, TOOLS, EndpointSettings, OpenAIPolicy, redact_url
+from sqlenv.evaluation.policies import OraclePolicy
 from sqlenv.types import DIFFICULTIES
 
 pytest.importorskip("openai", reason="the openai extra is not installed (pip install 'sqlenv[openai]')")
@@ -120,7 +120,7 @@ def test_concurrent_evaluation_plays_the_episodes_evaluate_plays(builtin):
 
 
 def test_concurrent_evaluation_plays_listed_questions_in_order(builtin):
-    from sqlenv.datasets import load_questions
+    from sqlenv.data.datasets import load_questions
 
     ids = [q.question_id for q in load_questions(builtin.questions_path("eval"))][5:12]
     result = evaluate_concurrently(lambda: SQLEnvironment.from_dataset(builtin.root, "eval"), OraclePolicy,
@@ -144,7 +144,7 @@ def test_endpoint_settings_check_their_values():
 
 def test_which_refusals_mean_the_model_cannot_call_tools():
     """A 400 about tools stops the run; one about the context length fails only its episode (real messages)."""
-    from sqlenv.openai_policy import _about_tools
+    from sqlenv.evaluation.openai_policy import _about_tools
 
     assert _about_tools('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
     assert _about_tools("registry.ollama.ai/library/gemma:2b does not support tools")
@@ -222,7 +222,7 @@ def test_eval_against_a_served_model(server, tmp_path):
 
 @pytest.mark.slow
 def test_policy_plays_in_process_with_plain_evaluate(server, builtin, monkeypatch):
-    """`OpenAIPolicy` follows the Policy protocol: `sqlenv.evaluation.evaluate` plays it like any other."""
+    """`OpenAIPolicy` follows the Policy protocol: `sqlenv.evaluate` plays it like any other."""
     monkeypatch.setenv("SQLENV_TEST_CLIENT_KEY", SECRET)
     settings = EndpointSettings(server.url + "/v1", "tiny-sft", api_key_env="SQLENV_TEST_CLIENT_KEY", max_tokens=48)
     env = SQLEnvironment.from_dataset(builtin.root, "eval", step_budget=4)

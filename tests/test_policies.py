@@ -7,15 +7,15 @@ import sqlite3
 import pytest
 
 from sqlenv.environment import SQLEnvironment
-from sqlenv.evaluation import play_episode
-from sqlenv.policies import OraclePolicy, Policy, RandomPolicy, table_names
+from sqlenv.evaluation.evaluate import play_episode
+from sqlenv.evaluation.policies import OraclePolicy, Policy, RandomPolicy, table_names
 from sqlenv.types import ACTION_TYPES
-from sqlenv.verifier import format_answer
+from sqlenv.scoring.verifier import format_answer
 
 
 @pytest.fixture(scope="module")
 def builtin(tmp_path_factory):
-    from sqlenv.builtin import build_builtin
+    from sqlenv.data.builtin import build_builtin
 
     return build_builtin(tmp_path_factory.mktemp("data") / "builtin", seed=0)
 

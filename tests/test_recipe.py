@@ -158,7 +158,7 @@ def _play(model, tokenizer, question_seeds, *, max_turn_tokens, max_completion_t
     """Greedy episodes of the built-in train split (step budget 2) through `play_batched`: as training plays them
     (`max_completion_tokens`) or as evals do (None)."""
     from sqlenv.environment import SQLEnvironment
-    from sqlenv.prompts import format_tool_result, initial_messages
+    from sqlenv.agent.prompts import format_tool_result, initial_messages
     from training.generation.chat import ChatRenderer
     from training.generation.episodes import Episode, play_batched
 

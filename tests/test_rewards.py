@@ -9,7 +9,7 @@ import pytest
 from sqlenv.environment import SQLEnvironment
 from sqlenv.rewards import GoldProfile, RewardConfig, progress_score
 from sqlenv.types import SQLAction
-from sqlenv.verifier import format_answer
+from sqlenv.scoring.verifier import format_answer
 
 
 def test_defaults_match_the_design():

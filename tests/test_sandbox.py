@@ -12,7 +12,7 @@ import pytest
 
 from sqlenv.checker import build_toy_dataset
 from sqlenv.environment import SQLEnvironment
-from sqlenv.sandbox import (TRUNCATION_MARKER, Sandbox, SandboxError, SandboxSettings, check_sql,
+from sqlenv.sandbox.sandbox import (TRUNCATION_MARKER, Sandbox, SandboxError, SandboxSettings, check_sql,
                             has_top_level_order_by, normalize_sql, resolve_database_path)
 from sqlenv.types import SQLAction
 
@@ -331,7 +331,7 @@ def test_sqlite_limits_refuse_oversized_statements(sandbox, sql, fragment):
 
 _TEMP_PROBE = r"""
 import json, os, sys, threading, time
-from sqlenv.sandbox import Sandbox, SandboxError, SandboxSettings
+from sqlenv.sandbox.sandbox import Sandbox, SandboxError, SandboxSettings
 tmp, db_dir = sys.argv[1], sys.argv[2]
 sandbox = Sandbox(db_dir, SandboxSettings(timeout_s=3.0, max_heap_bytes=64 * 2**20))
 sql = ("WITH RECURSIVE r(n, b) AS (SELECT 1, randomblob(9000) UNION ALL SELECT n + 1, randomblob(9000) FROM r) "
@@ -382,7 +382,7 @@ def test_one_query_writes_no_temporary_file(toy, tmp_path):
 
 _MEMORY_PROBE = r"""
 import json, sys, threading, time
-from sqlenv.sandbox import _HEAP, Sandbox, SandboxError, SandboxSettings
+from sqlenv.sandbox.sandbox import _HEAP, Sandbox, SandboxError, SandboxSettings
 settings = SandboxSettings(timeout_s=5.0, max_heap_bytes=44 * 2**20)
 blobs = ("WITH RECURSIVE r(n, b) AS (SELECT 1, randomblob(9000) UNION ALL SELECT n + 1, randomblob(9000) FROM r "
          "WHERE n < {n}) ")
@@ -641,7 +641,7 @@ def test_a_statement_is_priced_by_the_calls_its_program_holds(toy):
     """The price counts the calls of the program SQLite built (EXPLAIN), not of the text: as many `trim(x, y)`
     calls as `max_uninterruptible_s` pays for run, one more is refused; calls inside a loop are one call each
     per pass (the loop's jump is checked); cheap functions are never counted against the bound."""
-    from sqlenv.sql_costs import call_price
+    from sqlenv.sandbox.sql_costs import call_price
 
     settings = SandboxSettings(timeout_s=2.0)
     sandbox = Sandbox(toy[1], settings)
@@ -683,8 +683,8 @@ def test_a_view_is_priced_for_what_it_calls(tmp_path):
                                       ("SELECT fts3_tokenizer('simple')", "fts3_tokenizer"),
                                       ("SELECT PRINTF('%d', 1)", "printf")])
 def test_only_priced_functions_run(sandbox, sql, name):
-    """Every function a statement may call has a measured worst time (`sqlenv.sql_costs`); the others are refused
-    by name."""
+    """Every function a statement may call has a measured worst time (`sqlenv.sandbox.sql_costs`); the others are
+    refused by name."""
     with pytest.raises(SandboxError, match=rf"Not allowed in the sandbox: the function {name}\(\) is not available"):
         sandbox.execute("music", sql)
 

@@ -26,8 +26,8 @@ pytest.importorskip("openenv.core", reason="the server extra is not installed (p
 from serverproc import REPO, ServerProcess, free_port, get_json  # noqa: E402
 
 from sqlenv.environment import SQLEnvironment  # noqa: E402
-from sqlenv.evaluation import play_episode  # noqa: E402
-from sqlenv.policies import OraclePolicy, RandomPolicy  # noqa: E402
+from sqlenv.evaluation.evaluate import play_episode  # noqa: E402
+from sqlenv.evaluation.policies import OraclePolicy, RandomPolicy  # noqa: E402
 from sqlenv.types import SQLAction  # noqa: E402
 
 
@@ -522,7 +522,7 @@ def test_serve_cli_bad_arguments_exit_2_with_one_line(args, words):
 
 
 def test_the_core_package_imports_no_web_stack():
-    code = ("import sys, sqlenv, sqlenv.environment, sqlenv.evaluation, sqlenv.cli, sqlenv.datasets; "
+    code = ("import sys, sqlenv, sqlenv.environment, sqlenv.evaluation.evaluate, sqlenv.cli, sqlenv.data.datasets; "
             "sqlenv.cli.build_parser(); "
             "print(sorted({m.split('.')[0] for m in sys.modules} & "
             "{'openenv', 'fastapi', 'starlette', 'uvicorn', 'websockets', 'pydantic', 'gradio', 'httpx'}))")

@@ -43,7 +43,7 @@ def test_oracle_conversation_matches_what_grpo_renders(conversations, tiny):
     """The SFT text starts with exactly the prompt TRL renders in GRPO: train row + reset() text, bound tools."""
     from trl.chat_template_utils import qwen3_training_chat_template
 
-    from sqlenv.prompts import FINAL_MESSAGE
+    from sqlenv.agent.prompts import FINAL_MESSAGE
     from training.grpo.trl_env import SQLEnvTRL, tool_methods, train_rows
 
     _, tokenizer = _load(tiny)
@@ -144,7 +144,7 @@ def _actions(conversation):
 
 def test_teacher_at_rate_zero_plays_exactly_the_oracle():
     from sqlenv.environment import SQLEnvironment
-    from sqlenv.verifier import format_answer
+    from sqlenv.scoring.verifier import format_answer
 
     conversations = teacher_conversations("builtin", "train", episodes=40, seed=2, describe=False, error_rate=0.0)
     env = SQLEnvironment.from_dataset("builtin", split="train")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from sqlenv.datasets import load_questions, resolve_dataset
-from sqlenv.difficulty import spider_hardness
-from sqlenv.spider import (
+from sqlenv.data.datasets import load_questions, resolve_dataset
+from sqlenv.data.difficulty import spider_hardness
+from sqlenv.data.spider import (
     SPIDER10,
     SpiderError,
     SpiderSourceNotFound,

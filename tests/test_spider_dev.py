@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from sqlenv.datasets import load_questions, resolve_dataset
-from sqlenv.difficulty import HARDNESS_LEVELS, spider_hardness
-from sqlenv.saved_evaluation import load_evaluation
+from sqlenv.data.datasets import load_questions, resolve_dataset
+from sqlenv.data.difficulty import HARDNESS_LEVELS, spider_hardness
+from sqlenv.evaluation.saved import load_evaluation
 
 REPO = Path(__file__).resolve().parent.parent
 

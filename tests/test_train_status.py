@@ -209,7 +209,7 @@ def test_health_chart_panels_keep_the_calls_axis_on_grpo():
 # ------------------------------------------------------------------------------------------ prepare hint
 def test_an_unprepared_known_dataset_names_the_command_that_prepares_it(tmp_path):
     from dashboard.inputs import InputRefused, dataset_source
-    from sqlenv.datasets import DatasetNotFoundError, resolve_dataset
+    from sqlenv.data.datasets import DatasetNotFoundError, resolve_dataset
     from training.plan import check_config
 
     with pytest.raises(DatasetNotFoundError) as err:

@@ -7,13 +7,13 @@ import threading
 
 import pytest
 
-from sqlenv.datasets import load_questions
+from sqlenv.data.datasets import load_questions
 from sqlenv.types import SQLAction, SQLObservation
-from sqlenv import prompts
+from sqlenv.agent import prompts
 from training.grpo.rewards import REWARD_FUNCS, reward_correctness, reward_operational, reward_progress
-from sqlenv.model_output import parse_model_output
+from sqlenv.agent.model_output import parse_model_output
 from training.grpo.trl_env import POST_EPISODE_PENALTY, SQLEnvTRL, tool_methods, tool_schemas, train_rows
-from sqlenv.verifier import format_answer
+from sqlenv.scoring.verifier import format_answer
 
 
 @pytest.fixture(autouse=True)

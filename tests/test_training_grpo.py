@@ -308,7 +308,7 @@ def test_model_policy_matches_batched_evaluation(tiny):
     """ModelPolicy (one episode at a time through sqlenv.evaluate) and the batched evaluate_model render and
     decode the same way: greedy decoding gives the same actions on the same seeds."""
     from sqlenv.environment import SQLEnvironment
-    from sqlenv.evaluation import evaluate
+    from sqlenv.evaluation.evaluate import evaluate
     from training.generation.model_policy import ModelPolicy, evaluate_model
 
     model, tokenizer = tiny

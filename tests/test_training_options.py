@@ -78,7 +78,7 @@ def test_data_dir_is_where_named_datasets_resolve(tmp_path):
     """A dataset named in a custom data folder validates and trains from there (the dashboard's --data-dir)."""
     import shutil
 
-    from sqlenv.datasets import resolve_dataset
+    from sqlenv.data.datasets import resolve_dataset
     from training.config import ConfigError, TrainConfig
     from training.plan import RunPlan, check_config
 

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sqlenv.fences import ACTION_FENCE_OPENING, ANSWER_FENCE_OPENING, fence_body
-from sqlenv.verifier import format_answer, verify_answer
+from sqlenv.agent.fences import ACTION_FENCE_OPENING, ANSWER_FENCE_OPENING, fence_body
+from sqlenv.scoring.verifier import format_answer, verify_answer
 
 
 @pytest.mark.parametrize("predicted", ["3", "3.0", " 3 ", "Answer: 3", "```\n3\n```", '"3"', "[3]", "[[3]]",
@@ -165,7 +165,7 @@ def test_an_answer_is_sized_before_it_is_split(monkeypatch):
     """Issue 26 (5): a 15 MB ANSWER on a table question cost 4.3-4.6 s of Python holding the interpreter lock: the
     table was split before the 10,000-item check. Answers are sized first (characters, then separators, counted in
     C): these are refused without a split or a JSON parse."""
-    from sqlenv import verifier
+    from sqlenv.scoring import verifier
 
     gold = [["garden", 7], ["tools", 3]]
 
@@ -223,7 +223,7 @@ def test_fence_bodies(text, body):
 
 _HOSTILE_ANSWERS = r"""
 import json, time
-from sqlenv.verifier import MAX_ANSWER_CHARS, verify_answer
+from sqlenv.scoring.verifier import MAX_ANSWER_CHARS, verify_answer
 N = MAX_ANSWER_CHARS
 shapes = {"fence, 16,000 newlines": "```" + "\n" * 16_000, "fence, 64,000 newlines": "```" + "\n" * 64_000,
           "fence, newlines to the limit": "```" + "\n" * (N - 3),

@@ -129,7 +129,7 @@ class ZeroShotEval(Phase):
         return f"zero-shot eval ({state.config.resolved_zero_shot_episodes()} episodes)"
 
     def run(self, state: RunState) -> None:
-        from sqlenv.evaluation import EvaluationResult
+        from sqlenv.evaluation.evaluate import EvaluationResult
 
         path = state.run.file(ZERO_SHOT_FILE)
         if state.resume and path.is_file():  # played before the run was interrupted
@@ -465,8 +465,8 @@ def _comparison(recorder: RunRecorder, model: Any, tokenizer: Any, plan: Any, n:
                 base_result: Any, zero_shot: Any = None) -> None:
     """Random policy vs the trained model (and the base, and the pretrained model's zero-shot before its warm
     start) on the same eval questions with the same seeds."""
-    from sqlenv.evaluation import evaluate
-    from sqlenv.policies import RandomPolicy
+    from sqlenv.evaluation.evaluate import evaluate
+    from sqlenv.evaluation.policies import RandomPolicy
 
     config = plan.config
     env = plan.environment(config.eval_split)

@@ -4,7 +4,7 @@ A `TrainConfig` is plain data: what was asked for ("builtin", "auto", `None` = a
 `RunPlan.resolve(config)` turns it into what a run uses, once, and is the one place that looks at the world: it
 checks what the values alone cannot (`check_config`: the dataset and its splits on disk, TRL's own checks of
 `grpo`/`sft.args`, installed trackers, a Hub model's length budget, a CUDA GPU where one is asked for), then decides
-the dataset directory (`sqlenv.datasets.DatasetInfo`, built on first use for `builtin`), the run directory and its
+the dataset directory (`sqlenv.data.datasets.DatasetInfo`, built on first use for `builtin`), the run directory and its
 sub-folders, the device, the precision (`resolve_device`, `resolve_precision`: the only place they are decided)
 and the CPU threads. The plan is then
 passed down by construction — to the SFT warm start, the GRPO trainer, the environments TRL builds, the evals and
@@ -112,7 +112,7 @@ def _check_dataset(config: Any) -> None:
     if config.dataset == "builtin":
         splits: list[str] | tuple[str, ...] = BUILTIN_SPLITS
     else:
-        from sqlenv.datasets import resolve_dataset
+        from sqlenv.data.datasets import resolve_dataset
 
         try:
             splits = list(resolve_dataset(config.dataset, data_root=config.data_dir).splits)
@@ -196,7 +196,7 @@ class EpisodeSource:
                      data_dir: str | Path | None = None, **kwargs: Any) -> "EpisodeSource":
         """The source of one split of a dataset (a name, a directory or a `DatasetInfo`; `data_dir`: where named
         datasets live, default `$SQLENV_DATA_DIR` or `data/`)."""
-        from sqlenv.datasets import resolve_dataset
+        from sqlenv.data.datasets import resolve_dataset
 
         info = resolve_dataset(dataset, data_root=data_dir)
         return cls(info.questions_path(split), info.db_dir, step_budget, **kwargs)
@@ -206,7 +206,7 @@ class EpisodeSource:
         """The split's questions, parsed on first use and shared by every environment of this source."""
         with self._lock:
             if self._questions is None:
-                from sqlenv.datasets import load_questions
+                from sqlenv.data.datasets import load_questions
 
                 self._questions = load_questions(self.questions_path)
             return self._questions
@@ -235,7 +235,7 @@ class RunPlan:
 
     Args:
         config: the resolved `TrainConfig` (`TrainConfig.resolved()`, and `compare_base` decided for the device).
-        dataset: the resolved dataset directory (`sqlenv.datasets.DatasetInfo`).
+        dataset: the resolved dataset directory (`sqlenv.data.datasets.DatasetInfo`).
         run_dir: the run directory (`runs/<run_id>/`).
         device: `"cpu"`, `"cuda"` or `"mps"`.
         precision: `"bf16"`, `"fp16"` or `"fp32"` (mixed precision: weights stay fp32, see `TrainConfig.precision`).
@@ -263,7 +263,7 @@ class RunPlan:
         check_config(config)
         if config.run_id is None or config.output_dir is None or config.learning_rate is None:
             config = config.resolved()
-        from sqlenv.datasets import resolve_dataset
+        from sqlenv.data.datasets import resolve_dataset
 
         device = resolve_device(config.device)
         if config.compare_base is None:  # auto: the model before GRPO is worth playing where it is cheap

@@ -9,7 +9,8 @@ Layout of ``runs/<run_id>/``::
                        `interrupted`)
     metrics.jsonl      one line per TRL log (plus "step" and "time")
     evals.jsonl        {"step", "split", "success_rate", "avg_reward", "avg_steps", "n_episodes", "time",
-                       "execution_accuracy", "breakdown": sqlenv.breakdown cells (runs before EX lack the last two)}
+                       "execution_accuracy", "breakdown": sqlenv.evaluation.breakdown cells
+                       (runs before EX lack the last two)}
     transcripts.jsonl  {"step", "time", "transcript": <sqlenv transcript>}
     comparison.jsonl   {"kind": "pair", ...} lines, then one {"kind": "summary", ...}; each holds "random",
                        "trained", "base" (the model before GRPO) and, for a warm-started pretrained model,

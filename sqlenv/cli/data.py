@@ -51,8 +51,8 @@ def add_parser(commands: Any) -> None:
 
 
 def build_builtin(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
-    from sqlenv.builtin import build_builtin as build
-    from sqlenv.datasets import data_root
+    from sqlenv.data.builtin import build_builtin as build
+    from sqlenv.data.datasets import data_root
 
     target = Path(args.out) if args.out else data_root() / "builtin"
     info = build(target, seed=args.seed)
@@ -62,8 +62,8 @@ def build_builtin(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
 
 
 def prepare(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
-    from sqlenv.datasets import data_root
-    from sqlenv.spider import default_spider_dir, prepare_spider
+    from sqlenv.data.datasets import data_root
+    from sqlenv.data.spider import default_spider_dir, prepare_spider
 
     source = Path(args.source) if args.source else default_spider_dir()
     if not source.is_dir():
@@ -88,7 +88,7 @@ def prepare(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
 
 
 def download(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
-    from sqlenv.spider import download_spider
+    from sqlenv.data.spider import download_spider
 
     kwargs = {"url": args.url} if args.url else {}
     try:
@@ -100,7 +100,7 @@ def download(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
 
 
 def list_command(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
-    from sqlenv.datasets import data_root, list_datasets
+    from sqlenv.data.datasets import data_root, list_datasets
 
     infos = list_datasets()
     print(f"datasets under {data_root()}:", file=out)

@@ -15,7 +15,7 @@ from sqlenv.cli.arguments import CLIError, one_line
 
 def resolve(name_or_path: str) -> Any:
     """The `DatasetInfo` of a dataset name or path; an unknown one is a `CLIError`."""
-    from sqlenv.datasets import resolve_dataset
+    from sqlenv.data.datasets import resolve_dataset
 
     try:
         return resolve_dataset(name_or_path)

@@ -71,8 +71,8 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
     """Play the episodes with the chosen policy; print a table (or `--json`), save them with `--out`."""
-    from sqlenv.evaluation import all_questions, evaluate
-    from sqlenv.policies import OraclePolicy, RandomPolicy
+    from sqlenv.evaluation.evaluate import all_questions, evaluate
+    from sqlenv.evaluation.policies import OraclePolicy, RandomPolicy
 
     endpoint = _endpoint_settings(args)  # bad flags before the dataset is opened
     make_env, info, split = env_factory(args.dataset, args.split, args.budget)
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
                 fh.write(json.dumps(ep, default=str) + "\n")
     question_order = "all" if episodes == "all" else "seeded"
     if args.out:
-        from sqlenv.saved_evaluation import save_evaluation
+        from sqlenv.evaluation.saved import save_evaluation
 
         try:
             save_evaluation(result, args.out, dataset=info.name, split=split, step_budget=args.budget,
@@ -165,7 +165,7 @@ def run(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
 
 def _check_eval_out(path: Path) -> None:
     """Refuse a bad --out before playing (an evaluation can take minutes)."""
-    from sqlenv.saved_evaluation import is_saved_evaluation
+    from sqlenv.evaluation.saved import is_saved_evaluation
 
     if path.exists() and not is_saved_evaluation(path) and (not path.is_dir() or any(path.iterdir())):
         raise CLIError(f"{path} exists and is not a saved evaluation; choose another --out")
@@ -200,7 +200,7 @@ def _endpoint_settings(args: argparse.Namespace):
     missing = [f"--{name.replace('_', '-')}" for name in endpoint_flags if not getattr(args, name)]
     if missing:
         raise CLIError(f"--policy openai needs {' and '.join(missing)}")
-    from sqlenv.openai_policy import EndpointSettings
+    from sqlenv.evaluation.openai_policy import EndpointSettings
 
     try:
         return EndpointSettings(base_url=args.base_url, model=args.model, api_key_env=args.api_key_env,
@@ -215,8 +215,8 @@ def _evaluate_endpoint(endpoint: Any, make_env: Any, n_episodes: int | None, see
                        progress: Any, question_ids: list[str] | None = None):
     """Play the episodes with `OpenAIPolicy`, `concurrency` at a time (episode i: seed + i, or `question_ids[i]`);
     an unusable endpoint is a CLIError."""
-    from sqlenv.concurrent_evaluation import evaluate_concurrently
-    from sqlenv.openai_policy import EndpointError, OpenAIPolicy
+    from sqlenv.evaluation.concurrent import evaluate_concurrently
+    from sqlenv.evaluation.openai_policy import EndpointError, OpenAIPolicy
 
     try:
         return evaluate_concurrently(make_env, lambda: OpenAIPolicy(endpoint), n_episodes=n_episodes, seed=seed,

@@ -95,7 +95,7 @@ def run(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
     breakdown = transcript.get("reward_breakdown") or {}
     if breakdown:
         print("breakdown: " + ", ".join(f"{k} {float(v):.3f}" for k, v in breakdown.items()), file=out)
-    from sqlenv.verifier import format_answer
+    from sqlenv.scoring.verifier import format_answer
 
     print(f"gold SQL: {q.gold_sql}", file=out)
     print(f"gold answer: {format_answer(q.gold_answer, q.answer_type)}", file=out)

@@ -37,7 +37,7 @@ from openenv.core.env_server.http_server import create_fastapi_app
 from openenv.core.env_server.types import ConcurrencyConfig
 
 from sqlenv.client_address import FORWARDED_ALLOW_IPS_ENV, client_address, forwarded_for, proxy_hops_setting
-from sqlenv.native_memory import fix_mmap_threshold, malloc_trim
+from sqlenv.sandbox.native_memory import fix_mmap_threshold, malloc_trim
 from sqlenv.server.environment import ResetArgumentError, ServerConfig, SQLEnvServerEnvironment
 from sqlenv.server.models import EpisodeState, SQLAction, SQLObservation
 
@@ -428,7 +428,7 @@ def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS
 
     app.add_exception_handler(ResetArgumentError, refuse_reset)
     app.add_exception_handler(RequestValidationError, _refuse_invalid_request)
-    fix_mmap_threshold()  # big freed blocks go back to the system (see sqlenv.native_memory)
+    fix_mmap_threshold()  # big freed blocks go back to the system (see sqlenv.sandbox.native_memory)
     trim = malloc_trim()
     if trim is not None:
         tasks: list[asyncio.Task] = []

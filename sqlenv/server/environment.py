@@ -21,7 +21,7 @@ import sqlenv
 from sqlenv import protocol
 from sqlenv.environment import SQLEnvironment
 from sqlenv.rewards import RewardConfig
-from sqlenv.sandbox import SandboxSettings
+from sqlenv.sandbox.sandbox import SandboxSettings
 from sqlenv.server.models import EpisodeState, SQLAction, SQLObservation
 from sqlenv.types import Question
 
@@ -125,7 +125,7 @@ class ServerConfig:
     def from_dataset(cls, name_or_path: str | Path = "builtin", split: str = "train", data_root=None,
                      **kwargs: Any) -> "ServerConfig":
         """The config serving one split of a prepared dataset ("builtin", a name under `data/`, or a path)."""
-        from sqlenv.datasets import load_questions, resolve_dataset
+        from sqlenv.data.datasets import load_questions, resolve_dataset
 
         info = resolve_dataset(name_or_path, data_root=data_root)
         questions = load_questions(info.questions_path(split))

@@ -5,7 +5,7 @@
     obs = env.step(SQLAction("QUERY", "SELECT count(*) FROM singer"))
     env.reward_breakdown, env.transcript(), env.close()
 
-Code written against the `Environment` protocol (the TRL adapter, `sqlenv.evaluation`, the policies) runs on it
+Code written against the `Environment` protocol (the TRL adapter, `sqlenv.evaluation.evaluate`, the policies) runs on it
 unchanged: same observations, same rewards, same transcripts, because the server runs the same
 `SQLEnvironment`. Each instance holds one WebSocket session (one episode at a time).
 

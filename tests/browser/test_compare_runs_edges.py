@@ -44,8 +44,8 @@ def write_edge_runs(runs, builtin) -> None:
     """edge-warm (warm start compared, 120 pairs, a secret-named value written by hand), edge-plain (no warm start),
     edge-twin (edge-plain's settings), edge-stopped (resumable)."""
     from sqlenv.environment import SQLEnvironment
-    from sqlenv.evaluation import evaluate
-    from sqlenv.policies import OraclePolicy, RandomPolicy
+    from sqlenv.evaluation.evaluate import evaluate
+    from sqlenv.evaluation.policies import OraclePolicy, RandomPolicy
     from training.run_dir import RunDir
 
     with SQLEnvironment(builtin.questions_path("eval"), builtin.db_dir, step_budget=4) as env:

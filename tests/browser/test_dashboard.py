@@ -137,7 +137,7 @@ def play_step(page, action: str, argument: str) -> None:
 
 
 def test_play_an_episode_to_a_correct_answer(dashboard, page, screenshot):
-    from sqlenv.verifier import format_answer
+    from sqlenv.scoring.verifier import format_answer
 
     page.goto(dashboard["url"])
     open_tab(page, "Play")
@@ -205,9 +205,9 @@ def test_compare_shows_random_vs_trained_for_the_run(dashboard, page, screenshot
 def test_compare_adds_a_saved_evaluation_column(dashboard, builtin, page, screenshot):
     """A run's tables by policy and hardness, and a column added from a saved evaluation on the same questions."""
     from sqlenv.environment import SQLEnvironment
-    from sqlenv.evaluation import evaluate
-    from sqlenv.policies import OraclePolicy, RandomPolicy
-    from sqlenv.saved_evaluation import save_evaluation
+    from sqlenv.evaluation.evaluate import evaluate
+    from sqlenv.evaluation.policies import OraclePolicy, RandomPolicy
+    from sqlenv.evaluation.saved import save_evaluation
     from training.run_dir import RunDir
 
     with SQLEnvironment(builtin.questions_path("eval"), builtin.db_dir) as env:

@@ -74,7 +74,7 @@ class TrainConfig:
             progress scale, so the weighted sum equals the environment's own episode reward.
         enable_thinking: let Qwen3 think before answering (default False). Thinking tokens eat the completion
             budget of a multi-turn episode; off, the template inserts an empty think block.
-        prompt: what the model reads first (`sqlenv.prompts.PROMPTS`). `"full"` (default): the short system prompt,
+        prompt: what the model reads first (`sqlenv.agent.prompts.PROMPTS`). `"full"` (default): the short system prompt,
             then the four tools' JSON schemas as the chat template renders them (552 tokens on average with
             SmolLM2-135M's tokenizer). `"compact"`: a system prompt that names the tools and the call format itself,
             no schemas (190 tokens), for small models, which read the prompt in every row of every step. The warm

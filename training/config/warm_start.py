@@ -16,7 +16,7 @@ __all__ = ["WarmStart", "DEFAULT_TEACHER_MISTAKES", "TINY_TEACHER_ERROR_RATE"]
 
 #: The warm-start teacher's error rate for `builtin:tiny` (measured: see docs/EXPERIMENTS.md).
 TINY_TEACHER_ERROR_RATE = 0.3
-#: The mistakes the imperfect warm-start teacher makes by default, by `sqlenv.policies.MISTAKES` name.
+#: The mistakes the imperfect warm-start teacher makes by default, by `sqlenv.evaluation.policies.MISTAKES` name.
 DEFAULT_TEACHER_MISTAKES = ("guess",)
 
 
@@ -43,7 +43,7 @@ class WarmStart:
             start's own success is then lower by design.
         teacher_mistakes: the mistakes the teacher makes, drawn uniformly (default `["guess"]`: answer without
             looking; `"wrong_query"` also queries with a wrong filter or column and answers from that, see
-            `sqlenv.policies.MISTAKES`). Guesses are what GRPO visibly unlearns.
+            `sqlenv.evaluation.policies.MISTAKES`). Guesses are what GRPO visibly unlearns.
         eval_every: evaluate (as `eval_every` does in GRPO) every N warm-start steps, so the success chart climbs
             from the random-init model's 0%. `None` (default) = auto: about six evals over the warm start; 0 = none.
         describe: the teacher DESCRIBEs the tables before querying (default True, the strategy the system prompt
@@ -80,7 +80,7 @@ class WarmStart:
         if self.teacher_error_rate is not None and not 0.0 <= self.teacher_error_rate <= 1.0:
             fail(f"sft.teacher_error_rate must be between 0 and 1 or null (got {self.teacher_error_rate}); "
                  "0 is the clean oracle")
-        from sqlenv.policies import MISTAKES  # the imperfect teacher's mistakes (no ML import)
+        from sqlenv.evaluation.policies import MISTAKES  # the imperfect teacher's mistakes (no ML import)
 
         unknown = [m for m in self.teacher_mistakes if m not in MISTAKES]
         if unknown or not self.teacher_mistakes:

@@ -3,7 +3,7 @@
 The prompt is rendered with the chat template and the tool schemas; each generated turn is followed by the tool
 result's template tokens, computed like `GRPOTrainer._get_tool_suffix_ids`. So a model trained on one rollout path
 plays the other, and evals (`training.generation.model_policy`) see what training saw. With the compact prompt
-(`sqlenv.prompts.PROMPTS`) no tool schemas are rendered: the system prompt names the tools itself.
+(`sqlenv.agent.prompts.PROMPTS`) no tool schemas are rendered: the system prompt names the tools itself.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ class ChatRenderer:
         chat_template: the template to render with; default: TRL's training variant when the tokenizer's own
             template is not prefix-preserving (Qwen3's is not), as GRPOTrainer does.
         chat_template_kwargs: extra template variables, e.g. `{"enable_thinking": False}`.
-        prompt: the prompt the conversations start with (`sqlenv.prompts.PROMPTS`): `"full"` (default) renders the
+        prompt: the prompt the conversations start with (`sqlenv.agent.prompts.PROMPTS`): `"full"` (default) renders the
             tool schemas after the system prompt, `"compact"` none (`TrainConfig.prompt`; training, the warm start and
             evals must agree).
     """
@@ -35,7 +35,7 @@ class ChatRenderer:
             is_chat_template_prefix_preserving,
         )
 
-        from sqlenv.prompts import renders_tool_schemas
+        from sqlenv.agent.prompts import renders_tool_schemas
         from training.grpo.trl_env import tool_methods
 
         self.tokenizer = tokenizer

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from sqlenv.types import SQLAction, SQLObservation
-from sqlenv.model_output import message_actions
+from sqlenv.agent.model_output import message_actions
 from training.generation.chat import ChatRenderer
 from training.generation.decoding import generate_new_tokens, plain_temperature
 from training.generation.multi_turn import MultiTurnDecoder
-from sqlenv.prompts import episode_over_message, fit_context
+from sqlenv.agent.prompts import episode_over_message, fit_context
 
 __all__ = ["Episode", "StepFn", "play_batched"]
 

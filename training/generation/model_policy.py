@@ -1,9 +1,9 @@
 """`ModelPolicy`: a causal LM playing SQLEnv, for evals, traces and the random-vs-trained comparison.
 
 It follows the sqlenv Policy protocol (`name`, `reset(env, observation)`, `act(env, observation)`), so
-`sqlenv.evaluation.evaluate` plays it like the random and oracle policies, and renders the conversation
+`sqlenv.evaluate` plays it like the random and oracle policies, and renders the conversation
 exactly as GRPO does (`training.generation.chat.ChatRenderer`: chat template with the tool schemas, tool results
-appended as TRL appends them). Over-long conversations are trimmed by `sqlenv.prompts.fit_context`.
+appended as TRL appends them). Over-long conversations are trimmed by `sqlenv.agent.prompts.fit_context`.
 
 `evaluate_model(...)` plays many episodes at once (one `generate` per turn for all of them) with the same
 seeding as `evaluate` — episode i is `env.reset(seed=seed + i)` — so its transcripts pair with the random
@@ -15,12 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 from sqlenv.types import SQLAction, SQLObservation
-from sqlenv.model_output import message_actions
+from sqlenv.agent.model_output import message_actions
 from training.generation.chat import ChatRenderer
 from training.generation.decoding import generate_new_tokens
 from training.generation.episodes import Episode, play_batched
 from training.generation.multi_turn import MultiTurnDecoder
-from sqlenv.prompts import format_tool_result, initial_messages
+from sqlenv.agent.prompts import format_tool_result, initial_messages
 
 __all__ = ["ModelPolicy", "evaluate_model", "play_model_episodes"]
 
@@ -41,7 +41,7 @@ class ModelPolicy:
         temperature: 0 (default) decodes greedily, so an eval is repeatable; > 0 samples.
         enable_thinking: as in `TrainConfig` (default False); must match training.
         max_context_tokens: conversation budget; default: the model's context length.
-        prompt: the prompt episodes start with (`sqlenv.prompts.PROMPTS`, default `"full"`); must match training.
+        prompt: the prompt episodes start with (`sqlenv.agent.prompts.PROMPTS`, default `"full"`); must match training.
     """
 
     def __init__(self, model: Any, tokenizer: Any, name: str = "model", *, max_turn_tokens: int = 256,
@@ -85,7 +85,7 @@ class ModelPolicy:
         return action
 
     def _next_turn(self, observation: SQLObservation) -> list[tuple[str, SQLAction]]:
-        from sqlenv.prompts import fit_context
+        from sqlenv.agent.prompts import fit_context
 
         if self._results:
             self.messages.extend(self._results)
@@ -127,7 +127,7 @@ def play_model_episodes(model: Any, tokenizer: Any, envs: list[Any], observation
                         prompt: str | None = None) -> list[Episode]:
     """Play one episode per environment (already reset, with its first observation) to the end, batched
     (`keep_cache`: each episode keeps its KV cache across turns, see `play_batched`). `prompt`
-    (`sqlenv.prompts.PROMPTS`) defaults to the renderer's, else `"full"`."""
+    (`sqlenv.agent.prompts.PROMPTS`) defaults to the renderer's, else `"full"`."""
     prompt = prompt or (renderer.prompt if renderer is not None else "full")
     renderer = renderer or ChatRenderer(tokenizer, chat_template_kwargs={"enable_thinking": enable_thinking},
                                         prompt=prompt)
@@ -160,7 +160,7 @@ def evaluate_model(model: Any, tokenizer: Any, *, dataset: str = "builtin", spli
                    n_episodes: int = 3, seed: int = 0, step_budget: int = 10, name: str = "model",
                    max_turn_tokens: int = 256, temperature: float = 0.0, enable_thinking: bool = False,
                    batch_size: int = 32, envs: list[Any] | None = None, prompt: str = "full"):
-    """Evaluate a model like `sqlenv.evaluation.evaluate` (episode i = `reset(seed=seed + i)`), batched.
+    """Evaluate a model like `sqlenv.evaluate` (episode i = `reset(seed=seed + i)`), batched.
 
     `dataset` is a name, a prepared directory or a resolved `DatasetInfo` (a run passes its plan's); `envs`, when
     given, are played instead (already open; the caller closes them). `prompt` is the prompt the model was trained
@@ -168,8 +168,8 @@ def evaluate_model(model: Any, tokenizer: Any, *, dataset: str = "builtin", spli
 
     Returns an `EvaluationResult` whose episodes are transcripts with `policy` and `seed` filled.
     """
-    from sqlenv.evaluation import EvaluationResult
-    from sqlenv.datasets import resolve_dataset
+    from sqlenv.evaluation.evaluate import EvaluationResult
+    from sqlenv.data.datasets import resolve_dataset
     from sqlenv.environment import SQLEnvironment
 
     own = envs is None

@@ -25,7 +25,7 @@ from typing import Any
 from sqlenv.types import SQLAction, SQLObservation
 from training.generation.chat import ChatRenderer
 from training.generation.episodes import Episode, play_batched
-from sqlenv.prompts import initial_messages
+from sqlenv.agent.prompts import initial_messages
 
 __all__ = ["BatchedRollout", "QUESTION_ID_KEY", "prompt_question_id", "rollout_rows"]
 
@@ -55,9 +55,9 @@ class BatchedRollout:
             template kwargs and end-of-turn ids as GRPOTrainer).
         keep_cache: each episode keeps its KV cache from turn to turn (default True; see `play_batched`); False
             re-reads every conversation each turn (the older decoder, for comparison).
-        prompt: the prompt the dataset's rows start with (`rollout_rows(source, prompt)`; `sqlenv.prompts.PROMPTS`,
-            default `"full"`): the default renderer renders the tool schemas for it or not.
-    """
+        prompt: the prompt the dataset's rows start with (`rollout_rows(source, prompt)`;
+            `sqlenv.agent.prompts.PROMPTS`, default `"full"`): the default renderer renders the tool schemas for it or
+    not. """
 
     def __init__(self, source: Any, *, max_turn_tokens: int = 256, renderer: ChatRenderer | None = None,
                  keep_cache: bool = True, prompt: str = "full"):
@@ -137,7 +137,7 @@ def rollout_rows(source: Any, prompt: str = "full"):
 
     Args:
         source: a `training.plan.EpisodeSource` (its questions, databases and step budget).
-        prompt: the system prompt's name (`sqlenv.prompts.PROMPTS`, default `"full"`; `TrainConfig.prompt`).
+        prompt: the system prompt's name (`sqlenv.agent.prompts.PROMPTS`, default `"full"`; `TrainConfig.prompt`).
     """
     from datasets import Dataset
 

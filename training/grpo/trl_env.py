@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlenv.types import RewardBreakdown, SQLAction, SQLObservation
-from sqlenv.prompts import episode_over_message, first_user_message, format_tool_result
+from sqlenv.agent.prompts import episode_over_message, first_user_message, format_tool_result
 
 __all__ = ["SQLEnvTRL", "train_rows", "tool_methods", "tool_schemas", "POST_EPISODE_PENALTY"]
 
@@ -300,17 +300,17 @@ def train_rows(
     Args:
         source: a `training.plan.EpisodeSource` (its questions), or the path of a `questions_<split>.json` file.
         dataset: instead, a dataset name, directory or `DatasetInfo`, with `split`.
-        system_prompt: default `sqlenv.prompts.SYSTEM_PROMPT`.
+        system_prompt: default `sqlenv.agent.prompts.SYSTEM_PROMPT`.
 
     The user turn is empty because `SQLEnvTRL.reset` supplies the episode's first observation.
     """
     from datasets import Dataset
 
-    from sqlenv.datasets import load_questions
-    from sqlenv.prompts import SYSTEM_PROMPT
+    from sqlenv.data.datasets import load_questions
+    from sqlenv.agent.prompts import SYSTEM_PROMPT
 
     if dataset is not None:
-        from sqlenv.datasets import resolve_dataset
+        from sqlenv.data.datasets import resolve_dataset
 
         source = resolve_dataset(dataset).questions_path(split)
     if source is None:

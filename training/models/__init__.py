@@ -289,7 +289,7 @@ def tiny_corpus(dataset: str | os.PathLike | None = None, *, episodes: int | Non
 def corpus_fingerprint(dataset: str | os.PathLike | None = None) -> str:
     """A cheap hash of what the tokenizer would be trained on: the train questions file, plus three rendered
     conversations (which change whenever the prompt, the tool schemas or the observation format change)."""
-    from sqlenv.datasets import resolve_dataset
+    from sqlenv.data.datasets import resolve_dataset
 
     digest = hashlib.sha256(resolve_dataset(dataset or "builtin").questions_path("train").read_bytes())
     for text in tiny_corpus(dataset, episodes=3):

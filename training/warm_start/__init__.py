@@ -39,7 +39,8 @@ from training.warm_start.examples import build_sft_dataset
 __all__ = ["SFTResult", "SFTSettings", "build_sft_dataset", "teacher_conversations", "teacher_plan", "run_sft",
            "DEFAULT_MISTAKES"]
 
-#: The mistakes the imperfect teacher makes, by `sqlenv.policies.MISTAKES` name (`TrainConfig.sft`'s default).
+#: The mistakes the imperfect teacher makes, by `sqlenv.evaluation.policies.MISTAKES` name (`TrainConfig.sft`'s
+#: default).
 DEFAULT_MISTAKES = DEFAULT_TEACHER_MISTAKES
 #: The warm start's settings and their defaults: one set, `TrainConfig.sft` (`training.config.WarmStart`).
 _DEFAULTS = WarmStart()
@@ -95,7 +96,7 @@ class SFTSettings:
         args: any other `trl.SFTConfig` field, set last (`TrainConfig.sft.args`; default `{}`).
         precision: "bf16", "fp16" (autocast) or "fp32"; `None` (default) = the weights' dtype. A run passes its
             plan's precision, as GRPO uses.
-        prompt: the prompt the episodes start with (`sqlenv.prompts.PROMPTS`, `TrainConfig.prompt`): `"full"`
+        prompt: the prompt the episodes start with (`sqlenv.agent.prompts.PROMPTS`, `TrainConfig.prompt`): `"full"`
             (default) or `"compact"` (no tool schemas rendered). The model learns the prompt it will play on.
         enable_thinking: the chat template's `enable_thinking` (False, `TrainConfig.enable_thinking`), as play renders:
             off, the generation prompt holds an empty `<think>` block; on, the model learns to write it.
@@ -182,7 +183,7 @@ class SFTResult:
 
 def teacher_plan(n: int, error_rate: float = 0.0, mistakes: tuple[str, ...] | list[str] = DEFAULT_MISTAKES,
                  seed: int = 0) -> list[str]:
-    """Who plays each of `n` episodes: "oracle", or the name of a mistake (`sqlenv.policies.MISTAKES`).
+    """Who plays each of `n` episodes: "oracle", or the name of a mistake (`sqlenv.evaluation.policies.MISTAKES`).
 
     Exactly `round(error_rate * n)` episodes are imperfect; which ones, and which mistake each makes (uniformly
     among `mistakes`), is drawn from `seed` alone, so the same arguments always give the same plan.
@@ -192,7 +193,7 @@ def teacher_plan(n: int, error_rate: float = 0.0, mistakes: tuple[str, ...] | li
     if not 0.0 <= error_rate <= 1.0:
         raise ValueError(f"error_rate must be between 0 and 1, got {error_rate}")
     if error_rate > 0:
-        from sqlenv.policies import MISTAKES
+        from sqlenv.evaluation.policies import MISTAKES
 
         unknown = [m for m in mistakes if m not in MISTAKES]
         if unknown or not mistakes:
@@ -219,9 +220,9 @@ def teacher_conversations(
     """Play the teacher through `SQLEnvTRL` and return each episode as `{"messages", "tools", "question_id",
     "teacher"}`. `dataset` is a name, a prepared directory or a resolved `DatasetInfo`.
 
-    The teacher is the oracle (`sqlenv.policies.OraclePolicy`), except on the share `error_rate` of the episodes
-    (`teacher_plan`) where it makes one of `mistakes`: "guess" answers without looking, "wrong_query" queries
-    with a wrong filter or column and answers from that (`sqlenv.policies`). `error_rate=0` gives exactly the
+    The teacher is the oracle (`sqlenv.evaluation.policies.OraclePolicy`), except on the share `error_rate` of the
+    episodes (`teacher_plan`) where it makes one of `mistakes`: "guess" answers without looking, "wrong_query" queries
+    with a wrong filter or column and answers from that (`sqlenv.evaluation.policies`). `error_rate=0` gives exactly the
     oracle's episodes. `teacher` names who played the episode.
 
     `messages` is what GRPO's tool loop would have built had the model played the teacher's moves: the train
@@ -234,9 +235,9 @@ def teacher_conversations(
     """
     import random
 
-    from sqlenv.policies import MISTAKES, OraclePolicy
+    from sqlenv.evaluation.policies import MISTAKES, OraclePolicy
     from training.plan import EpisodeSource
-    from sqlenv.prompts import FINAL_MESSAGE, action_to_tool_call, renders_tool_schemas, system_prompt
+    from sqlenv.agent.prompts import FINAL_MESSAGE, action_to_tool_call, renders_tool_schemas, system_prompt
     from training.grpo.trl_env import SQLEnvTRL, tool_methods, train_rows
     from transformers.utils import get_json_schema
 

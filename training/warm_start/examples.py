@@ -86,7 +86,7 @@ def build_sft_dataset(conversations: list[dict[str, Any]], renderer: ChatRendere
     conversations carry them) and the same template variables (`enable_thinking`)."""
     from datasets import Dataset
 
-    from sqlenv.prompts import renders_tool_schemas
+    from sqlenv.agent.prompts import renders_tool_schemas
 
     for conversation in conversations:
         has_tools = json.loads(conversation.get("tools") or "null") is not None

@@ -12,7 +12,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from sqlenv.builtin.schemas import Col, Database, Table
+from sqlenv.data.builtin.schemas import Col, Database, Table
 
 
 @dataclass

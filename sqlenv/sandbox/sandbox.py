@@ -1,12 +1,12 @@
 """The read-only SQL sandbox: `Sandbox`, where every QUERY, DESCRIBE and SAMPLE runs. SQL safety in SQLEnv lives
 here and in the three modules it is built from:
 
-- `sqlenv.sql_checks`: what SQL may run (the text checks, the connection's authorizer, database paths);
-- `sqlenv.sql_costs`: what a statement may cost between two time checks (the price of every allowed function);
-- `sqlenv.sandbox_limits`: limits and settings (`SandboxSettings`, SQLite's own limits, its shared heap);
-- `sqlenv.sql_runner`: execution (the connection, the time limit, the fetch under row and byte caps);
+- `sqlenv.sandbox.sql_checks`: what SQL may run (the text checks, the connection's authorizer, database paths);
+- `sqlenv.sandbox.sql_costs`: what a statement may cost between two time checks (the price of every allowed function);
+- `sqlenv.sandbox.limits`: limits and settings (`SandboxSettings`, SQLite's own limits, its shared heap);
+- `sqlenv.sandbox.sql_runner`: execution (the connection, the time limit, the fetch under row and byte caps);
 
-and `sqlenv.result_text` writes the observation text. Model-written SQL is met by defence in depth
+and `sqlenv.sandbox.result_text` writes the observation text. Model-written SQL is met by defence in depth
 (Datasette-style named limits):
 
 1. Text checks before SQLite sees anything, cheap enough for every step: length cap, no NUL bytes, valid
@@ -21,7 +21,7 @@ and `sqlenv.result_text` writes the observation text. Model-written SQL is met b
 6. What runs between two such checks (SQLite makes them only at the jumps that close a loop) is bounded:
    SQLite's own limits (`Connection.setlimit`: short values and LIKE patterns, small programs, shallow
    expressions, few compound SELECTs, no ATTACH), a price for every function the authorizer allows (its worst
-   time per call under those limits, `sqlenv.sql_costs`): a statement whose calls could add up past
+   time per call under those limits, `sqlenv.sandbox.sql_costs`): a statement whose calls could add up past
    `max_uninterruptible_s` is refused before it runs; and sorts spill into runs of at most 2 MiB that are merged
    step by step, where one whole sort in memory was a single step of many seconds.
 7. Temporary tables, sorts and CTE queues live in SQLite's in-memory files, under its process-wide hard heap
@@ -42,11 +42,11 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Callable
 
-from sqlenv.result_text import TRUNCATION_MARKER, clean_for_display, cut_text, format_rows, format_value
-from sqlenv.sandbox_limits import HEAP, SandboxSettings
-from sqlenv.sql_checks import (SandboxError, SQLCheck, check_sql, has_top_level_order_by, normalize_sql,
+from sqlenv.sandbox.result_text import TRUNCATION_MARKER, clean_for_display, cut_text, format_rows, format_value
+from sqlenv.sandbox.limits import HEAP, SandboxSettings
+from sqlenv.sandbox.sql_checks import (SandboxError, SQLCheck, check_sql, has_top_level_order_by, normalize_sql,
                                quick_check, resolve_database_path, table_name_too_long)
-from sqlenv.sql_runner import Database, QueryResult, TableInfo, make_room, run_statement
+from sqlenv.sandbox.sql_runner import Database, QueryResult, TableInfo, make_room, run_statement
 
 # Names other modules (and tests) import from here: the sandbox's public surface, wherever each is defined.
 _clean_for_display = clean_for_display  # the environment's import (older name)

@@ -26,8 +26,8 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType
 
-from sqlenv.result_text import clean_for_display
-from sqlenv.sql_costs import ALLOWED_FUNCTIONS
+from sqlenv.sandbox.result_text import clean_for_display
+from sqlenv.sandbox.sql_costs import ALLOWED_FUNCTIONS
 
 
 class SandboxError(Exception):
@@ -248,14 +248,14 @@ def has_top_level_order_by(sql: str) -> bool:
 
 # ----------------------------------------------------------------------------------------- the authorizer
 
-#: The schema name under which a sandbox connection attaches the question's database (`sqlenv.sql_runner`:
+#: The schema name under which a sandbox connection attaches the question's database (`sqlenv.sandbox.sql_runner`:
 #: the connection's own main database is an empty one in memory, which keeps temporary storage off the disk).
 DATA_SCHEMA = "data"
 
 # What a user query may do: read, call functions, recurse. Nothing else (no PRAGMA functions).
 _ALLOWED_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
                     getattr(sqlite3, "SQLITE_RECURSIVE", 33)}
-# Functions run only when `sqlenv.sql_costs` prices them (`ALLOWED_FUNCTIONS`): their worst time per call is
+# Functions run only when `sqlenv.sandbox.sql_costs` prices them (`ALLOWED_FUNCTIONS`): their worst time per call is
 # measured. Never priced, so never run: printf/format (one call with a huge width, printf('%.900000000c', 'x'), runs
 # for many seconds inside a single VM instruction), extension loading and files, full-text and R-tree internals.
 _DENIED_FUNCTIONS = {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer", "printf", "format"}
@@ -266,7 +266,7 @@ _SCHEMA_TABLES = {"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlit
 
 def authorizer(action: int, arg1: Any, arg2: Any, db_name: Any, source: Any) -> int:
     """The sandbox connection's authorizer (`Connection.set_authorizer`): reads, functions and recursive CTEs
-    only; of the functions, only those with a price (`sqlenv.sql_costs.ALLOWED_FUNCTIONS`); not the schema
+    only; of the functions, only those with a price (`sqlenv.sandbox.sql_costs.ALLOWED_FUNCTIONS`); not the schema
     tables of the empty main database."""
     if action in _ALLOWED_ACTIONS:
         if action == sqlite3.SQLITE_FUNCTION and not function_allowed(arg2):

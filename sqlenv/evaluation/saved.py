@@ -97,7 +97,7 @@ def save_evaluation(result: Any, path: Path | str, *, dataset: str, split: str, 
                 fh.write(json.dumps(episode, default=str) + "\n")
         (tmp / SUMMARY_FILE).write_text(json.dumps(meta, indent=1, default=str), encoding="utf-8")
         os.chmod(tmp, 0o755)
-        from sqlenv.datasets import swap_into_place
+        from sqlenv.data.datasets import swap_into_place
 
         if path.is_dir() and not is_saved_evaluation(path):
             path.rmdir()  # the empty folder checked above

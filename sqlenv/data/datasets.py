@@ -2,7 +2,7 @@
 
 `resolve_dataset("builtin")` builds the built-in dataset into `<data_root>/builtin` on first use (a few
 seconds, deterministic) and rebuilds it when its stamp (builder version, seed) is stale. The directory layout,
-`DatasetInfo` and the question loader `load_questions` live in `sqlenv.dataset_dir` (below the builders, which
+`DatasetInfo` and the question loader `load_questions` live in `sqlenv.data.dataset_dir` (below the builders, which
 write directories) and are re-exported here.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sqlenv.builtin import ensure_builtin
-from sqlenv.dataset_dir import DatasetInfo, DatasetNotFoundError, load_questions, swap_into_place
+from sqlenv.data.builtin import ensure_builtin
+from sqlenv.data.dataset_dir import DatasetInfo, DatasetNotFoundError, load_questions, swap_into_place
 
 __all__ = ["BUILTIN_NAME", "DatasetInfo", "DatasetNotFoundError", "data_root", "list_datasets", "load_questions",
            "prepare_hint", "resolve_dataset", "swap_into_place"]
@@ -82,7 +82,7 @@ def prepare_hint(name: str, data_root: Path | str | None = None) -> str | None:
     """For a dataset name that `python -m sqlenv data prepare` knows (a Spider preset: spider10, spider_dev), the
     exact command that prepares it under `data_root` (plus the download, when the Spider copy it reads is
     missing); None for any other name."""
-    from sqlenv.spider import PRESETS, default_spider_dir  # only on this error path: it imports sqlglot
+    from sqlenv.data.spider import PRESETS, default_spider_dir  # only on this error path: it imports sqlglot
 
     if name not in PRESETS:
         return None

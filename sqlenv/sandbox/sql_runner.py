@@ -14,7 +14,7 @@ of a statement's rows under the row and byte caps.
   deadline (SQLite stops at its next jump, even while this process's threads fight over the interpreter lock),
   and a progress handler checks the clock too.
 - Those checks happen only at the jumps that close a loop: a statement whose function calls could together run
-  longer than `max_uninterruptible_s` without one is refused before it runs (`sqlenv.sql_costs`: its program is
+  longer than `max_uninterruptible_s` without one is refused before it runs (`sqlenv.sandbox.sql_costs`: its program is
   priced, the verdict kept per connection for short texts).
 - When a statement finds the heap already full of other statements' memory, the longest-running of those is
   stopped to make room and the statement runs once more within its own time limit (`make_room`).
@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlenv.result_text import clean_for_display
-from sqlenv.sandbox_limits import HEAP, SandboxSettings, connection_limits, lower_heap_limit
-from sqlenv.sql_checks import (DATA_SCHEMA, SCHEMA_TABLE_REFUSAL, SandboxError, authorizer, cacheable_text,
+from sqlenv.sandbox.result_text import clean_for_display
+from sqlenv.sandbox.limits import HEAP, SandboxSettings, connection_limits, lower_heap_limit
+from sqlenv.sandbox.sql_checks import (DATA_SCHEMA, SCHEMA_TABLE_REFUSAL, SandboxError, authorizer, cacheable_text,
                                function_allowed, function_refusal, is_schema_read, refusal_message)
-from sqlenv.sql_costs import costly_names, names_costly_function, program_price, too_costly
+from sqlenv.sandbox.sql_costs import costly_names, names_costly_function, program_price, too_costly
 
 
 @dataclass(slots=True)
@@ -250,7 +250,7 @@ class Database:
 
     def check_cost(self, sql: str) -> None:
         """Refuse `sql` (`SandboxError`) when its function calls could run longer than `max_uninterruptible_s`
-        without a time check (`sqlenv.sql_costs`). Statements that name no costly function pass unpriced."""
+        without a time check (`sqlenv.sandbox.sql_costs`). Statements that name no costly function pass unpriced."""
         if not (self.schema_calls_costly or names_costly_function(sql, self.costly_names)):
             return
         verdict = self._prices.get(sql)

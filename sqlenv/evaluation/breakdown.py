@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
-from sqlenv.difficulty import HARDNESS_LEVELS
+from sqlenv.data.difficulty import HARDNESS_LEVELS
 
 __all__ = ["wilson_interval", "rate_cell", "breakdown", "Z_95"]
 

@@ -44,7 +44,7 @@ class SandboxSettings:
             copied into every reference, long select lists). Spider's gold queries need at most 131.
         max_uninterruptible_s: Most seconds the function calls of one statement may take, at their worst, between
             two time checks (default 0.5). SQLite checks the time only at the jumps that close a loop; a statement
-            whose program's calls, priced at their worst time per call under these limits (`sqlenv.sql_costs`),
+            whose program's calls, priced at their worst time per call under these limits (`sqlenv.sandbox.sql_costs`),
             add up to more is refused before it runs (one row of 800 `trim(x, y)` calls ran 19-22 s against 5 s).
             A statement that runs ends within `timeout_s` plus about this much on an idle core.
         max_expr_depth: SQLite's SQLITE_LIMIT_EXPR_DEPTH (default 100; Spider's gold SQL nests a few levels).

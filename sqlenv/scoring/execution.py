@@ -12,13 +12,13 @@ when the episode ends. For a predicted SQL `p` and the gold SQL `g` the official
 3. order matters when the gold text, after 1-2, contains "order by" anywhere (a substring test, subqueries and
    string literals included: `order_matters`);
 4. `YEAR(CURDATE())` reads 2020 in both (`replace_cur_year`), then both run; a prediction that fails is wrong;
-5. every row of both results is compared under `result_eq` (`sqlenv.result_eq.results_match`): the same row
+5. every row of both results is compared under `result_eq` (`sqlenv.scoring.result_eq.results_match`): the same row
    count and width, its quick rejection, then a column bijection under which the rows are equal as lists (order
    matters) or as multisets, with values compared as Python compares them (1 == 1.0, '1' != 1, 'Ann' != 'ann'). Text is decoded
    from UTF-8 dropping invalid bytes, as the official connection does.
 
 test-suite-sql-eval's `evaluation.py` also replaces the word "value" in a prediction with 1 before calling
-`eval_exec_match`; this module follows `eval_exec_match` and does not. The answer verifier (`sqlenv.verifier`)
+`eval_exec_match`; this module follows `eval_exec_match` and does not. The answer verifier (`sqlenv.scoring.verifier`)
 stays the typed, lenient judge of an ANSWER; EX is the strict one, comparable with published figures.
 
 Both queries run through the sandbox (`sqlenv.sandbox`): the prediction is the model's, so its time, memory and
@@ -29,7 +29,7 @@ result size stay bounded. Exact and bounded at once:
   holds every row, decoded as the official code decodes it; otherwise (DISTINCT removed, a result cut at the
   sandbox's row cap) the official text runs again, fetching at most one row more than the gold has: a longer
   result already differs;
-* the column search is bounded (`sqlenv.result_eq`).
+* the column search is bounded (`sqlenv.scoring.result_eq`).
 
 Where the sandbox refuses or stops a statement (its time limit, SQLite heap, value length, program size, more
 rows than `max_result_bytes` holds) the prediction counts as wrong, as a failed statement does; the official
@@ -51,9 +51,9 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from sqlenv.result_eq import MAX_SEARCH_CELLS, quick_rejects, results_match
-from sqlenv.sandbox import Sandbox, SandboxError, SandboxSettings
-from sqlenv.sql_runner import QueryResult
+from sqlenv.scoring.result_eq import MAX_SEARCH_CELLS, quick_rejects, results_match
+from sqlenv.sandbox.sandbox import Sandbox, SandboxError, SandboxSettings
+from sqlenv.sandbox.sql_runner import QueryResult
 
 __all__ = ["execution_match", "official_sql", "order_matters", "replace_cur_year", "gold_result", "OfficialGold",
            "results_match", "quick_rejects", "MAX_SEARCH_CELLS"]

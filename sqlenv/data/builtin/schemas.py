@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from sqlenv.builtin import pools
+from sqlenv.data.builtin import pools
 
 Gen = Callable[[random.Random, int], Any]
 

@@ -1,8 +1,8 @@
 """The action in a model turn: a Qwen3 tool call, or `ACTION: argument` text, parsed into a `SQLAction`.
 
-Used by every path that plays a model (the batched rollout, evals, traces, `sqlenv.openai_policy`); plain text and
-the standard library. TRL's own tool loop parses tool calls itself (`trl.chat_template_utils.parse_response`), and `message_actions` reads the message it returns.
-"""
+Used by every path that plays a model (the batched rollout, evals, traces, `sqlenv.evaluation.openai_policy`); plain
+text and the standard library. TRL's own tool loop parses tool calls itself (`trl.chat_template_utils.parse_response`),
+and `message_actions` reads the message it returns. """
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import json
 import re
 from typing import Any
 
-from sqlenv.fences import ACTION_FENCE_OPENING, fence_body
+from sqlenv.agent.fences import ACTION_FENCE_OPENING, fence_body
 from sqlenv.types import ACTION_TYPES, SQLAction
-from sqlenv.prompts import TOOL_FOR_ACTION, tool_call_to_action
+from sqlenv.agent.prompts import TOOL_FOR_ACTION, tool_call_to_action
 
 __all__ = ["parse_model_output", "message_actions"]
 
 # Every pattern here runs on whatever a model (or an endpoint) wrote, so each is linear in the text: a lazy body next
-# to an overlapping run is found by positions instead (`_tool_call_body`, `sqlenv.fences`; issue 35: 16,000 spaces
+# to an overlapping run is found by positions instead (`_tool_call_body`, `sqlenv.agent.fences`; issue 35: 16,000 spaces
 # in a tool call took 4.5 s, 16,000 letters after a fence 3.3 s).
 _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
 _ACTION_TEXT = re.compile(r"^\s*(?:\*\*)?(" + "|".join(ACTION_TYPES) + r")(?:\*\*)?\s*[:\s]\s*(.*)$", re.DOTALL | re.I)

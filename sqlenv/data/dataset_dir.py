@@ -6,9 +6,9 @@ A prepared dataset is a directory::
     <dir>/questions_<split>.json             JSON list of Question dicts
     <dir>/databases/<db_id>/<db_id>.sqlite
 
-The builders (`sqlenv.builtin`, `sqlenv.spider`) write one; `sqlenv.datasets` finds one by name. This module sits
-below all three and imports none of them, so they share it without an import cycle. `load_questions` is the one
-question loader of the project.
+The builders (`sqlenv.data.builtin`, `sqlenv.data.spider`) write one; `sqlenv.data.datasets` finds one by name. This
+module sits below all three and imports none of them, so they share it without an import cycle. `load_questions` is the
+one question loader of the project.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ A policy is anything with a `name` attribute and two methods (the `Policy` proto
 - `reset(env, observation)` is called once after `env.reset()`, with the first observation;
 - `act(env, observation) -> SQLAction` is called until the episode is done.
 
-The trained-model policy in `training/generation/model_policy.py` implements the same protocol, so `sqlenv.evaluation.evaluate`
+The trained-model policy in `training/generation/model_policy.py` implements the same protocol, so `sqlenv.evaluate`
 plays all of them the same way. The random policy is the floor a learner must beat (≈0% success, under 0.3
 reward); the oracle is the ceiling and the calibration check of the reward layers (≈1.1–1.3 per episode).
 
@@ -177,7 +177,7 @@ class OraclePolicy:
         self._plan: list[SQLAction] = []
 
     def reset(self, env: Any, observation: SQLObservation) -> None:
-        from sqlenv.verifier import format_answer  # lazily: the verifier is only needed to play
+        from sqlenv.scoring.verifier import format_answer  # lazily: the verifier is only needed to play
 
         question = env.question
         answer = SQLAction("ANSWER", format_answer(question.gold_answer, question.answer_type))
@@ -304,7 +304,7 @@ class WrongQueryPolicy:
         self._plan: list[SQLAction] = []
 
     def reset(self, env: Any, observation: SQLObservation) -> None:
-        from sqlenv.verifier import format_answer
+        from sqlenv.scoring.verifier import format_answer
 
         question = env.question
         database = question.database_name

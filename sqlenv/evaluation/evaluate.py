@@ -8,9 +8,9 @@ transcript dict in the format of `sqlenv/transcript.py`, with the policy name an
 An episode that raises (a broken policy, a bug) is recorded as failed with outcome "error" and its message, and
 the run goes on.
 
-Results report answer success and execution accuracy (EX: the official Spider rules, `sqlenv.execution`), overall,
-per hardness and per database, each with its episode count and a 95% Wilson interval (`sqlenv.breakdown`).
-"""
+Results report answer success and execution accuracy (EX: the official Spider rules, `sqlenv.scoring.execution`),
+overall, per hardness and per database, each with its episode count and a 95% Wilson interval
+(`sqlenv.evaluation.breakdown`). """
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from sqlenv.breakdown import breakdown, rate_cell
+from sqlenv.evaluation.breakdown import breakdown, rate_cell
 from sqlenv.types import SQLAction
 
 __all__ = ["EvaluationResult", "evaluate", "all_questions"]
@@ -74,13 +74,13 @@ class EvaluationResult:
     @property
     def execution_accuracy(self) -> float | None:
         """Fraction of episodes whose last successful QUERY matches the gold query under the official Spider rules
-        (EX, `sqlenv.execution`), over the episodes that record it; None when none does (transcripts older than
+        (EX, `sqlenv.scoring.execution`), over the episodes that record it; None when none does (transcripts older than
         EX)."""
         return rate_cell(self.episodes)["execution_accuracy"]
 
     def breakdown(self) -> dict[str, Any]:
         """Success and EX overall, per hardness and per database, with counts and 95% intervals
-        (`sqlenv.breakdown.breakdown`)."""
+        (`sqlenv.evaluation.breakdown.breakdown`)."""
         return breakdown(self.episodes)
 
     def outcomes(self) -> dict[str, int]:
@@ -158,7 +158,7 @@ def evaluate(
 
     Args:
         env: a `SQLEnvironment` (anything with reset/step/transcript/question/state).
-        policy: an object following `sqlenv.policies.Policy` (`name`, `reset`, `act`).
+        policy: an object following `sqlenv.evaluation.policies.Policy` (`name`, `reset`, `act`).
         n_episodes: how many episodes to play; episode i is `env.reset(seed=seed + i)`. With `question_ids`
             it defaults to their number (and may not exceed it).
         seed: the first episode's seed. Same seed, same questions, whatever the policy.

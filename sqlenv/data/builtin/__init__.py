@@ -1,7 +1,7 @@
 """The built-in dataset: seven small SQLite databases and ~5,000 questions, generated from a seed.
 
 Nothing is downloaded. `build_builtin(out_dir, seed)` writes a prepared dataset directory (see
-`sqlenv.dataset_dir`) with splits:
+`sqlenv.data.dataset_dir`) with splits:
 
 * `train` — most question instances of six databases;
 * `eval` — held-out instances of the same templates and databases (other parameter values, so other text);
@@ -29,8 +29,8 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
-from sqlenv.dataset_dir import DatasetInfo, swap_into_place
-from sqlenv.difficulty import spider_hardness
+from sqlenv.data.dataset_dir import DatasetInfo, swap_into_place
+from sqlenv.data.difficulty import spider_hardness
 from sqlenv.types import Question
 
 #: Bump when generation changes so stale builds under data/builtin are rebuilt.
@@ -86,8 +86,8 @@ def build_builtin(out_dir: Path | str, seed: int = 0) -> DatasetInfo:
         seed: drives every random choice (rows, parameters, paraphrases, splits). Same seed, same bytes
             of questions and same database contents.
     """
-    from sqlenv.builtin.schemas import databases, generate_rows, write_database
-    from sqlenv.builtin.templates import Ctx, candidates
+    from sqlenv.data.builtin.schemas import databases, generate_rows, write_database
+    from sqlenv.data.builtin.templates import Ctx, candidates
 
     started = time.perf_counter()
     out_dir = Path(out_dir)

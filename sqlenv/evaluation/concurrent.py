@@ -1,7 +1,7 @@
 """Evaluation with N episodes in flight: for policies that wait on something else (a model behind an endpoint).
 
 `evaluate_concurrently(make_env, make_policy, n_episodes, seed, concurrency)` plays the same episodes as
-`sqlenv.evaluation.evaluate` — episode i is `reset(seed=seed + i)`, results in episode order — on `concurrency`
+`sqlenv.evaluate` — episode i is `reset(seed=seed + i)`, results in episode order — on `concurrency`
 worker threads, each with its own environment and policy instance (an environment and a policy hold one
 episode's state). Threads suffice: the workers wait on the network, and each environment's SQLite work is short.
 
@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
-from sqlenv.evaluation import EvaluationResult, episode_plan, play_episode
+from sqlenv.evaluation.evaluate import EvaluationResult, episode_plan, play_episode
 
 __all__ = ["evaluate_concurrently"]
 
@@ -36,7 +36,7 @@ def evaluate_concurrently(
     Args:
         make_env: returns a new environment (a `SQLEnvironment` or anything with its interface); called once
             per worker, in the worker's thread, and closed when the worker ends.
-        make_policy: returns a new policy (`sqlenv.policies.Policy`); called once per worker.
+        make_policy: returns a new policy (`sqlenv.evaluation.policies.Policy`); called once per worker.
         n_episodes: how many episodes; episode i is `env.reset(seed=seed + i)`, whichever worker plays it. With
             `question_ids` it defaults to their number (and may not exceed it).
         seed: the first episode's seed (default 0). Same seed, same questions as `evaluate`.
@@ -51,8 +51,8 @@ def evaluate_concurrently(
         and, for policies that count it, "usage".
 
     Raises:
-        The first worker's `fatal_error` (e.g. `sqlenv.openai_policy.EndpointError`), or any exception raised by
-        `make_env` / `make_policy`, after every worker has stopped.
+        The first worker's `fatal_error` (e.g. `sqlenv.evaluation.openai_policy.EndpointError`), or any exception raised
+        by `make_env` / `make_policy`, after every worker has stopped.
     """
     n_episodes, question_ids = episode_plan(n_episodes, question_ids)
     if concurrency < 1:

@@ -5,7 +5,7 @@ A Spider directory has the official layout::
     <source>/database/<db_id>/<db_id>.sqlite
     <source>/train_spider.json   <source>/dev.json   <source>/tables.json
 
-`prepare_spider` turns (a subset of) it into a prepared dataset directory (see `sqlenv.datasets`) with
+`prepare_spider` turns (a subset of) it into a prepared dataset directory (see `sqlenv.data.datasets`) with
 splits `train` and `eval`: Spider's train and dev questions about the chosen databases are pooled and
 re-split ~70/30, stratified by database and hardness, so both splits cover every database (`spider10`,
 `all`, a list of ids). The `spider_dev` preset keeps Spider's own split instead: `train` is
@@ -38,8 +38,8 @@ from typing import Any, Iterable, Sequence
 import sqlglot
 from sqlglot import exp
 
-from sqlenv.dataset_dir import DatasetInfo, swap_into_place
-from sqlenv.difficulty import HardnessError, spider_hardness
+from sqlenv.data.dataset_dir import DatasetInfo, swap_into_place
+from sqlenv.data.difficulty import HardnessError, spider_hardness
 from sqlenv.types import Question
 
 #: The official Spider 1.0 archive (`spider_data.zip`, linked from https://yale-lily.github.io/spider).
@@ -86,7 +86,7 @@ def default_spider_dir() -> Path:
     directory (an installed package has no repository beside it)."""
     if os.environ.get(SPIDER_DIR_ENV):
         return Path(os.environ[SPIDER_DIR_ENV])
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]
     base = repo.parent if (repo / "pyproject.toml").is_file() else Path("..")
     return base / "shared" / "spider"
 

@@ -1,7 +1,8 @@
 """What a language-model agent reads: the system prompt, the first user turn, tool results, and the context budget.
 
 Plain text and the standard library, so both layers use it: training (GRPO, SFT, evals) and `sqlenv`'s own
-policies for models behind an endpoint (`sqlenv.openai_policy`). One place renders every piece of text the policy sees, so GRPO (both rollout paths), SFT warm-start, evals and
+policies for models behind an endpoint (`sqlenv.evaluation.openai_policy`). One place renders every piece of text
+the policy sees, so GRPO (both rollout paths), SFT warm-start, evals and
 the dashboard's traces all show the model the same conversation:
 
     messages = initial_messages(env.reset(question_id=qid))      # [system, user]
@@ -15,7 +16,7 @@ names the tools and the call format in three lines and no schemas are rendered (
 with SmolLM2-135M's tokenizer (TRL's Qwen3 template), an episode's prompt takes 552 tokens full and 190 compact
 (means over 200 built-in train questions): the schemas are ~400 of the full one's, read (and back-propagated) in
 every row of every GRPO step. The model's tool calls are the same `<tool_call>` JSON either way, parsed by the
-template's response schema or `sqlenv.model_output.parse_model_output`.
+template's response schema or `sqlenv.agent.model_output.parse_model_output`.
 """
 
 from __future__ import annotations

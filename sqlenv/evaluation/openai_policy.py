@@ -1,10 +1,10 @@
 """`OpenAIPolicy`: any chat model behind an OpenAI-compatible endpoint (vLLM, `transformers serve`, a hosted API,
 `python -m training.generation.openai_server`) playing SQLEnv through the same four tools the trained model calls.
 
-The model reads what GRPO's model reads (`sqlenv.prompts`: the system prompt, the first user turn, the tool
+The model reads what GRPO's model reads (`sqlenv.agent.prompts`: the system prompt, the first user turn, the tool
 results) and calls `describe` / `sample` / `query` / `answer` (`TOOLS`, the JSON schemas TRL builds from
 `training.grpo.trl_env.SQLEnvTRL`'s methods). A turn without a tool call is read as `ACTION: argument` text, as every
-model path here reads it (`sqlenv.model_output.parse_model_output`), so the environment answers with an error
+model path here reads it (`sqlenv.agent.model_output.parse_model_output`), so the environment answers with an error
 observation instead of the run crashing.
 
     settings = EndpointSettings(base_url="http://127.0.0.1:8000/v1", model="Qwen/Qwen3-0.6B")
@@ -15,9 +15,9 @@ Requests go through the `openai` client (extra `openai`), whose retries with exp
 errors, 408/409/429/5xx, honouring Retry-After) and per-request timeout are the ones used. The API key is read
 from an environment variable only and is never part of a transcript, a result or an error message. Failures that
 make every further request pointless (unreachable, key refused, unknown model, tools not supported) raise
-`EndpointError` and are kept in `fatal_error`, so `sqlenv.concurrent_evaluation` stops the run with one line.
+`EndpointError` and are kept in `fatal_error`, so `sqlenv.evaluation.concurrent` stops the run with one line.
 
-No ML imports: `sqlenv.prompts` and `sqlenv.model_output` are plain text and the standard library.
+No ML imports: `sqlenv.agent.prompts` and `sqlenv.agent.model_output` are plain text and the standard library.
 """
 
 from __future__ import annotations
@@ -98,8 +98,8 @@ class EndpointSettings:
         chat_template_kwargs: template variables sent with each request as `chat_template_kwargs` (vLLM,
             `transformers serve` and `training.generation.openai_server` read it), e.g. `{"enable_thinking": False}` to render
             Qwen3's turns as training does. Default None: nothing is sent (hosted APIs refuse unknown fields).
-        prompt: the prompt episodes start with (`sqlenv.prompts.PROMPTS`): "full" (default) sends the tools with each
-            request; "compact" (a model trained with `TrainConfig.prompt="compact"`) sends its system prompt, which
+        prompt: the prompt episodes start with (`sqlenv.agent.prompts.PROMPTS`): "full" (default) sends the tools with
+            each request; "compact" (a model trained with `TrainConfig.prompt="compact"`) sends its system prompt, which
             names the tools, and no tools: the reply's `<tool_call>` comes back as a tool call where the endpoint
             parses one without tools (`training.generation.openai_server`), else as text (`parse_model_output`).
     """
@@ -131,7 +131,7 @@ class EndpointSettings:
             raise ValueError(f"tool_schemas must be 'training' or 'openai', got {self.tool_schemas!r}")
         if self.chat_template_kwargs is not None and not isinstance(self.chat_template_kwargs, dict):
             raise ValueError(f"chat_template_kwargs must be a JSON object, got {self.chat_template_kwargs!r}")
-        from sqlenv.prompts import PROMPTS
+        from sqlenv.agent.prompts import PROMPTS
 
         if self.prompt not in PROMPTS:
             raise ValueError(f"prompt must be one of {list(PROMPTS)}, got {self.prompt!r}")
@@ -139,7 +139,7 @@ class EndpointSettings:
     @property
     def tools(self) -> list[dict[str, Any]]:
         """The tool schemas sent with every request (see `tool_schemas`; none with the compact prompt)."""
-        from sqlenv.prompts import renders_tool_schemas
+        from sqlenv.agent.prompts import renders_tool_schemas
 
         if not renders_tool_schemas(self.prompt):
             return []
@@ -167,7 +167,7 @@ class EndpointSettings:
 
 
 class OpenAIPolicy:
-    """A model behind an OpenAI-compatible chat endpoint as an SQLEnv policy (the `sqlenv.policies.Policy`
+    """A model behind an OpenAI-compatible chat endpoint as an SQLEnv policy (the `sqlenv.evaluation.policies.Policy`
     protocol). One instance plays one episode at a time; play episodes concurrently with one instance each.
 
     Args:
@@ -190,14 +190,14 @@ class OpenAIPolicy:
 
     # ------------------------------------------------------------------------------------------- protocol
     def reset(self, env: Any, observation: SQLObservation) -> None:
-        from sqlenv.prompts import initial_messages
+        from sqlenv.agent.prompts import initial_messages
 
         self.messages = initial_messages(observation, self.settings.prompt)
         self._pending, self._awaiting = [], None
         self._usage = _empty_usage()
 
     def act(self, env: Any, observation: SQLObservation) -> SQLAction:
-        from sqlenv.prompts import format_tool_result
+        from sqlenv.agent.prompts import format_tool_result
 
         if self._awaiting is not None:
             if self._awaiting == "text":  # the model wrote its action as text: the result comes back as the user
@@ -222,8 +222,8 @@ class OpenAIPolicy:
     # ------------------------------------------------------------------------------------------- requests
     def _next_turn(self) -> list[tuple[str | None, SQLAction]]:
         """Ask the model for its next turn; the actions in it, each with its tool call id (None for text)."""
-        from sqlenv.model_output import parse_model_output
-        from sqlenv.prompts import tool_call_to_action
+        from sqlenv.agent.model_output import parse_model_output
+        from sqlenv.agent.prompts import tool_call_to_action
 
         message = self._complete()
         calls = list(getattr(message, "tool_calls", None) or [])

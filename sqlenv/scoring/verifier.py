@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from typing import Any, Sequence
 
-from sqlenv.fences import ANSWER_FENCE_OPENING, fence_body
+from sqlenv.agent.fences import ANSWER_FENCE_OPENING, fence_body
 
 FLOAT_REL_TOL = 0.01  # floats match within 1% (relative)
 FLOAT_ABS_TOL = 1e-9  # ... or this close to a gold value of 0
@@ -281,7 +281,7 @@ def _verify(predicted, gold, answer_type, gold_rows, ordered, gold_sql, columns)
     if ordered is None:
         ordered = False
         if gold_sql:
-            from sqlenv.sql_checks import has_top_level_order_by
+            from sqlenv.sandbox.sql_checks import has_top_level_order_by
 
             ordered = has_top_level_order_by(gold_sql)
     answer_type = (answer_type or "string").lower()
