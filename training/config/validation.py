@@ -8,21 +8,17 @@ is checked by the run plan (`training.plan.check_config`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from training.config.choices import DEVICES, LORA_DEFAULTS, PRECISIONS, QUESTION_SAMPLERS, ROLLOUT_MODES, TRACKERS
 from training.config.errors import ConfigError, fail, unknown_key_message
 from training.config.field_types import check_types
 from training.config.passthrough import GRPO_OWNED, check_owned_keys
 
-if TYPE_CHECKING:
-    from training.config.train_config import TrainConfig
-
 __all__ = ["validate"]
 
 
-def validate(config: "TrainConfig") -> None:
-    """Raise `ConfigError` on the first value of `config` (its `sft` section checked already) that cannot work."""
+def validate(config) -> None:
+    """Raise `ConfigError` on the first value of `config`, a `TrainConfig` (its `sft` section checked already), that
+    cannot work. Called by `TrainConfig.__post_init__`, so every config built holds values that can work."""
     check_types(config)
     if not config.model.strip():
         fail("model is empty: use 'builtin:tiny', a Hub name like 'Qwen/Qwen3-0.6B', or a local directory")
@@ -129,7 +125,7 @@ def validate(config: "TrainConfig") -> None:
              "in-process")
 
 
-def _validate_lora(config: "TrainConfig") -> None:
+def _validate_lora(config) -> None:
     if config.lora is None:
         return
     unknown = [k for k in config.lora if k not in LORA_DEFAULTS]
