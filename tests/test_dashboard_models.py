@@ -16,7 +16,8 @@ from dashboard.model_picker import (PICKER_MODELS, default_values, model_choices
                                     offered_models, picked_config)
 from dashboard.run_data import RunSnapshot
 from dashboard.runner import build_config
-from dashboard.train_tab import advanced_values, start_values, status_html
+from dashboard.train_form import advanced_values, start_values
+from dashboard.train_status import status_html
 from training.config import TrainConfig
 from training.models.gguf import PACKAGED_MODELS
 

@@ -57,7 +57,7 @@ def test_success_and_tool_health_charts():
 def test_train_tab_charts_during_the_warm_start(tmp_path):
     """While SFT runs (before any GRPO step) every Train-tab chart already has data, on one minutes timeline; once
     GRPO logs, its reward joins the SFT loss, after a 'GRPO' marker."""
-    from dashboard.train_tab import status_html
+    from dashboard.train_status import status_html
 
     run = RunDir.create(tmp_path, "warm")
     run.write_status("running", started_at=now_iso(), phase="sft", phase_step=20, phase_total=5000, step=0,
@@ -176,7 +176,7 @@ def test_runner_marks_an_unloadable_model_failed_and_keeps_going(tmp_path):
 
 
 def test_advanced_form_values_and_refusals():
-    from dashboard.train_tab import advanced_values
+    from dashboard.train_form import advanced_values
 
     assert advanced_values(False, 16, 32, "") == {}
     values = advanced_values(True, 8, None, '{"grpo": {"loss_type": "dr_grpo"}, "save_steps": 5}')

@@ -135,7 +135,7 @@ import json, sys, traceback
 from dashboard.gpu import has_gpu
 from dashboard.model_picker import picked_config
 from dashboard.runner import build_config
-from dashboard.train_tab import advanced_values, start_values
+from dashboard.train_form import advanced_values, start_values
 from training.grpo import lora_config
 from training.models import load_model_and_tokenizer
 

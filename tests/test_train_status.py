@@ -13,7 +13,8 @@ import pytest
 
 from dashboard import charts
 from dashboard.run_data import RunCache
-from dashboard.train_tab import model_choices, planned_phases, status_html
+from dashboard.model_picker import model_choices
+from dashboard.train_status import planned_phases, status_html
 from training.config import TrainConfig
 from training.run_dir import RunDir, now_iso
 
