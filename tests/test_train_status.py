@@ -110,9 +110,11 @@ def test_a_run_that_did_not_complete_marks_where_it_ended(tmp_path):
 
 def test_remaining_time_says_what_it_knows_in_each_phase(tmp_path):
     # 100 s into a 5000-step warm start at step 1000: 400 s left in it; this config has no measurement, so the bar
-    # names the phases after it instead of passing the warm start's time off as the run's.
+    # names the phases after it instead of passing the warm start's time off as the run's. (configs/measured.json
+    # measures builtin:tiny on builtin data; a model it has no entry for stands for an unmeasured config.)
     earlier = (dt.datetime.now() - dt.timedelta(seconds=100)).isoformat(timespec="seconds")
     run = _run(tmp_path, phase="sft", phase_step=1000, phase_total=5000)
+    run.write_config({**TINY, "model": "runs/models/never-measured"})
     run.write_status(phase_started_at=earlier)
     bar = _bar(tmp_path)
     assert re.search(r"remaining 6m 4\ds in this phase, then 3 more phases not timed for this config", bar), bar

@@ -261,20 +261,6 @@ def _shared_across_ranks(config: TrainConfig) -> TrainConfig:
     return dataclasses.replace(config, run_id=shared[0], output_dir=shared[1])
 
 
-
-
-
-
-
-
-def _base_label(config: TrainConfig) -> str:
-    if config.sft:
-        return "SFT warm-start (before GRPO)"
-    if config.is_builtin_model:
-        return "random init (before GRPO)"
-    return "pretrained, zero-shot (before any training)"
-
-
 def _free_memory() -> None:
     gc.collect()
     try:
