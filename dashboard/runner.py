@@ -32,7 +32,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from training.run_dir import RunDir, default_runs_root, new_run_id, now_iso
+from training.run_dir import FINISHED_STATUSES, RunDir, default_runs_root, new_run_id, now_iso
 
 
 class RunnerBusy(RuntimeError):
@@ -137,6 +137,7 @@ class TrainingRunner:
         """Start training `config` in a background thread; returns the run id.
 
         Raises RunnerBusy (naming the active run) when a run is still training."""
+        self._wait_for_an_ended_run()
         with self._lock:
             self._refuse_if_busy("starting")
             run_id = new_run_id()
@@ -156,6 +157,7 @@ class TrainingRunner:
         when the run cannot be resumed (completed, still running, unknown)."""
         from training.run_dir import RESUMABLE_STATUSES, resolve_run
 
+        self._wait_for_an_ended_run()
         with self._lock:
             self._refuse_if_busy("resuming")
             run = resolve_run(run_id, self.runs_root)  # refuses names that leave the runs folder
@@ -164,6 +166,16 @@ class TrainingRunner:
                 raise ValueError(f"Run {run.run_id} is {state}: only stopped, failed or interrupted runs resume.")
             self._launch(None, run, f"resume-{run.run_id}")
             return run.run_id
+
+    def _wait_for_an_ended_run(self) -> None:
+        """A run whose status.json already says how it ended is only its process exiting (about a second; at most
+        `_run_child`'s 30 s join and 10 s kill): wait for it instead of refusing a Start pressed just after the page
+        showed the run finished. A run still training is not waited for (`_refuse_if_busy` refuses it)."""
+        thread, run_id = self._thread, self.active_run_id
+        if thread is None or run_id is None or not thread.is_alive():
+            return
+        if RunDir(self.runs_root / run_id).read_status(default={}).get("status") in FINISHED_STATUSES:
+            thread.join(ENDED_RUN_EXIT_S)
 
     def _refuse_if_busy(self, doing: str) -> None:
         if self.is_running:
@@ -283,6 +295,9 @@ class TrainingFailed(RuntimeError):
 # cannot be used in a forked child.
 _SPAWN = multiprocessing.get_context("spawn")
 _END = "__end__"
+# Seconds Start waits for a run that has written its final status to finish exiting (`_run_child` joins its process
+# for 30 s, then kills it and waits 10 s more).
+ENDED_RUN_EXIT_S = 45.0
 # Seconds a training child whose app died has to stop cleanly (finish its step, save weights) before it exits.
 PARENT_GONE_GRACE_S = 120.0
 

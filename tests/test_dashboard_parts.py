@@ -162,6 +162,25 @@ def test_runner_refuses_a_second_run_and_stops_the_first(tmp_path):
     assert runner.active_run_id is None and runner.current_run_id == run_id
 
 
+def test_start_right_after_a_run_says_it_ended_waits_for_its_process_instead_of_refusing(tmp_path):
+    # A training process writes "completed" and then takes a moment to exit; a Start pressed in that moment (the
+    # page already shows the run finished) starts the next run once the last one is gone, instead of RunnerBusy.
+    ended = threading.Event()
+
+    def train_then_exit_slowly(config, stop_event=None, listener=None):
+        run = RunDir(config.output_dir)
+        run.write_status("completed", started_at=now_iso(), finished_at=now_iso())
+        ended.set()
+        time.sleep(1.5)
+
+    runner = TrainingRunner(tmp_path, train_fn=train_then_exit_slowly)
+    first = runner.start(build_config({"max_steps": 3}))
+    assert ended.wait(10) and runner.is_running
+    second = runner.start(build_config({"max_steps": 3}))
+    assert second != first
+    assert runner.join(10)
+
+
 @pytest.mark.slow
 def test_runner_marks_an_unloadable_model_failed_and_keeps_going(tmp_path):
     runner = TrainingRunner(tmp_path)  # the real training entry point
