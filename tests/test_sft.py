@@ -1,5 +1,4 @@
-"""SFT warm-start: oracle episodes rendered as GRPO renders them, assistant-only loss, a few real SFTTrainer steps.
-(That the examples' ids are play's own, token for token: tests/test_sft_tokens.py.)"""
+"""SFT warm-start: oracle episodes rendered as GRPO renders them, assistant-only loss, a few real SFTTrainer steps."""
 
 from __future__ import annotations
 
@@ -30,13 +29,6 @@ def _load(path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
-
-
-def _dataset(conversations, tokenizer):
-    """The warm start's examples, rendered by the renderer play uses (as `run_sft` builds them)."""
-    from training.generation.chat import ChatRenderer
-
-    return build_sft_dataset(conversations, ChatRenderer(tokenizer, chat_template_kwargs={"enable_thinking": False}))
 
 
 def test_oracle_conversation_matches_what_grpo_renders(conversations, tiny):
@@ -76,9 +68,9 @@ def test_assistant_mask_covers_assistant_turns_only(conversations, tiny):
     from trl import SFTConfig, SFTTrainer
 
     model, tokenizer = _load(tiny)
-    args = SFTConfig(output_dir="/tmp/unused", report_to="none", use_cpu=True,
+    args = SFTConfig(output_dir="/tmp/unused", assistant_only_loss=True, report_to="none", use_cpu=True,
                      max_steps=1, save_strategy="no", disable_tqdm=True)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=_dataset(conversations[:4], tokenizer),
+    trainer = SFTTrainer(model=model, args=args, train_dataset=build_sft_dataset(conversations[:4]),
                          processing_class=tokenizer)
     example = trainer.train_dataset[0]
     ids, labels = example["input_ids"], example.get("labels")
@@ -95,22 +87,24 @@ def test_assistant_mask_covers_assistant_turns_only(conversations, tiny):
     assert messages[1]["content"] in ignored and "You answer a question" not in trained
     assert trained.count("<|im_end|>") == sum(m["role"] == "assistant" for m in messages)
     assert "<|im_start|>" not in trained  # the role header is context, not target
-    assert "<think>" not in trained  # with enable_thinking=False the empty think block is in the generation prompt
 
 
 def test_few_sft_steps_reduce_assistant_loss(conversations, tiny):
     model, tokenizer = _load(tiny)
 
-    examples = _dataset(conversations[:6], tokenizer)
-
     def assistant_loss() -> float:
+        from trl.chat_template_utils import qwen3_training_chat_template
+
         total, count = 0.0, 0
         model.eval()
         with torch.no_grad():
-            for example in examples:
-                ids = torch.tensor([example["input_ids"]])
+            for conv in conversations[:6]:
+                out = tokenizer.apply_chat_template(conv["messages"], tools=json.loads(conv["tools"]),
+                                                    chat_template=qwen3_training_chat_template, tokenize=True,
+                                                    return_dict=True, return_assistant_tokens_mask=True)
+                ids = torch.tensor([out["input_ids"]])
                 labels = ids.clone()
-                labels[0, torch.tensor(example["assistant_masks"]) == 0] = -100
+                labels[0, torch.tensor(out["assistant_masks"]) == 0] = -100
                 n = int((labels[0, 1:] != -100).sum())
                 total += model(input_ids=ids, labels=labels).loss.item() * n
                 count += n
@@ -198,9 +192,9 @@ def test_warm_start_trainer_loss_and_gradient_equal_sfttrainer(conversations, ti
     from training.warm_start.trainer import WarmStartTrainer
 
     model, tokenizer = _load(tiny)
-    args = SFTConfig(output_dir="/tmp/unused", report_to="none", use_cpu=True,
+    args = SFTConfig(output_dir="/tmp/unused", assistant_only_loss=True, report_to="none", use_cpu=True,
                      per_device_train_batch_size=4, max_steps=1, save_strategy="no", disable_tqdm=True)
-    dataset = _dataset(conversations[:8], tokenizer)
+    dataset = build_sft_dataset(conversations[:8])
     ours = WarmStartTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
     trl = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
     batch = next(iter(trl.get_train_dataloader()))
