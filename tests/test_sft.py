@@ -1,4 +1,5 @@
-"""SFT warm-start: oracle episodes rendered as GRPO renders them, assistant-only loss, a few real SFTTrainer steps."""
+"""SFT warm-start: oracle episodes rendered as GRPO renders them, assistant-only loss, a few real SFTTrainer steps.
+(That the examples' ids are play's own, token for token: tests/test_sft_tokens.py.)"""
 
 from __future__ import annotations
 
@@ -29,6 +30,13 @@ def _load(path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+
+
+def _dataset(conversations, tokenizer):
+    """The warm start's examples, rendered by the renderer play uses (as `run_sft` builds them)."""
+    from training.generation.chat import ChatRenderer
+
+    return build_sft_dataset(conversations, ChatRenderer(tokenizer, chat_template_kwargs={"enable_thinking": False}))
 
 
 def test_oracle_conversation_matches_what_grpo_renders(conversations, tiny):
@@ -68,9 +76,9 @@ def test_assistant_mask_covers_assistant_turns_only(conversations, tiny):
     from trl import SFTConfig, SFTTrainer
 
     model, tokenizer = _load(tiny)
-    args = SFTConfig(output_dir="/tmp/unused", assistant_only_loss=True, report_to="none", use_cpu=True,
+    args = SFTConfig(output_dir="/tmp/unused", report_to="none", use_cpu=True,
                      max_steps=1, save_strategy="no", disable_tqdm=True)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=build_sft_dataset(conversations[:4]),
+    trainer = SFTTrainer(model=model, args=args, train_dataset=_dataset(conversations[:4], tokenizer),
                          processing_class=tokenizer)
     example = trainer.train_dataset[0]
     ids, labels = example["input_ids"], example.get("labels")
@@ -87,24 +95,40 @@ def test_assistant_mask_covers_assistant_turns_only(conversations, tiny):
     assert messages[1]["content"] in ignored and "You answer a question" not in trained
     assert trained.count("<|im_end|>") == sum(m["role"] == "assistant" for m in messages)
     assert "<|im_start|>" not in trained  # the role header is context, not target
+    # The empty think block that closes each generation prompt is trained, as TRL's template marks it.
+    assert trained.count("<think>") == sum(m["role"] == "assistant" for m in messages)
+
+
+def test_examples_on_a_splitting_tokenizer_are_what_assistant_only_loss_trained(conversations, tiny):
+    """On a tokenizer that splits at the segment boundaries (the tiny model's), each example is, token for token and
+    mask for mask, what `SFTTrainer(assistant_only_loss=True)` built from the joined text with TRL's training
+    template (less the joined text's trailing newline, outside the loss): the default run's warm start is unchanged."""
+    from trl.chat_template_utils import qwen3_training_chat_template
+
+    _, tokenizer = _load(tiny)
+    for conversation, example in zip(conversations[:6], _dataset(conversations[:6], tokenizer)):
+        joined = tokenizer.apply_chat_template(conversation["messages"], tools=json.loads(conversation["tools"]),
+                                               chat_template=qwen3_training_chat_template, tokenize=True,
+                                               return_dict=True, return_assistant_tokens_mask=True)
+        n = len(example["input_ids"])
+        assert joined["input_ids"][:n] == example["input_ids"]
+        assert list(joined["assistant_masks"][:n]) == example["assistant_masks"]
+        assert not any(joined["assistant_masks"][n:]) and len(joined["input_ids"]) - n <= 1
 
 
 def test_few_sft_steps_reduce_assistant_loss(conversations, tiny):
     model, tokenizer = _load(tiny)
 
-    def assistant_loss() -> float:
-        from trl.chat_template_utils import qwen3_training_chat_template
+    examples = _dataset(conversations[:6], tokenizer)
 
+    def assistant_loss() -> float:
         total, count = 0.0, 0
         model.eval()
         with torch.no_grad():
-            for conv in conversations[:6]:
-                out = tokenizer.apply_chat_template(conv["messages"], tools=json.loads(conv["tools"]),
-                                                    chat_template=qwen3_training_chat_template, tokenize=True,
-                                                    return_dict=True, return_assistant_tokens_mask=True)
-                ids = torch.tensor([out["input_ids"]])
+            for example in examples:
+                ids = torch.tensor([example["input_ids"]])
                 labels = ids.clone()
-                labels[0, torch.tensor(out["assistant_masks"]) == 0] = -100
+                labels[0, torch.tensor(example["assistant_masks"]) == 0] = -100
                 n = int((labels[0, 1:] != -100).sum())
                 total += model(input_ids=ids, labels=labels).loss.item() * n
                 count += n
@@ -192,9 +216,9 @@ def test_warm_start_trainer_loss_and_gradient_equal_sfttrainer(conversations, ti
     from training.warm_start.trainer import WarmStartTrainer
 
     model, tokenizer = _load(tiny)
-    args = SFTConfig(output_dir="/tmp/unused", assistant_only_loss=True, report_to="none", use_cpu=True,
+    args = SFTConfig(output_dir="/tmp/unused", report_to="none", use_cpu=True,
                      per_device_train_batch_size=4, max_steps=1, save_strategy="no", disable_tqdm=True)
-    dataset = build_sft_dataset(conversations[:8])
+    dataset = _dataset(conversations[:8], tokenizer)
     ours = WarmStartTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
     trl = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
     batch = next(iter(trl.get_train_dataloader()))

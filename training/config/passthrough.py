@@ -36,7 +36,7 @@ SFT_OWNED = {
     "num_train_epochs": "set `sft.epochs`", "max_steps": "set `sft.max_steps`",
     "learning_rate": "set `sft.learning_rate`", "per_device_train_batch_size": "set `sft.batch_size`",
     "seed": "set `seed`", "gradient_checkpointing": "set `gradient_checkpointing`",
-    "assistant_only_loss": "must stay true: the warm start trains on the model's turns only",
+    "assistant_only_loss": "the warm start's examples carry their own mask: the loss is on the model's turns only",
     "bf16": GRPO_OWNED["bf16"], "fp16": GRPO_OWNED["fp16"], "use_cpu": GRPO_OWNED["use_cpu"],
     "output_dir": _RUN_FILES, "run_name": GRPO_OWNED["run_name"], "logging_dir": _RUN_FILES,
     "save_strategy": GRPO_OWNED["save_strategy"], "save_steps": "set `save_steps`",

@@ -5,12 +5,14 @@ a teacher plays every train-split question through `SQLEnvTRL` itself: the oracl
 skipped for tiny models, see `SFTSettings.describe` — QUERY the gold SQL, ANSWER the formatted gold answer), except
 on a share of the episodes (`SFTSettings.teacher_error_rate`) where it makes the mistakes an untrained agent makes:
 it answers without looking, or queries with a wrong filter or column and answers from that. Each episode
-becomes one chat conversation rendered exactly as TRL renders tool conversations in GRPO: the same system prompt and
-first user turn (the dataset row's prompt plus the text `reset()` returns), the same tool schemas in the same order
-(TRL lists the environment's public methods alphabetically: answer, describe, query, sample; none with the compact
-prompt, `SFTSettings.prompt`, whose system prompt names the tools), the same tool-result texts, and TRL's Qwen3
-training template. TRL's `SFTTrainer` (as `training.warm_start.trainer.WarmStartTrainer`) then
-trains on the assistant turns only (`assistant_only_loss=True`; the template's `{% generation %}` tags mark them),
+becomes one chat conversation as GRPO's tool loop would have built it: the same system prompt and first user turn
+(the dataset row's prompt plus the text `reset()` returns), the same tool schemas in the same order (TRL lists the
+environment's public methods alphabetically: answer, describe, query, sample; none with the compact prompt,
+`SFTSettings.prompt`, whose system prompt names the tools) and the same tool-result texts. Each conversation is then
+tokenized segment by segment exactly as play builds its ids (`training.warm_start.examples`: the prompt's ids, each
+turn's generated ids through its `<|im_end|>`, each tool result's ids as `ChatRenderer` renders them; tokenizing the
+joined text instead merges tokens across those boundaries). TRL's `SFTTrainer` (as
+`training.warm_start.trainer.WarmStartTrainer`) trains on the assistant turns only (the examples' `assistant_masks`),
 including the `<|im_end|>` that ends each turn and the final turn after the answer, which teaches the model to stop
 calling tools when the episode is over. With mistakes in the demonstrations the warm-started model samples careless and careful episodes alike,
 and GRPO, rewarded by the verifier, learns that exploring before answering pays.
@@ -32,6 +34,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from training.config import DEFAULT_TEACHER_MISTAKES, WarmStart
+from training.warm_start.examples import build_sft_dataset
 
 __all__ = ["SFTResult", "SFTSettings", "build_sft_dataset", "teacher_conversations", "teacher_plan", "run_sft",
            "DEFAULT_MISTAKES"]
@@ -95,6 +98,8 @@ class SFTSettings:
             plan's precision, as GRPO uses.
         prompt: the prompt the episodes start with (`sqlenv.agent.prompts.PROMPTS`, `TrainConfig.prompt`): `"full"`
             (default) or `"compact"` (no tool schemas rendered). The model learns the prompt it will play on.
+        enable_thinking: the chat template's `enable_thinking` (False, `TrainConfig.enable_thinking`), as play renders:
+            off, the generation prompt holds an empty `<think>` block; on, the model learns to write it.
     """
 
     dataset: Any = "builtin"
@@ -125,6 +130,7 @@ class SFTSettings:
     args: dict = field(default_factory=dict)
     precision: str | None = None
     prompt: str = "full"
+    enable_thinking: bool = False
 
     @classmethod
     def from_config(cls, config: Any) -> "SFTSettings":
@@ -132,7 +138,7 @@ class SFTSettings:
 
         A `TrainConfig` contributes its `sft` section (resolved: `enabled`, `teacher_error_rate` and `eval_every`
         filled in; `args` as `args`), `dataset`, `train_split` (as `split`), `step_budget`, `seed`,
-        `gradient_checkpointing` and `prompt`.
+        `gradient_checkpointing`, `prompt` and `enable_thinking`.
         """
         if isinstance(config, cls):
             return config
@@ -144,7 +150,7 @@ class SFTSettings:
             values = {f.name: getattr(section, f.name) for f in fields(section) if f.name in names}
             values.update(dataset=config.dataset, split=config.train_split, step_budget=config.step_budget,
                           seed=config.seed, gradient_checkpointing=config.gradient_checkpointing,
-                          prompt=config.prompt)
+                          prompt=config.prompt, enable_thinking=config.enable_thinking)
         else:
             values = dict(config) if isinstance(config, dict) else {f.name: getattr(config, f.name)
                                                                        for f in fields(config)}
@@ -275,13 +281,6 @@ def teacher_conversations(
     return conversations
 
 
-def build_sft_dataset(conversations: list[dict[str, Any]]):
-    """A `datasets.Dataset` with the `messages` and `tools` columns `SFTTrainer` reads."""
-    from datasets import Dataset
-
-    return Dataset.from_list([{"messages": c["messages"], "tools": c["tools"]} for c in conversations])
-
-
 # ---------------------------------------------------------------------------------------------------- training
 
 
@@ -296,12 +295,13 @@ def run_sft(
     tracker_dir: str | None = None,
     trainer_class: type | None = None,
 ) -> SFTResult:
-    """Warm-start `model` in place on the teacher's episodes with TRL's `SFTTrainer` (loss on assistant turns only).
+    """Warm-start `model` in place on the teacher's episodes with TRL's `SFTTrainer` (loss on assistant turns only),
+    each episode as the ids play builds (`training.warm_start.examples`).
 
     Args:
         model: a causal LM (e.g. from `training.models.load_model_and_tokenizer`); trained in place.
-        tokenizer: its tokenizer, with a Qwen3-style chat template that TRL knows (TRL swaps in the training
-            variant with `{% generation %}` tags, the same template GRPO renders with).
+        tokenizer: its tokenizer, with a Qwen3-style chat template that TRL knows (rendered with the template
+            `ChatRenderer` picks, the one GRPO renders with).
         config: an `SFTSettings`, a dict of its fields, or a `TrainConfig` (see `SFTSettings.from_config`). Default
             `SFTSettings()`.
         conversations: episodes to imitate (default: `teacher_conversations(...)` from the settings).
@@ -344,7 +344,12 @@ def run_sft(
         )
     if not conversations:
         raise ValueError(f"no oracle episodes to imitate in {settings.dataset!r} split {settings.split!r}")
-    dataset = build_sft_dataset(conversations)
+    from training.generation.chat import ChatRenderer
+
+    # The renderer play uses for this prompt and template variables: the examples are play's own ids.
+    renderer = ChatRenderer(tokenizer, chat_template_kwargs={"enable_thinking": settings.enable_thinking},
+                            prompt=settings.prompt)
+    dataset = build_sft_dataset(conversations, renderer)
     param = next(model.parameters())
     on_cpu = param.device.type == "cpu"
     precision = settings.precision or {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(param.dtype, "fp32")
@@ -363,7 +368,9 @@ def run_sft(
             warmup_steps=settings.warmup,
             weight_decay=settings.weight_decay,
             max_length=settings.max_length,
-            assistant_only_loss=True,
+            # The examples are pre-tokenized with their own `assistant_masks` (TRL builds labels from them);
+            # TRL's `assistant_only_loss` re-renders conversations, which is what the examples avoid.
+            assistant_only_loss=False,
             packing=False,
             logging_steps=settings.logging_steps,
             logging_first_step=True,
