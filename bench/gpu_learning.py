@@ -64,6 +64,18 @@ def plan_learning(config: Any, *, budget_s: float, n_eval: int, n_train: int, de
                             "total": round(fixed + steps * grpo_step_s, 1)}}
 
 
+def sized_overrides(config: Any, steps: int, n_eval: int) -> dict:
+    """The overrides that shorten `config` to `steps` GRPO steps with its comparison on all `n_eval` questions.
+
+    A warmup sized for the config's own steps would swallow a shortened run (on the H100 the one step planned ran at
+    learning rate 0 under `warmup_steps` 5): at most a fifth of the steps warm up."""
+    overrides: dict[str, Any] = {"max_steps": steps, "comparison_episodes": n_eval}
+    warmup = (config.grpo or {}).get("warmup_steps")
+    if warmup and warmup > steps // 5:
+        overrides["grpo.warmup_steps"] = steps // 5
+    return overrides
+
+
 def run_learning(config: Any, budget_s: float, rates: dict, *, out: Path, update: Callable[..., None],
                  log: Callable[[str], None]) -> dict:
     """Run `config` with GRPO sized to `budget_s` seconds (`plan_learning` over `rates`, what items 1-3 measured:
@@ -84,7 +96,8 @@ def run_learning(config: Any, budget_s: float, rates: dict, *, out: Path, update
         prompt_tokens=rates.get("prompt_tokens", 600), load_s=rates.get("load_s", 30.0),
         eval_step_s=measures.step_seconds(rates.get("decode", []), min(n_eval, 256)) or 0.03,
         grpo_step_s=rates.get("grpo_step_s", 30.0), train_tokens_per_s=rates.get("train_tokens_per_s", 20_000.0))
-    config = config.with_overrides({"max_steps": sizing["grpo_steps"], "comparison_episodes": n_eval})
+    config = config.with_overrides(sized_overrides(config, sizing["grpo_steps"], n_eval))
+    sizing["warmup_steps"] = config.grpo.get("warmup_steps")
     update(plan=sizing, grpo_steps=sizing["grpo_steps"], eval_questions=n_eval)
     log(f"learning run planned: {json.dumps(sizing)}")
 

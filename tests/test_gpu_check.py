@@ -127,6 +127,11 @@ def test_plan_learning_sizes_grpo_to_the_budget():
     assert gpu_learning.plan_learning(config, budget_s=10_000.0, **rates)["grpo_steps"] == config.max_steps
     short = gpu_learning.plan_learning(config, budget_s=30.0, **rates)
     assert short["grpo_steps"] == 1 and short["over_budget"]
+    # A shortened run keeps at most a fifth of its steps for warmup (a lent H100 ran its one step at learning rate 0).
+    for steps, warmup in ((1, 0), (4, 0), (10, 2), (24, 4)):
+        shortened = config.with_overrides(gpu_learning.sized_overrides(config, steps, 203))
+        assert (shortened.max_steps, shortened.grpo["warmup_steps"], shortened.comparison_episodes) == (steps, warmup, 203)
+        assert shortened.grpo["lr_scheduler_type"] == config.grpo["lr_scheduler_type"]
     # The decoder's rate between and beyond the rows measured.
     decode = [{"rows": 16, "seconds_per_step": 0.01}, {"rows": 64, "seconds_per_step": 0.02}]
     assert gpu_measures.step_seconds(decode, 8) == 0.01
