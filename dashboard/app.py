@@ -14,7 +14,7 @@ from starlette.middleware import Middleware
 from dashboard import compare_tab, play_tab, runs_tab, train_tab
 from dashboard.access import FORWARDED_ALLOW_IPS_ENV, AccessPolicy, OwnerGate, trusted_proxies_setting
 from dashboard.context import AppContext
-from dashboard.http_guard import RequestGuard
+from dashboard.http_guard import RequestGuard, body_timeout_s
 from dashboard.storage import choose_runs_root
 from dashboard.live_plot import plotly_js_path
 from dashboard.transcripts import CSS as TRANSCRIPT_CSS
@@ -159,6 +159,7 @@ def main(argv: list[str] | None = None) -> None:
         access = AccessPolicy.from_env(args.host)
         play_tab.limits_from_env()
         sessions_kept()
+        body_timeout_s()
     except ValueError as exc:  # a malformed owner or Play setting (SQLENV_PROXY_HOPS, ...): one line, exit 2
         print(f"app.py: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

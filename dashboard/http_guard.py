@@ -10,6 +10,8 @@ each time once kept +38 MB a call, for good. So `RequestGuard` answers, before G
   back at `/gradio_api/file=`);
 - a request body over `MAX_BODY_BYTES`, on any route: 413, unread when its `Content-Length` says so, else cut
   where the bytes received pass the bound (a chunked body);
+- a request body not all received within `SQLENV_APP_BODY_TIMEOUT_S` (10 s), on any route: 408 (a client sending
+  a byte at a time held a connection and a coroutine as long as it liked);
 - an event call (`/gradio_api/queue/join`, `/run/...`, `/api/...`, `/call/...`, `/component_server`): 413 when
   a session hash is longer than `MAX_SESSION_HASH_CHARS`, its `event_data` larger than `MAX_EVENT_DATA_BYTES`,
   or one input value larger than its component needs (`dashboard.inputs.input_limit`), naming the input.
@@ -21,9 +23,13 @@ request.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import re
 from typing import Any
+
+from sqlenv.asgi_body import BodyTooLarge, read_body, replaying
 
 from dashboard.inputs import (MAX_EVENT_DATA_BYTES, MAX_SESSION_HASH_CHARS, MAX_SMALL_INPUT_BYTES, input_limit,
                               oversized_input, python_size)
@@ -31,6 +37,9 @@ from dashboard.inputs import (MAX_EVENT_DATA_BYTES, MAX_SESSION_HASH_CHARS, MAX_
 #: The largest request body on any route (an event's inputs are bounded one by one besides): the Runs table
 #: with its row selection is the largest a page sends.
 MAX_BODY_BYTES = 1024 * 1024
+BODY_TIMEOUT_ENV = "SQLENV_APP_BODY_TIMEOUT_S"
+#: Seconds a request's whole body may take to arrive (as the OpenEnv server's `--request-timeout`).
+DEFAULT_BODY_TIMEOUT_S = 10.0
 # Gradio's routes that run an event (or a component's server function) on the caller's session.
 _EVENT_ROUTE = re.compile(r"/gradio_api/(?:queue/join|(?P<kind>run|api|call/v2|call)/(?P<api>[^/]+)"
                           r"|component_server)/?$")
@@ -39,6 +48,18 @@ _EVENT_ROUTE = re.compile(r"/gradio_api/(?:queue/join|(?P<kind>run|api|call/v2|c
 def _label(component: Any, index: int) -> str:
     name = getattr(component, "label", None) or getattr(component, "elem_id", None) or type(component).__name__
     return f"Input {index + 1} ({str(name)[:40]})"
+
+
+def body_timeout_s(env: dict[str, str] | None = None) -> float:
+    """`SQLENV_APP_BODY_TIMEOUT_S` (default 10): seconds a request's body may take to arrive."""
+    text = ((os.environ if env is None else env).get(BODY_TIMEOUT_ENV) or str(DEFAULT_BODY_TIMEOUT_S)).strip()
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 3600:
+        raise ValueError(f"{BODY_TIMEOUT_ENV} must be a number of seconds in (0, 3600], got {text!r}")
+    return value
 
 
 def session_bytes_bound(blocks: Any) -> int:
@@ -56,12 +77,16 @@ class RequestGuard:
         blocks: the app's `gr.Blocks`, whose events' inputs give each value its limit (None: every value is held
             to `MAX_SMALL_INPUT_BYTES`).
         max_body: the largest request body in bytes (default `MAX_BODY_BYTES`).
+        body_timeout_s: seconds the whole body may take to arrive (default: `body_timeout_s()`, from
+            `SQLENV_APP_BODY_TIMEOUT_S`, else 10).
     """
 
-    def __init__(self, app: Any, blocks: Any = None, max_body: int = MAX_BODY_BYTES):
+    def __init__(self, app: Any, blocks: Any = None, max_body: int = MAX_BODY_BYTES,
+                 body_timeout_s: float | None = None):
         self.app = app
         self.blocks = blocks
         self.max_body = max_body
+        self.body_timeout_s = body_timeout_s if body_timeout_s is not None else globals()["body_timeout_s"]()
         self._inputs: dict[int, tuple[list[str], list[int]]] = {}  # fn id -> its inputs' labels and limits
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
@@ -80,44 +105,45 @@ class RequestGuard:
         if event is None:
             await self._pass_bounded(scope, receive, send)
             return
-        body = bytearray()
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-            if len(body) > self.max_body:
-                await _reply(send, 413, f"Request body over {self.max_body:,} bytes.")
-                return
-        refusal = self.refusal(event["kind"], event["api"], bytes(body))
+        try:
+            body = await read_body(receive, self.max_body, self.body_timeout_s)
+        except BodyTooLarge:
+            await _reply(send, 413, f"Request body over {self.max_body:,} bytes.")
+            return
+        except TimeoutError:
+            await _reply(send, 408, f"Request body not received within {self.body_timeout_s:g} s.")
+            return
+        if body is None:
+            return
+        refusal = self.refusal(event["kind"], event["api"], body)
         if refusal:
             await _reply(send, 413, refusal)
             return
-        replayed = False
-
-        async def replay() -> dict:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": bytes(body), "more_body": False}
-            return await receive()  # after the body: wait for the disconnect, as the server would
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)
 
     async def _pass_bounded(self, scope: dict, receive: Any, send: Any) -> None:
-        """Any other route: its body is counted as the app reads it; past `max_body` the client gets 413 and the
-        app a disconnect."""
-        received, refused, started = 0, False, False
+        """Any other route: its body is counted as the app reads it; past `max_body` the client gets 413, and past
+        the body's deadline 408, and the app a disconnect."""
+        received, refused, started, complete = 0, False, False, False
+        deadline = asyncio.get_running_loop().time() + self.body_timeout_s
 
         async def counted_receive() -> dict:
-            nonlocal received, refused
+            nonlocal received, refused, complete
             if refused:
                 return {"type": "http.disconnect"}
-            message = await receive()
+            if complete:  # after the body: the disconnect, whenever it comes
+                return await receive()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                refused = True
+                if not started:
+                    await _reply(send, 408, f"Request body not received within {self.body_timeout_s:g} s.")
+                return {"type": "http.disconnect"}
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
+                complete = not message.get("more_body", False)
                 if received > self.max_body:
                     refused = True
                     if not started:

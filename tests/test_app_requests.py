@@ -22,11 +22,13 @@ from dashboard.http_guard import MAX_BODY_BYTES
 from dashboard.inputs import MAX_SMALL_INPUT_BYTES, MAX_TABLE_BYTES, python_size
 
 SESSIONS_KEPT = 8
+BODY_TIMEOUT_S = 4
 
 
 @pytest.fixture(scope="module")
 def app():
-    with serve({"SQLENV_APP_SESSIONS": str(SESSIONS_KEPT)}, log_name="requests") as served:
+    with serve({"SQLENV_APP_SESSIONS": str(SESSIONS_KEPT), "SQLENV_APP_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S)},
+               log_name="requests") as served:
         served["config"] = app_config(served["url"])
         served["port"] = int(served["url"].rstrip("/").rsplit(":", 1)[1])
         yield served
@@ -96,6 +98,30 @@ def test_a_body_over_the_bound_is_refused_before_it_is_read(app):
         reply, sent = raw_reply(port, head, [framed] * 1024)  # 64 MiB, if it were all read
         assert reply.startswith(b"HTTP/1.1 413"), (path, reply[:200])
         assert sent < 16 * MAX_BODY_BYTES, (path, sent)  # the server stopped reading (socket buffers hold the rest)
+    assert app["proc"].poll() is None
+
+
+def test_a_body_that_does_not_arrive_in_time_is_dropped(app):
+    """A client that sends its body a byte at a time (or never) is answered 408 once the body's deadline passes, on
+    an event route and on any other (before, the app waited as long as the client liked, a coroutine and a
+    connection held)."""
+    port = app["port"]
+    for path, kind in ((b"/gradio_api/queue/join", b"application/json"),
+                       (b"/login", b"application/x-www-form-urlencoded")):
+        head = (b"POST " + path + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: " + kind + b"\r\n"
+                b"Content-Length: 1000\r\n\r\n{")
+        started = time.monotonic()
+        with socket.create_connection(("127.0.0.1", port), timeout=BODY_TIMEOUT_S + 20) as sock:
+            sock.sendall(head)
+            reply = b""
+            while b"\r\n\r\n" not in reply:
+                more = sock.recv(65536)
+                if not more:
+                    break
+                reply += more
+        waited = time.monotonic() - started
+        assert reply.startswith(b"HTTP/1.1 408"), (path, reply[:200])
+        assert BODY_TIMEOUT_S - 0.5 <= waited, (path, waited)  # not before the deadline: an honest slow upload
     assert app["proc"].poll() is None
 
 
@@ -169,3 +195,12 @@ def test_many_new_sessions_keep_a_bounded_amount_of_memory(app):
     # SESSIONS_KEPT sessions of ~1.5 MB at most (page state and inputs), and the allocator's slack.
     assert grown < 45, f"RSS grew {grown:.0f} MB over 40 sessions"
     assert app["proc"].poll() is None
+
+
+def test_the_body_deadline_setting_is_checked():
+    from dashboard.http_guard import DEFAULT_BODY_TIMEOUT_S, body_timeout_s
+
+    assert body_timeout_s({}) == DEFAULT_BODY_TIMEOUT_S and body_timeout_s({"SQLENV_APP_BODY_TIMEOUT_S": "2.5"}) == 2.5
+    for bad in ("0", "-1", "ten", "nan", "1e9"):
+        with pytest.raises(ValueError, match="SQLENV_APP_BODY_TIMEOUT_S"):
+            body_timeout_s({"SQLENV_APP_BODY_TIMEOUT_S": bad})
