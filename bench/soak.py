@@ -1,6 +1,7 @@
 """Soak: a real server under honest and hostile sessions at once, for a bounded time (issues 20 and 26).
 
-    python bench/soak.py [--duration 600] [--honest 64] [--hostile 64] [--dataset builtin]
+    python bench/soak.py [--duration 600] [--honest 64] [--hostile 64] [--dataset builtin] [--shapes all]
+                         [--python-slots N] [--server-args "..."]
 
 Starts `python -m sqlenv serve` on 127.0.0.1 (a free port, room for every session; stopped at the end). In one
 asyncio loop, `--honest` sessions (`SQLEnvClient`) play oracle episodes back to back, and `--hostile` sessions
@@ -25,6 +26,15 @@ max_health_s (the longest an honest step and `/health` waited: must be <= 1 s, w
 health_failures, sessions_leaked (open after every client left), rss_growth_mb (server RSS at rest after the soak
 minus after the warm-up: must be <= 100), hostile_shapes (attacks made, by shape), and client_max_stall_s (the
 longest the bench's own event loop was late: a reply that arrives while it stalls is timed that much longer).
+To tell where a slow `/health` went, each call is timed in two parts on a thread of its own (the TCP connect: a SYN
+the kernel dropped is sent again after 1 s, then 3 s; the request and its reply), with the attacks under way when
+it was asked; the server runs its event-loop probe (`sqlenv.server.loop_probe`, on through `SQLENV_LOOP_PROBE_FILE`:
+how late a 50 ms sleep wakes, the loop thread's time on a core and waiting for one, garbage collections, steps in
+flight), and the kernel's listen-queue and SYN-retransmit counters are read before and after. Figures:
+health_over_1s, max_health_connect_s, max_health_reply_s, loop_lag_max_s (the server's event loop at its latest),
+loop_windows_over_0_5s, gc_max_s, honest_steps_over_1s, tcp_counters. `--shapes` makes only the hostile shapes named
+(`SHAPES`; default all), `--python-slots` sets the server's Python slots (`SQLENV_PYTHON_SLOTS`; a large number is
+no bound), `--server-args` adds `sqlenv serve` arguments.
 Bounded: `--duration` (at most 3600 s) and `--max-requests`. The machine is shared: times are upper bounds.
 
 Client and server share the machine, so the client is built not to stall: after the warm-up its objects are frozen
@@ -38,10 +48,12 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import http.client
 import json
 import os
 import random
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -51,13 +63,15 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from serverproc import ServerProcess, get_json  # noqa: E402
+from serverproc import ServerProcess  # noqa: E402
 
 from sqlenv.data.datasets import load_questions, resolve_dataset  # noqa: E402
 from sqlenv.evaluation.policies import OraclePolicy  # noqa: E402
 from sqlenv.server.client import SQLEnvClient  # noqa: E402
 from sqlenv.server.app import DEFAULT_REQUEST_TIMEOUT_S as REQUEST_TIMEOUT_S, TRIM_INTERVAL_S  # noqa: E402
 from sqlenv.server.app import DEFAULT_RESET_TIMEOUT_S as RESET_TIMEOUT_S  # noqa: E402
+from sqlenv.server.environment import PYTHON_SLOTS_ENV  # noqa: E402
+from sqlenv.server.loop_probe import PROBE_FILE_ENV  # noqa: E402
 from sqlenv.server.models import SQLAction as WireAction  # noqa: E402
 
 STEP_LIMIT_S = 5.0  # the server's default SQL time limit (SandboxSettings.timeout_s)
@@ -115,6 +129,13 @@ SESSION_CREATE_BODIES = [
 HALF_SENT = [b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ", b"",
              b"POST /step HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
              b"Content-Length: 100000\r\n\r\n{\"action\": "]
+#: The hostile shapes, by name (`--shapes`), with the share of attack rounds each starts. A WebSocket round
+#: ("session") resets, then sends 1-8 actions drawn from the enabled ones of costly-sql, trim-glob, garbage and idle,
+#: and drops its TCP connection without a close frame 30% of the time when abort is enabled.
+ROUND_SHAPES = {"http-create": 0.05, "half-sent": 0.02, "never-reset": 0.03, "huge-id": 0.02, "distinct-ex": 0.05,
+                "fence-answer": 0.04}
+SESSION_ACTIONS = {"costly-sql": 0.6 * 14 / 16, "trim-glob": 0.6 * 2 / 16, "garbage": 0.3, "idle": 0.1}
+SHAPES = [*ROUND_SHAPES, *SESSION_ACTIONS, "abort"]
 GARBAGE_FRAMES = ['{"type": "step", "data": {"action_type": "QUERY"}}', '{"type": "bogus"}', "not json", "{" * 10_000,
                   '{"type": "reset", "data": {"seed": "x"}}', '{"type": "step", "data": 5}', "[]", "null"]
 
@@ -137,15 +158,33 @@ class Tally:
         self.hostile_refused = 0
         self.max_step_s = {"honest": 0.0, "hostile": 0.0}
         self.slowest = ""
+        self.honest_over_1s = 0  # honest steps that waited more than 1 s
+        self.slowest_honest_at = 0.0  # when the slowest honest step was sent (time.monotonic())
         self.health_failures = 0
         self.max_health_s = 0.0
         self.client_max_stall_s = 0.0
         self.shapes: dict[str, int] = {}  # attacks made, by shape
+        self.in_flight: dict[str, int] = {}  # attacks under way now, by shape
+        self.health: list[tuple[float, float, float, bool, dict]] = []  # (asked at, connect s, reply s, ok, in flight)
 
     def made(self, shape: str) -> None:
         self.shapes[shape] = self.shapes.get(shape, 0) + 1
 
+    @contextlib.contextmanager
+    def doing(self, shape: str):
+        """Count `shape` made, and under way while the block runs."""
+        self.made(shape)
+        self.in_flight[shape] = self.in_flight.get(shape, 0) + 1
+        try:
+            yield
+        finally:
+            self.in_flight[shape] -= 1
+
     def step_time(self, who: str, seconds: float, what: str) -> None:
+        if who == "honest":
+            self.honest_over_1s += seconds > 1.0
+            if seconds > self.max_step_s[who]:
+                self.slowest_honest_at = time.monotonic() - seconds
         if seconds > self.max_step_s[who]:
             self.max_step_s[who] = seconds
             if seconds >= max(self.max_step_s.values()):
@@ -244,74 +283,88 @@ async def never_reset(port: int, count: int, tally: Tally) -> None:
             ws.transport.abort()
 
 
-async def hostile(url: str, port: int, index: int, deadline: float, budget: "Budget", tally: Tally) -> None:
+async def hostile(url: str, port: int, index: int, deadline: float, budget: "Budget", tally: Tally,
+                  shapes: frozenset[str] = frozenset(SHAPES)) -> None:
+    """Attack rounds until `deadline`, each of one of the enabled `shapes` (`ROUND_SHAPES`, `SESSION_ACTIONS`)."""
     from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed, InvalidStatus
 
     rng = random.Random(10_000 + index)
+    rounds = {name: weight for name, weight in ROUND_SHAPES.items() if name in shapes}
+    actions = {name: weight for name, weight in SESSION_ACTIONS.items() if name in shapes}
+    if actions or "abort" in shapes:
+        rounds["session"] = 1.0 - sum(ROUND_SHAPES.values())
+    if not rounds:
+        return
     while time.monotonic() < deadline and budget.take():
-        attack = rng.random()
+        attack = rng.choices(list(rounds), weights=list(rounds.values()))[0]
         try:
-            if attack < 0.05:  # sessions over HTTP, however spelled (refused), and an oversized body (413)
-                status, reply = await asyncio.to_thread(_http, url + "/mcp", rng.choice(SESSION_CREATE_BODIES))
-                if status == 200 and b'"result"' in reply:
-                    tally.breaches.append(f"session opened over HTTP /mcp: {reply[:120]!r}")
-                await asyncio.to_thread(_http, url + "/step", b" " * (2 * 1024 * 1024))
+            if attack == "http-create":  # sessions over HTTP, however spelled (refused), and an oversized body (413)
+                with tally.doing(attack):
+                    status, reply = await asyncio.to_thread(_http, url + "/mcp", rng.choice(SESSION_CREATE_BODIES))
+                    if status == 200 and b'"result"' in reply:
+                        tally.breaches.append(f"session opened over HTTP /mcp: {reply[:120]!r}")
+                    await asyncio.to_thread(_http, url + "/step", b" " * (2 * 1024 * 1024))
                 tally.requests += 2
                 tally.hostile_refused += 2
                 continue
-            if attack < 0.07:  # requests that stop half-way, a few at once
-                await half_sent(port, [rng.choice(HALF_SENT) for _ in range(rng.randint(1, 5))], tally)
+            if attack == "half-sent":  # requests that stop half-way, a few at once
+                with tally.doing(attack):
+                    await half_sent(port, [rng.choice(HALF_SENT) for _ in range(rng.randint(1, 5))], tally)
                 tally.requests += 1
                 continue
-            if attack < 0.10:  # WebSockets that never send anything: closed at the reset timeout
-                tally.made("never-reset sockets")
-                await never_reset(port, rng.randint(1, 4), tally)
+            if attack == "never-reset":  # WebSockets that never send anything: closed at the reset timeout
+                with tally.doing(attack):
+                    await never_reset(port, rng.randint(1, 4), tally)
                 continue
             async with connect(f"ws://127.0.0.1:{port}/ws", proxy=None, compression=None, open_timeout=30,
                                max_size=None, local_addr=(HOSTILE_ADDRESS, 0)) as ws:
 
-                async def timed(frame: str, what: str) -> str:
+                async def timed(frame: str, what: str, shape: str) -> str:
                     started = time.monotonic()
-                    await ws.send(frame)
-                    reply = await asyncio.wait_for(ws.recv(), 60)
+                    with tally.doing(shape) if shape else contextlib.nullcontext():
+                        await ws.send(frame)
+                        reply = await asyncio.wait_for(ws.recv(), 60)
                     tally.step_time("hostile", time.monotonic() - started, what)
                     tally.requests += 1
                     return reply
 
-                if attack < 0.12:  # a 1 MB question_id: refused, and not sent back
-                    await ws.send(json.dumps({"type": "reset", "data": {"question_id": "q" * 1_000_000}}))
-                    reply = await asyncio.wait_for(ws.recv(), 60)
+                if attack == "huge-id":  # a 1 MB question_id: refused, and not sent back
+                    with tally.doing(attack):
+                        await ws.send(json.dumps({"type": "reset", "data": {"question_id": "q" * 1_000_000}}))
+                        reply = await asyncio.wait_for(ws.recv(), 60)
                     tally.requests += 1
                     tally.hostile_refused += 1
                     if len(reply) > 10_000:
                         tally.breaches.append(f"a 1 MB question_id sent back ({len(reply):,} characters)")
+                    continue
                 await ws.send(json.dumps({"type": "reset", "data": {}}))
                 await asyncio.wait_for(ws.recv(), 60)
                 tally.requests += 1
-                if attack < 0.17:  # cheap with DISTINCT, then ANSWER (EX re-runs it without), then `state`
-                    tally.made("DISTINCT query, ANSWER, state")
-                    await timed(_step("QUERY", DISTINCT_EX_SQL), "QUERY " + DISTINCT_EX_SQL)
-                    await timed(_step("ANSWER", "3"), "ANSWER after the DISTINCT query")
-                    await timed(json.dumps({"type": "state"}), "state after the DISTINCT query's ANSWER")
-                elif attack < 0.21:  # a code fence and ~28 KB of newlines
-                    tally.made("fence + newlines ANSWER")
-                    await timed(_step("ANSWER", FENCE_ANSWER), "ANSWER ``` + 28,000 newlines")
-                for _ in range(rng.randint(1, 8) if attack >= 0.21 else 0):
+                if attack == "distinct-ex":  # cheap with DISTINCT, then ANSWER (EX re-runs it without), then `state`
+                    with tally.doing(attack):  # made once, in flight for the three replies
+                        await timed(_step("QUERY", DISTINCT_EX_SQL), "QUERY " + DISTINCT_EX_SQL, "")
+                        await timed(_step("ANSWER", "3"), "ANSWER after the DISTINCT query", "")
+                        await timed(json.dumps({"type": "state"}), "state after the DISTINCT query's ANSWER", "")
+                elif attack == "fence-answer":  # a code fence and ~28 KB of newlines
+                    await timed(_step("ANSWER", FENCE_ANSWER), "ANSWER ``` + 28,000 newlines", attack)
+                for _ in range(rng.randint(1, 8) if attack == "session" and actions else 0):
                     if time.monotonic() > deadline:
                         break
-                    kind = rng.random()
-                    if kind < 0.6:
-                        sql = rng.choice(HOSTILE_SQL)
-                        frame = _step("QUERY", sql)
-                        tally.made("trim/GLOB row" if "trim(x, y)" in sql or "GLOB p" in sql else "costly SQL")
-                    elif kind < 0.9:
-                        sql = frame = rng.choice(GARBAGE_FRAMES)
+                    kind = rng.choices(list(actions), weights=list(actions.values()))[0]
+                    if kind == "costly-sql":
+                        sql = rng.choice(HOSTILE_SQL[:-2])
+                    elif kind == "trim-glob":
+                        sql = rng.choice(HOSTILE_SQL[-2:])
+                    elif kind == "garbage":
+                        sql = rng.choice(GARBAGE_FRAMES)
                     else:
-                        await asyncio.sleep(rng.uniform(0.5, 3.0))  # idle
+                        with tally.doing(kind):
+                            await asyncio.sleep(rng.uniform(0.5, 3.0))  # idle
                         continue
-                    await timed(frame, sql)
-                if rng.random() < 0.3:
+                    await timed(sql if kind == "garbage" else _step("QUERY", sql), sql, kind)
+                if attack == "session" and "abort" in shapes and rng.random() < 0.3:
+                    tally.made("abort")
                     ws.transport.abort()  # drop the TCP connection without a close frame
         except InvalidStatus:
             tally.hostile_refused += 1  # capacity reached while dropped sessions are released
@@ -341,27 +394,69 @@ async def loop_stalls(deadline: float, tally: Tally, tick_s: float = 0.01) -> No
         tally.client_max_stall_s = max(tally.client_max_stall_s, time.monotonic() - started - tick_s)
 
 
-def _timed_health(url: str) -> tuple[bool, float]:
-    """(healthy, seconds) of one `/health` call, timed in the calling thread (not across the client's loop)."""
+def _timed_health(port: int) -> tuple[bool, float, float]:
+    """(healthy, connect seconds, reply seconds) of one `/health` call on a new connection, timed in the calling
+    thread (not across the client's loop): the TCP connect (a dropped SYN is retried after 1 s, then 3 s) apart
+    from the request and its reply (the server's event loop). A connection that fails counts as connect time."""
     started = time.monotonic()
+    connected = started
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10.0)
     try:
-        healthy = get_json(url + "/health", 10.0).get("status") == "healthy"
+        conn.connect()
+        connected = time.monotonic()
+        conn.request("GET", "/health")
+        response = conn.getresponse()
+        healthy = response.status == 200 and json.loads(response.read()).get("status") == "healthy"
     except Exception:  # noqa: BLE001 - a failure is a figure
         healthy = False
-    return healthy, time.monotonic() - started
+    finally:
+        conn.close()
+    return healthy, connected - started, time.monotonic() - connected
 
 
-async def watch(url: str, pid: int, deadline: float, tally: Tally, rss: list) -> None:
-    """`/health` every `HEALTH_EVERY_S` (its longest wait is `max_health_s`), the server's RSS every 2 s."""
+async def watch(port: int, pid: int, deadline: float, tally: Tally, rss: list) -> None:
+    """`/health` every `HEALTH_EVERY_S` on a thread of its own (its longest wait is `max_health_s`; each call's
+    connect and reply times and the attacks under way when it was asked are kept), the server's RSS every 2 s."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    loop = asyncio.get_running_loop()
     next_rss = 0.0
-    while time.monotonic() < deadline:
-        healthy, seconds = await asyncio.to_thread(_timed_health, url)
-        tally.health_failures += not healthy
-        tally.max_health_s = max(tally.max_health_s, seconds)
-        if time.monotonic() >= next_rss:
-            rss.append(_rss_mb(pid))
-            next_rss = time.monotonic() + 2.0
-        await asyncio.sleep(HEALTH_EVERY_S)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="health") as own:
+        while time.monotonic() < deadline:
+            asked, in_flight = time.monotonic(), {k: v for k, v in tally.in_flight.items() if v}
+            healthy, connect_s, reply_s = await loop.run_in_executor(own, _timed_health, port)
+            tally.health_failures += not healthy
+            tally.max_health_s = max(tally.max_health_s, connect_s + reply_s)
+            tally.health.append((asked, connect_s, reply_s, healthy, in_flight))
+            if time.monotonic() >= next_rss:
+                rss.append(_rss_mb(pid))
+                next_rss = time.monotonic() + 2.0
+            await asyncio.sleep(HEALTH_EVERY_S)
+
+
+def _tcp_counters() -> dict[str, int]:
+    """The kernel's TCP counters that a lost connection attempt shows in (this network namespace: the soak's
+    client and server, and whatever else runs here): listen-queue overflows and drops, SYN retransmits."""
+    wanted = {"ListenOverflows", "ListenDrops", "TCPSynRetrans", "TCPTimeouts"}
+    found: dict[str, int] = {}
+    try:
+        lines = Path("/proc/net/netstat").read_text().splitlines()
+    except OSError:
+        return found
+    for names, values in zip(lines[::2], lines[1::2]):
+        if names.startswith("TcpExt:"):
+            for name, value in zip(names.split()[1:], values.split()[1:]):
+                if name in wanted:
+                    found[name] = int(value)
+    return found
+
+
+def _read_probe(path: Path) -> list[dict]:
+    """The server's loop-probe windows (`sqlenv.server.loop_probe`), oldest first."""
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return []
 
 
 async def soak(server: ServerProcess, questions: list, args: argparse.Namespace, tally: Tally) -> dict:
@@ -378,20 +473,58 @@ async def soak(server: ServerProcess, questions: list, args: argparse.Namespace,
         warm_deadline = time.monotonic() + 300.0
         await asyncio.gather(*(honest(c, list(per_database), i, warm_deadline, Budget(10_000), warm)
                                for i, c in enumerate(clients)),
-                             *(hostile(server.url, server.port, i, time.monotonic() + 60.0, Budget(2), warm)
-                               for i in range(args.hostile)))
+                             *(hostile(server.url, server.port, i, time.monotonic() + 60.0, Budget(2), warm,
+                                       args.shapes) for i in range(args.hostile)))
         await asyncio.to_thread(server.wait_sessions, args.honest, 30.0)
         rss_after_warmup = _rss_mb(server.proc.pid)
         gc.collect()
         gc.freeze()  # the clients, questions and libraries live to the end: keep them out of full collections
-        deadline = time.monotonic() + args.duration
+        tcp_before = _tcp_counters()
+        started = time.monotonic()
+        deadline = started + args.duration
         budget = Budget(args.max_requests)
-        await asyncio.gather(watch(server.url, server.proc.pid, deadline, tally, rss), loop_stalls(deadline, tally),
+        await asyncio.gather(watch(server.port, server.proc.pid, deadline, tally, rss), loop_stalls(deadline, tally),
                              *(honest(c, (questions,), i, deadline, budget, tally) for i, c in enumerate(clients)),
-                             *(hostile(server.url, server.port, i, deadline, budget, tally)
+                             *(hostile(server.url, server.port, i, deadline, budget, tally, args.shapes)
                                for i in range(args.hostile)))
+    tcp_after = _tcp_counters()
     return {"rss_after_warmup": rss_after_warmup, "rss_samples": rss, "warmup_errors": warm.honest_errors,
-            "warmup_breaches": warm.breaches}
+            "warmup_breaches": warm.breaches, "soak_window": (started, time.monotonic()),
+            "tcp": {name: tcp_after[name] - tcp_before.get(name, 0) for name in tcp_after}}
+
+
+def _overlapping(probe: list[dict], start: float, end: float) -> list[dict]:
+    return [w for w in probe if w["t1"] >= start and w["t0"] <= end]
+
+
+def _health_figures(calls: list, probe: list[dict]) -> dict:
+    """The `/health` calls and the server's loop probe taken together: how many calls were slow and why (a long
+    connect is a SYN the kernel dropped and retried; a long reply is the server's event loop, or this client),
+    and the probe's windows around the slowest call and the loop's latest wake-ups."""
+    worst = max(calls, key=lambda c: c[1] + c[2], default=None)
+    out: dict = {
+        "calls": len(calls), "over_1s": sum(c[1] + c[2] > 1.0 for c in calls),
+        "connect_over_0_9s": sum(c[1] + c[2] > 1.0 and c[1] >= 0.9 for c in calls),
+        "max_connect_s": max((c[1] for c in calls), default=0.0),
+        "max_reply_s": max((c[2] for c in calls), default=0.0),
+        "loop_lag_max_s": max((w["lag_max_s"] for w in probe), default=float("nan")),
+        "loop_windows_over_0_5s": sum(w["lag_max_s"] > 0.5 for w in probe),
+        "gc_max_s": max((w["gc_max_s"] for w in probe), default=float("nan")),
+        "steps_max": max((w["steps_max"] for w in probe), default=0),
+        "threads_max": max((w["threads"] for w in probe), default=0),
+        "laggiest": sorted(probe, key=lambda w: -w["lag_max_s"])[:3], "worst": None}
+    if worst is not None:
+        asked, connect_s, reply_s, _, in_flight = worst
+        loop = _overlapping(probe, asked, asked + connect_s + reply_s)
+        out["worst"] = {"at": asked, "connect_s": connect_s, "reply_s": reply_s, "in_flight": in_flight,
+                        "loop": {"lag_max_s": max((w["lag_max_s"] for w in loop), default=None),
+                                 "loop_cpu_s": round(sum(w["loop_cpu_s"] for w in loop), 3),
+                                 "loop_runq_s": round(sum(w["loop_runq_s"] for w in loop), 3),
+                                 "proc_cpu_s": round(sum(w["proc_cpu_s"] for w in loop), 3),
+                                 "gc_max_s": max((w["gc_max_s"] for w in loop), default=None),
+                                 "steps_max": max((w["steps_max"] for w in loop), default=None),
+                                 "windows": len(loop)}}
+    return out
 
 
 def main() -> None:
@@ -402,19 +535,44 @@ def main() -> None:
     parser.add_argument("--dataset", default="builtin", help="dataset served (default builtin)")
     parser.add_argument("--max-requests", type=int, default=1_000_000,
                         help="most episodes and attack rounds in all (default 1,000,000)")
+    parser.add_argument("--shapes", default="all",
+                        help="the hostile shapes to make, comma-separated (default all): " + ", ".join(SHAPES))
+    parser.add_argument("--python-slots", type=int, default=None,
+                        help="the server's Python slots (SQLENV_PYTHON_SLOTS; default the server's: one per core; "
+                             "a large number is no bound)")
+    parser.add_argument("--server-args", default="",
+                        help="more `sqlenv serve` arguments, space-separated (e.g. a limit to compare)")
     args = parser.parse_args()
+    wanted = SHAPES if args.shapes == "all" else [name.strip() for name in args.shapes.split(",") if name.strip()]
+    unknown = sorted(set(wanted) - set(SHAPES))
+    if unknown or not wanted:
+        parser.error(f"--shapes: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(SHAPES)}")
+    args.shapes = frozenset(wanted)
     if not 0 < args.duration <= 3600 or not 0 <= args.honest <= 128 or not 0 <= args.hostile <= 128:
         parser.error("--duration must be in (0, 3600], --honest and --hostile in 0..128")
 
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; soak {args.duration:g} s, "
-          f"{args.honest} honest + {args.hostile} hostile sessions")
+          f"{args.honest} honest + {args.hostile} hostile sessions; shapes "
+          f"{'all' if args.shapes == frozenset(SHAPES) else ', '.join(sorted(args.shapes))}"
+          f"{'; server ' + args.server_args if args.server_args else ''}"
+          f"{f'; Python slots {args.python_slots}' if args.python_slots is not None else ''}")
     info = resolve_dataset(args.dataset)
     questions = load_questions(info.questions_path("train"))
     # The honest sessions (127.0.0.1) fit their address's limit; the hostile ones (127.0.0.2) share theirs with
     # their never-reset sockets, and together can never fill the server.
     per_client = max(args.honest, 16)
-    server = ServerProcess(["--dataset", str(info.root), "--split", "train", "--max-sessions-per-client",
-                            str(per_client), "--max-sessions", str(args.honest + per_client + 8)]).start()
+    probe_dir = tempfile.TemporaryDirectory(prefix="soak-probe-")
+    probe_file = Path(probe_dir.name) / "loop.jsonl"
+    os.environ[PROBE_FILE_ENV] = str(probe_file)  # the server's event-loop probe (sqlenv.server.loop_probe)
+    if args.python_slots is not None:
+        os.environ[PYTHON_SLOTS_ENV] = str(args.python_slots)
+    try:
+        server = ServerProcess(["--dataset", str(info.root), "--split", "train", "--max-sessions-per-client",
+                                str(per_client), "--max-sessions", str(args.honest + per_client + 8),
+                                *args.server_args.split()]).start()
+    finally:
+        os.environ.pop(PROBE_FILE_ENV, None)
+        os.environ.pop(PYTHON_SLOTS_ENV, None)
     tally = Tally()
     try:
         rss_start = _rss_mb(server.proc.pid)
@@ -425,6 +583,10 @@ def main() -> None:
         alive = server.proc.poll() is None
     finally:
         server.stop()
+    soak_from, soak_to = extra["soak_window"]
+    probe = [w for w in _read_probe(probe_file) if soak_from <= w["t1"] and w["t0"] <= soak_to]
+    probe_dir.cleanup()
+    health = _health_figures(tally.health, probe)
     honest_errors = len(tally.honest_errors) + len(extra["warmup_errors"])
     for line in (extra["warmup_errors"] + tally.honest_errors)[:5]:
         print("  honest error:", line)
@@ -443,6 +605,22 @@ def main() -> None:
     print("hostile shapes made: " + ", ".join(f"{k} {v}" for k, v in sorted(tally.shapes.items())))
     print(f"longest waits (target <= 1 s): an honest step {tally.max_step_s['honest']:.2f} s, /health "
           f"{tally.max_health_s:.2f} s (asked every {HEALTH_EVERY_S:g} s)")
+    print(f"/health: {health['calls']} calls, {health['over_1s']} over 1 s ({health['connect_over_0_9s']} of them "
+          f"with a connect >= 0.9 s: a SYN retried); longest connect {health['max_connect_s']:.2f} s, longest reply "
+          f"{health['max_reply_s']:.2f} s; TCP counters over the soak: "
+          + ", ".join(f"{k} {v}" for k, v in sorted(extra["tcp"].items())))
+    print(f"honest steps over 1 s: {tally.honest_over_1s}; the slowest sent at soak "
+          f"+{tally.slowest_honest_at - soak_from:.0f} s")
+    worst = health["worst"]
+    if worst:
+        print(f"slowest /health: {worst['connect_s']:.2f} s connect + {worst['reply_s']:.2f} s reply, at soak "
+              f"+{worst['at'] - soak_from:.0f} s, attacks under way {worst['in_flight']}; the server's loop then: "
+              f"{worst['loop']}")
+    print(f"server event loop (probe, 50 ms ticks): longest lateness {health['loop_lag_max_s']:.2f} s, windows "
+          f"over 0.5 s {health['loop_windows_over_0_5s']}; longest GC pause {health['gc_max_s']:.3f} s; most "
+          f"steps in flight {health['steps_max']}, threads {health['threads_max']}")
+    for window in health["laggiest"]:
+        print("  late loop window:", json.dumps(window))
     curve = extra["rss_samples"][:: max(1, len(extra["rss_samples"]) // 12)]
     print("RSS MB every ~" + f"{args.duration / max(1, len(curve)):.0f} s: " + " ".join(f"{v:.0f}" for v in curve))
     print(f"RSS MB: start {rss_start:.0f}, after warm-up {extra['rss_after_warmup']:.0f}, peak "
@@ -461,6 +639,12 @@ def main() -> None:
         "rss_peak_mb": round(max(extra["rss_samples"], default=float("nan")), 1), "rss_end_mb": round(rss_end, 1),
         "rss_growth_mb": round(rss_end - extra["rss_after_warmup"], 1), "hostile_shapes": tally.shapes,
         "load_average_1m_end": round(os.getloadavg()[0], 2),
+        "shapes": "all" if args.shapes == frozenset(SHAPES) else sorted(args.shapes), "server_args": args.server_args,
+        "python_slots": args.python_slots,
+        "honest_steps_over_1s": tally.honest_over_1s, "health_over_1s": health["over_1s"], "max_health_connect_s": round(health["max_connect_s"], 3),
+        "max_health_reply_s": round(health["max_reply_s"], 3), "loop_lag_max_s": round(health["loop_lag_max_s"], 3),
+        "loop_windows_over_0_5s": health["loop_windows_over_0_5s"], "gc_max_s": round(health["gc_max_s"], 3),
+        "tcp_counters": extra["tcp"],
     }))
 
 

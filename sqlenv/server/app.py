@@ -38,7 +38,9 @@ from openenv.core.env_server.types import ConcurrencyConfig
 
 from sqlenv.client_address import FORWARDED_ALLOW_IPS_ENV, client_address, forwarded_for, proxy_hops_setting
 from sqlenv.sandbox.native_memory import fix_mmap_threshold, malloc_trim
-from sqlenv.server.environment import ResetArgumentError, ServerConfig, SQLEnvServerEnvironment
+from sqlenv.server.environment import (PYTHON_SLOTS_ENV, PythonSlots, ResetArgumentError, ServerConfig,
+                                      SQLEnvServerEnvironment, step_activity)
+from sqlenv.server.loop_probe import probe_path, run_probe
 from sqlenv.server.models import EpisodeState, SQLAction, SQLObservation
 
 __all__ = ["create_app", "serve", "DEFAULT_MAX_SESSIONS", "DEFAULT_SESSION_TIMEOUT_S", "DEFAULT_REQUEST_TIMEOUT_S",
@@ -371,7 +373,8 @@ def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS
                session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
                request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
                max_sessions_per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT,
-               reset_timeout_s: float = DEFAULT_RESET_TIMEOUT_S, proxy_hops: int = 0) -> FastAPI:
+               reset_timeout_s: float = DEFAULT_RESET_TIMEOUT_S, proxy_hops: int = 0,
+               python_slots: int | None = None) -> FastAPI:
     """The FastAPI app serving `config`.
 
     Args:
@@ -393,7 +396,11 @@ def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS
             (default 0: the TCP peer is the client). The per-client limit then counts the entry the outermost
             proxy appended. Set it to the number of proxies, never more (one more and the entry counted is the
             client's own claim), and only where every request comes through them.
+        python_slots: most sessions running a reset's or step's Python work at once, process-wide (default None:
+            `config.python_slots`, one per core); statements run outside it (`PythonSlots`).
     """
+    if python_slots is not None:
+        config.python_slots = PythonSlots(python_slots)
     if max_sessions < 1:
         raise ValueError(f"max_sessions must be at least 1, got {max_sessions}")
     if not session_timeout_s > 0:
@@ -443,6 +450,20 @@ def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS
         app.router.on_startup.append(start_trimming)
         app.router.on_shutdown.append(stop_trimming)
 
+    probe_file = probe_path()
+    if probe_file is not None:  # bench only (SQLENV_LOOP_PROBE_FILE): the event loop's lateness, to a file
+        probes: list[asyncio.Task] = []
+
+        async def start_probe() -> None:
+            probes.append(asyncio.create_task(run_probe(probe_file, step_activity)))
+
+        async def stop_probe() -> None:
+            for task in probes:
+                task.cancel()
+
+        app.router.on_startup.append(start_probe)
+        app.router.on_shutdown.append(stop_probe)
+
     @app.get("/sessions", tags=["Health"], summary="Open environments and the session limit")
     async def sessions() -> dict[str, Any]:
         return {"open": config.sessions.open, "max": max_sessions}
@@ -455,7 +476,8 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, *,
           session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
           request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
           max_sessions_per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT,
-          reset_timeout_s: float = DEFAULT_RESET_TIMEOUT_S, proxy_hops: int | None = None) -> None:
+          reset_timeout_s: float = DEFAULT_RESET_TIMEOUT_S, proxy_hops: int | None = None,
+          python_slots: int | None = None) -> None:
     """Run the server in this process until interrupted (uvicorn; SIGINT/SIGTERM stop it cleanly).
 
     Args:
@@ -471,6 +493,8 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, *,
         reset_timeout_s: seconds a new WebSocket has to send its first reset (default 20).
         proxy_hops: trusted reverse proxies appending to `X-Forwarded-For` (default None: `SQLENV_PROXY_HOPS`,
             else 0); see `create_app`.
+        python_slots: most sessions running a step's Python work at once (default None: `SQLENV_PYTHON_SLOTS`,
+            else one per core); see `PythonSlots`.
 
     Client addresses are TCP peers unless one setting names the proxies: `proxy_hops` (how many append to
     `X-Forwarded-For`), or uvicorn's `FORWARDED_ALLOW_IPS` (their addresses; default none here: uvicorn's own
@@ -481,16 +505,23 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, *,
     import uvicorn
 
     proxy_hops = proxy_hops_setting(proxy_hops)
+    if python_slots is None and os.environ.get(PYTHON_SLOTS_ENV, "").strip():
+        try:
+            python_slots = int(os.environ[PYTHON_SLOTS_ENV])
+        except ValueError:
+            raise ValueError(f"{PYTHON_SLOTS_ENV} must be a whole number, got "
+                             f"{os.environ[PYTHON_SLOTS_ENV]!r}") from None
     app = create_app(config, max_sessions=max_sessions, web=web, session_timeout_s=session_timeout_s,
                      request_timeout_s=request_timeout_s, max_sessions_per_client=max_sessions_per_client,
-                     reset_timeout_s=reset_timeout_s, proxy_hops=proxy_hops)
+                     reset_timeout_s=reset_timeout_s, proxy_hops=proxy_hops, python_slots=python_slots)
     # Everything loaded so far (FastAPI, OpenEnv, Gradio, the questions) lives as long as the process: keep it
     # out of the garbage collector's full passes, which otherwise stall every session for ~0.2 s now and then.
     gc.collect()
     gc.freeze()
     print(f"sqlenv server: {config.dataset or 'dataset'}/{config.split} ({len(config.questions)} questions) on "
           f"http://{host}:{port} (WebSocket /ws, at most {max_sessions} sessions{', playground /web' if web else ''}"
-          f"{f', clients by X-Forwarded-For behind {proxy_hops} proxy hop(s)' if proxy_hops else ''})",
+          f"{f', clients by X-Forwarded-For behind {proxy_hops} proxy hop(s)' if proxy_hops else ''}, "
+          f"{config.python_slots.slots} Python slot(s))",
           flush=True)
     # No per-message compression: observations are small text, and deflating every frame costs more CPU on
     # both ends than the bytes it saves.

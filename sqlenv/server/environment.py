@@ -9,6 +9,8 @@ whole process already (`sqlenv.environment`).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,12 +23,13 @@ import sqlenv
 from sqlenv import protocol
 from sqlenv.environment import SQLEnvironment
 from sqlenv.rewards import RewardConfig
-from sqlenv.sandbox.sandbox import SandboxSettings
+from sqlenv.sandbox.sandbox import Sandbox, SandboxSettings
 from sqlenv.server.models import EpisodeState, SQLAction, SQLObservation
 from sqlenv.types import Question
 
-__all__ = ["ServerConfig", "SessionCounter", "SQLEnvServerEnvironment", "ResetArgumentError", "SessionClosedError",
-           "MAX_STEP_BUDGET", "MAX_ID_CHARS", "MAX_STATE_TRANSCRIPT_CHARS"]
+__all__ = ["ServerConfig", "SessionCounter", "PythonSlots", "default_python_slots", "PYTHON_SLOTS_ENV",
+           "SQLEnvServerEnvironment", "ResetArgumentError", "SessionClosedError",
+           "MAX_STEP_BUDGET", "MAX_ID_CHARS", "MAX_STATE_TRANSCRIPT_CHARS", "step_activity"]
 
 #: The largest step budget a client may ask for in `reset(step_budget=...)`.
 MAX_STEP_BUDGET = 1000
@@ -67,6 +70,132 @@ def _shown(value: Any) -> str:
     return f"a {type(value).__name__}"  # a list or an object: its type says enough
 
 
+#: The environment variable `serve` reads the number of Python slots from (`PythonSlots`; default the cores).
+PYTHON_SLOTS_ENV = "SQLENV_PYTHON_SLOTS"
+
+
+def default_python_slots() -> int:
+    """Python slots by default: the cores this process may run on (at least 1)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+class PythonSlots:
+    """How many sessions' threads may run a reset's or step's Python work at once, process-wide.
+
+    Every session steps on a thread of its own, and Python runs one thread at a time (the interpreter lock): with
+    dozens of sessions parsing, pricing and formatting at once, the server's event loop (one more thread, which
+    lets go of the lock at every system call and must win it back among all of them) answered `/health` and
+    relayed every other session's messages seconds late. A thread holds a slot while its step runs Python and
+    gives it back while the sandbox runs a statement or opens a database, where SQLite works without the lock:
+    a 5 s hostile query holds no slot, so it never holds up another session's step. With slots = cores, the
+    threads that want the lock at once are at most that many plus the event loop (and statements' brief clock
+    checks).
+
+    Re-entrant per thread (a step that opens a database inside a statement's call gives its slot back once)."""
+
+    def __init__(self, slots: int | None = None):
+        self.slots = default_python_slots() if slots is None else int(slots)
+        if self.slots < 1:
+            raise ValueError(f"Python slots must be at least 1, got {slots}")
+        self._free = threading.BoundedSemaphore(self.slots)
+        self._mine = threading.local()
+        self._count_lock = threading.Lock()
+        self.held_now = 0
+
+    @contextlib.contextmanager
+    def held(self):
+        """Hold a slot for the block (wait for one first), unless this thread holds one already."""
+        if getattr(self._mine, "held", False):
+            yield
+            return
+        self._take()
+        try:
+            yield
+        finally:
+            self._give()
+
+    @contextlib.contextmanager
+    def released(self):
+        """Give this thread's slot back for the block (SQLite's work), and take one again after it."""
+        if not getattr(self._mine, "held", False):
+            yield
+            return
+        self._give()
+        try:
+            yield
+        finally:
+            self._take()
+
+    def _take(self) -> None:
+        self._free.acquire()
+        self._mine.held = True
+        with self._count_lock:
+            self.held_now += 1
+
+    def _give(self) -> None:
+        with self._count_lock:
+            self.held_now -= 1
+        self._mine.held = False
+        self._free.release()
+
+
+class _SlotSandbox(Sandbox):
+    """The sandbox of a server session: its statements and database openings run without the session's Python
+    slot (`PythonSlots.released`). The methods that run a statement or open a database are the public ones;
+    what they do is `Sandbox`'s."""
+
+    def __init__(self, db_dir: Path, settings: SandboxSettings, slots: PythonSlots):
+        super().__init__(db_dir, settings)
+        self._slots = slots
+
+    def database(self, name: str):
+        with self._slots.released():
+            return super().database(name)
+
+    def execute(self, *args: Any, **kwargs: Any):
+        with self._slots.released():
+            return super().execute(*args, **kwargs)
+
+    def row_count(self, db_name: str, table: str) -> int:
+        with self._slots.released():
+            return super().row_count(db_name, table)
+
+    def sample(self, db_name: str, table: str) -> str:
+        with self._slots.released():
+            return super().sample(db_name, table)
+
+
+class _StepActivity:
+    """How many resets and steps the process's environments are running right now (read by the bench's loop
+    probe, `sqlenv.server.loop_probe`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.running = 0
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self.running += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        with self._lock:
+            self.running -= 1
+
+
+_ACTIVITY = _StepActivity()
+
+
+_SLOTS_IN_USE: list[PythonSlots] = []  # the slots of the servers in this process (one, but for tests)
+
+
+def step_activity() -> tuple[int, int]:
+    """(resets and steps running now, those of them holding a Python slot)."""
+    return _ACTIVITY.running, sum(slots.held_now for slots in _SLOTS_IN_USE)
+
+
 class SessionCounter:
     """How many environments the server holds open right now (a leak shows as a count that never drops)."""
 
@@ -100,6 +229,8 @@ class ServerConfig:
         reward_config: reward constants (default `RewardConfig()`); sent to clients at each reset.
         sandbox: sandbox limits (default `SandboxSettings()`).
         sessions: the open-environment counter the app reports at `/sessions`.
+        python_slots: how many sessions may run a reset's or step's Python work at once (a `PythonSlots`, or
+            a number; default one per core).
 
     `question_ids` (derived) is the set of the served questions' ids, so a reset checks an id without a scan.
     """
@@ -112,6 +243,7 @@ class ServerConfig:
     reward_config: RewardConfig = field(default_factory=RewardConfig)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     sessions: SessionCounter = field(default_factory=SessionCounter)
+    python_slots: PythonSlots = field(default_factory=PythonSlots)
     question_ids: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -120,6 +252,8 @@ class ServerConfig:
         if not 1 <= int(self.step_budget) <= MAX_STEP_BUDGET:
             raise ValueError(f"step_budget must be between 1 and {MAX_STEP_BUDGET}, got {self.step_budget}")
         self.question_ids = frozenset(q.question_id for q in self.questions)
+        if isinstance(self.python_slots, int):
+            self.python_slots = PythonSlots(self.python_slots)
 
     @classmethod
     def from_dataset(cls, name_or_path: str | Path = "builtin", split: str = "train", data_root=None,
@@ -151,9 +285,12 @@ class SQLEnvServerEnvironment(Environment[SQLAction, SQLObservation, EpisodeStat
         super().__init__()
         self.config = config
         # Used only through the `sqlenv.protocol.Environment` interface.
+        self._slots = config.python_slots
+        if self._slots not in _SLOTS_IN_USE:
+            _SLOTS_IN_USE.append(self._slots)
         self._env: protocol.Environment = SQLEnvironment(
             config.questions, config.db_dir, step_budget=config.step_budget, reward_config=config.reward_config,
-            sandbox=config.sandbox)
+            sandbox=_SlotSandbox(config.db_dir, config.sandbox, self._slots))
         self._reward_config = asdict(config.reward_config)  # sent with every reset
         self._closed = False
         config.sessions.opened()
@@ -181,17 +318,19 @@ class SQLEnvServerEnvironment(Environment[SQLAction, SQLObservation, EpisodeStat
         if isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= MAX_STEP_BUDGET:
             raise ResetArgumentError(f"step_budget must be an integer from 1 to {MAX_STEP_BUDGET}, "
                                      f"got {_shown(step_budget)}")
-        obs = self._env.reset(seed=seed, question_id=question_id, step_budget=budget, episode_id=episode_id)
-        meta = self._metadata(obs)
-        meta["step_budget"] = budget
-        meta["reward_config"] = dict(self._reward_config)
-        return SQLObservation.from_core(obs, meta)
+        with _ACTIVITY, self._slots.held():
+            obs = self._env.reset(seed=seed, question_id=question_id, step_budget=budget, episode_id=episode_id)
+            meta = self._metadata(obs)
+            meta["step_budget"] = budget
+            meta["reward_config"] = dict(self._reward_config)
+            return SQLObservation.from_core(obs, meta)
 
     def step(self, action: SQLAction, timeout_s: float | None = None, **kwargs: Any) -> SQLObservation:
         """Apply one action (the sandbox's own time limit bounds it; `timeout_s` is not used)."""
         self._check_open()
-        obs = self._env.step(action.to_core() if isinstance(action, SQLAction) else action)
-        return SQLObservation.from_core(obs, self._metadata(obs))
+        with _ACTIVITY, self._slots.held():
+            obs = self._env.step(action.to_core() if isinstance(action, SQLAction) else action)
+            return SQLObservation.from_core(obs, self._metadata(obs))
 
     def _metadata(self, obs) -> dict[str, Any]:
         env = self._env
