@@ -165,7 +165,8 @@ class Tally:
         self.client_max_stall_s = 0.0
         self.shapes: dict[str, int] = {}  # attacks made, by shape
         self.in_flight: dict[str, int] = {}  # attacks under way now, by shape
-        self.health: list[tuple[float, float, float, bool, dict]] = []  # (asked at, connect s, reply s, ok, in flight)
+        # /health calls: (asked at, connect s, reply s, ok, attacks in flight, s the calling thread waited for a core)
+        self.health: list[tuple[float, float, float, bool, dict, float]] = []
 
     def made(self, shape: str) -> None:
         self.shapes[shape] = self.shapes.get(shape, 0) + 1
@@ -394,10 +395,20 @@ async def loop_stalls(deadline: float, tally: Tally, tick_s: float = 0.01) -> No
         tally.client_max_stall_s = max(tally.client_max_stall_s, time.monotonic() - started - tick_s)
 
 
-def _timed_health(port: int) -> tuple[bool, float, float]:
-    """(healthy, connect seconds, reply seconds) of one `/health` call on a new connection, timed in the calling
-    thread (not across the client's loop): the TCP connect (a dropped SYN is retried after 1 s, then 3 s) apart
-    from the request and its reply (the server's event loop). A connection that fails counts as connect time."""
+def _run_queue_s() -> float:
+    """Seconds this thread has waited for a core so far (schedstat), or 0.0 where the kernel does not say."""
+    try:
+        return int(Path("/proc/thread-self/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def _timed_health(port: int) -> tuple[bool, float, float, float]:
+    """(healthy, connect seconds, reply seconds, seconds this thread waited for a core) of one `/health` call on a
+    new connection, timed in the calling thread (not across the client's loop): the TCP connect (a dropped SYN is
+    retried after 1 s, then 3 s) apart from the request and its reply (the server's event loop). A connection that
+    fails counts as connect time."""
+    queued = _run_queue_s()
     started = time.monotonic()
     connected = started
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10.0)
@@ -411,7 +422,7 @@ def _timed_health(port: int) -> tuple[bool, float, float]:
         healthy = False
     finally:
         conn.close()
-    return healthy, connected - started, time.monotonic() - connected
+    return healthy, connected - started, time.monotonic() - connected, _run_queue_s() - queued
 
 
 async def watch(port: int, pid: int, deadline: float, tally: Tally, rss: list) -> None:
@@ -424,10 +435,10 @@ async def watch(port: int, pid: int, deadline: float, tally: Tally, rss: list) -
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="health") as own:
         while time.monotonic() < deadline:
             asked, in_flight = time.monotonic(), {k: v for k, v in tally.in_flight.items() if v}
-            healthy, connect_s, reply_s = await loop.run_in_executor(own, _timed_health, port)
+            healthy, connect_s, reply_s, queued_s = await loop.run_in_executor(own, _timed_health, port)
             tally.health_failures += not healthy
             tally.max_health_s = max(tally.max_health_s, connect_s + reply_s)
-            tally.health.append((asked, connect_s, reply_s, healthy, in_flight))
+            tally.health.append((asked, connect_s, reply_s, healthy, in_flight, queued_s))
             if time.monotonic() >= next_rss:
                 rss.append(_rss_mb(pid))
                 next_rss = time.monotonic() + 2.0
@@ -437,7 +448,7 @@ async def watch(port: int, pid: int, deadline: float, tally: Tally, rss: list) -
 def _tcp_counters() -> dict[str, int]:
     """The kernel's TCP counters that a lost connection attempt shows in (this network namespace: the soak's
     client and server, and whatever else runs here): listen-queue overflows and drops, SYN retransmits."""
-    wanted = {"ListenOverflows", "ListenDrops", "TCPSynRetrans", "TCPTimeouts"}
+    wanted = {"ListenOverflows", "ListenDrops", "TCPSynRetrans", "TCPTimeouts", "TWRecycled"}
     found: dict[str, int] = {}
     try:
         lines = Path("/proc/net/netstat").read_text().splitlines()
@@ -510,18 +521,21 @@ def _health_figures(calls: list, probe: list[dict]) -> dict:
         "loop_lag_max_s": max((w["lag_max_s"] for w in probe), default=float("nan")),
         "loop_windows_over_0_5s": sum(w["lag_max_s"] > 0.5 for w in probe),
         "gc_max_s": max((w["gc_max_s"] for w in probe), default=float("nan")),
+        "health_in_app_max_s": max((w.get("health_max_s", 0.0) for w in probe), default=float("nan")),
         "steps_max": max((w["steps_max"] for w in probe), default=0),
         "threads_max": max((w["threads"] for w in probe), default=0),
         "laggiest": sorted(probe, key=lambda w: -w["lag_max_s"])[:3], "worst": None}
     if worst is not None:
-        asked, connect_s, reply_s, _, in_flight = worst
+        asked, connect_s, reply_s, _, in_flight, queued_s = worst
         loop = _overlapping(probe, asked, asked + connect_s + reply_s)
         out["worst"] = {"at": asked, "connect_s": connect_s, "reply_s": reply_s, "in_flight": in_flight,
+                        "client_thread_run_queue_s": round(queued_s, 3),
                         "loop": {"lag_max_s": max((w["lag_max_s"] for w in loop), default=None),
                                  "loop_cpu_s": round(sum(w["loop_cpu_s"] for w in loop), 3),
                                  "loop_runq_s": round(sum(w["loop_runq_s"] for w in loop), 3),
                                  "proc_cpu_s": round(sum(w["proc_cpu_s"] for w in loop), 3),
                                  "gc_max_s": max((w["gc_max_s"] for w in loop), default=None),
+                                 "health_in_app_s": max((w.get("health_max_s", 0.0) for w in loop), default=None),
                                  "steps_max": max((w["steps_max"] for w in loop), default=None),
                                  "windows": len(loop)}}
     return out
@@ -614,11 +628,13 @@ def main() -> None:
     worst = health["worst"]
     if worst:
         print(f"slowest /health: {worst['connect_s']:.2f} s connect + {worst['reply_s']:.2f} s reply, at soak "
-              f"+{worst['at'] - soak_from:.0f} s, attacks under way {worst['in_flight']}; the server's loop then: "
+              f"+{worst['at'] - soak_from:.0f} s (the calling thread waited {worst['client_thread_run_queue_s']:.2f} "
+              f"s for a core), attacks under way {worst['in_flight']}; the server's loop then: "
               f"{worst['loop']}")
     print(f"server event loop (probe, 50 ms ticks): longest lateness {health['loop_lag_max_s']:.2f} s, windows "
           f"over 0.5 s {health['loop_windows_over_0_5s']}; longest GC pause {health['gc_max_s']:.3f} s; most "
-          f"steps in flight {health['steps_max']}, threads {health['threads_max']}")
+          f"steps in flight {health['steps_max']}, threads {health['threads_max']}; longest /health inside the app "
+          f"{health['health_in_app_max_s']:.3f} s")
     for window in health["laggiest"]:
         print("  late loop window:", json.dumps(window))
     curve = extra["rss_samples"][:: max(1, len(extra["rss_samples"]) // 12)]
@@ -641,9 +657,11 @@ def main() -> None:
         "load_average_1m_end": round(os.getloadavg()[0], 2),
         "shapes": "all" if args.shapes == frozenset(SHAPES) else sorted(args.shapes), "server_args": args.server_args,
         "python_slots": args.python_slots,
-        "honest_steps_over_1s": tally.honest_over_1s, "health_over_1s": health["over_1s"], "max_health_connect_s": round(health["max_connect_s"], 3),
+        "honest_steps_over_1s": tally.honest_over_1s, "health_over_1s": health["over_1s"],
+        "max_health_connect_s": round(health["max_connect_s"], 3),
         "max_health_reply_s": round(health["max_reply_s"], 3), "loop_lag_max_s": round(health["loop_lag_max_s"], 3),
         "loop_windows_over_0_5s": health["loop_windows_over_0_5s"], "gc_max_s": round(health["gc_max_s"], 3),
+        "health_in_app_max_s": round(health["health_in_app_max_s"], 3),
         "tcp_counters": extra["tcp"],
     }))
 

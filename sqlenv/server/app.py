@@ -40,7 +40,7 @@ from sqlenv.client_address import FORWARDED_ALLOW_IPS_ENV, client_address, forwa
 from sqlenv.sandbox.native_memory import fix_mmap_threshold, malloc_trim
 from sqlenv.server.environment import (PYTHON_SLOTS_ENV, PythonSlots, ResetArgumentError, ServerConfig,
                                       SQLEnvServerEnvironment, step_activity)
-from sqlenv.server.loop_probe import probe_path, run_probe
+from sqlenv.server.loop_probe import HealthTimer, probe_path, run_probe
 from sqlenv.server.models import EpisodeState, SQLAction, SQLObservation
 
 __all__ = ["create_app", "serve", "DEFAULT_MAX_SESSIONS", "DEFAULT_SESSION_TIMEOUT_S", "DEFAULT_REQUEST_TIMEOUT_S",
@@ -463,6 +463,7 @@ def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS
 
         app.router.on_startup.append(start_probe)
         app.router.on_shutdown.append(stop_probe)
+        app.add_middleware(HealthTimer)
 
     @app.get("/sessions", tags=["Health"], summary="Open environments and the session limit")
     async def sessions() -> dict[str, Any]:

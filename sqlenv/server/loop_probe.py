@@ -14,7 +14,9 @@ writes one JSON line per `WINDOW_S` (1 s) to that file:
 - `gc_s`, `gc_max_s`, `gc_gen2`: time spent in garbage collections (all threads; a collection holds the
   interpreter lock), the longest one, and how many full collections;
 - `threads`: threads alive; `steps_max`, `steps_python_max`: the most steps in flight and the most holding a
-  Python-work slot (`sqlenv.server.environment.step_activity`), sampled at each tick.
+  Python-work slot (`sqlenv.server.environment.step_activity`), sampled at each tick;
+- `health_max_s`, `health_at`: the longest a `/health` request took in the app (from its head parsed to its
+  reply sent: `HealthTimer`), and when it arrived.
 """
 
 from __future__ import annotations
@@ -74,6 +76,29 @@ class _GcTimer:
         return out
 
 
+class HealthTimer:
+    """ASGI middleware (added only with the probe on): times each `/health` request inside the app, from its
+    head parsed to its reply sent, keeping the longest of the current window."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("path") != "/health":
+            await self.app(scope, receive, send)
+            return
+        arrived = time.monotonic()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            spent = time.monotonic() - arrived
+            if spent > HEALTH[0]:
+                HEALTH[:] = [spent, arrived]
+
+
+HEALTH = [0.0, 0.0]  # the current window's longest /health in the app, and when it arrived
+
+
 async def run_probe(path: Path, activity: Callable[[], tuple[int, int]] | None = None) -> None:
     """Write one line per window to `path` until cancelled (see the module's docstring)."""
     tid = threading.get_native_id()
@@ -98,12 +123,15 @@ async def run_probe(path: Path, activity: Callable[[], tuple[int, int]] | None =
                 t1 = time.monotonic()
                 cpu1, runq1 = _schedstat(tid)
                 gc_s, gc_max, gc_full = timer.take()
+                health_max, health_at = HEALTH
+                HEALTH[:] = [0.0, 0.0]
                 record: dict[str, Any] = {
                     "t0": round(t0, 4), "t1": round(t1, 4), "lag_max_s": round(lag_max, 4), "lag_at": round(lag_at, 4),
                     "loop_cpu_s": round(cpu1 - cpu0, 4), "loop_runq_s": round(runq1 - runq0, 4),
                     "proc_cpu_s": round(time.process_time() - proc0, 4), "gc_s": round(gc_s, 4),
                     "gc_max_s": round(gc_max, 4), "gc_gen2": gc_full, "threads": threading.active_count(),
-                    "steps_max": steps_max, "steps_python_max": python_max}
+                    "steps_max": steps_max, "steps_python_max": python_max, "health_max_s": round(health_max, 4),
+                    "health_at": round(health_at, 4)}
                 out.write(json.dumps(record) + "\n")
                 out.flush()
     finally:
