@@ -447,8 +447,11 @@ async def watch(port: int, pid: int, deadline: float, tally: Tally, rss: list) -
 
 def _tcp_counters() -> dict[str, int]:
     """The kernel's TCP counters that a lost connection attempt shows in (this network namespace: the soak's
-    client and server, and whatever else runs here): listen-queue overflows and drops, SYN retransmits."""
-    wanted = {"ListenOverflows", "ListenDrops", "TCPSynRetrans", "TCPTimeouts", "TWRecycled"}
+    client and server, and whatever else runs here): listen-queue overflows and drops, SYN retransmits,
+    retransmission timeouts (after a retransmitted SYN the first one waits 3 s: RFC 6298 5.7), TIME_WAIT
+    entries reused, segments refused by their timestamps (PAWS), challenge ACKs."""
+    wanted = {"ListenOverflows", "ListenDrops", "TCPSynRetrans", "TCPTimeouts", "TWRecycled", "PAWSEstab", "PAWSOldAck",
+              "TCPChallengeACK"}
     found: dict[str, int] = {}
     try:
         lines = Path("/proc/net/netstat").read_text().splitlines()

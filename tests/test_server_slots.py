@@ -1,7 +1,8 @@
 """Python slots (`sqlenv.server.environment.PythonSlots`): a real server on 127.0.0.1 bounds how many sessions run a
-step's Python work at once, and a session's statement (a 5 s hostile query) runs without a slot, so it never holds up
-another session's steps. What the bound buys (`/health` and honest steps answered in time beside 64 hostile sessions)
-is a timing, measured by `bench/soak.py` (docs/EXPERIMENTS.md section 12)."""
+step's Python work at once, and a session's statement (a 5 s hostile query) runs without a slot, so it never holds
+up another session's steps (the server's own loop probe says how many steps hold a slot). What a bound buys (`/health`
+and honest steps answered in time beside 64 hostile sessions) is a timing, for `bench/soak.py` (docs/EXPERIMENTS.md
+section 12)."""
 
 from __future__ import annotations
 
@@ -54,25 +55,22 @@ def _oracle_outcomes(server, questions) -> list[str]:
 
 
 def test_a_running_statement_holds_no_python_slot(one_slot, questions):
-    """With one slot, two sessions each running a statement until its 5 s limit leave it free: a third session
-    plays whole oracle episodes (resets, DESCRIBE, QUERY, ANSWER: each step needing the slot) while both statements
-    are still running (their replies not yet come). Were a statement to keep its step's slot, the episode's first
-    reset would wait for it."""
+    """With one slot, two sessions each running a statement until its 5 s limit both hold none: the server's probe
+    sees both steps under way at once with no slot held (had a statement kept its step's slot, the other step would
+    wait for it holding none, and at most one step would be without a slot). Meanwhile a third session's oracle
+    episodes (resets, DESCRIBE, QUERY, ANSWER: each step needing the slot) end correct."""
     with _ws(one_slot) as slow_a, _ws(one_slot) as slow_b:
         for ws in (slow_a, slow_b):
             assert _request(ws, {"type": "reset", "data": {}})["type"] == "observation"
             ws.send(json.dumps({"type": "step", "data": {"action_type": "QUERY", "argument": RUNAWAY}}))
         assert _oracle_outcomes(one_slot, questions[:2]) == ["correct", "correct"]
         for ws in (slow_a, slow_b):
-            with pytest.raises(TimeoutError):  # still running: no reply yet
-                ws.recv(timeout=0)
-        for ws in (slow_a, slow_b):
             reply = json.loads(ws.recv(timeout=60))
             assert reply["type"] == "observation"
             assert "timed out" in reply["data"]["observation"]["error"], reply
     assert one_slot.wait_sessions(0) == 0
     windows = _probe(one_slot)
-    assert max(w["steps_max"] for w in windows) >= 2  # both statements under way at once (and the player's steps)
+    assert max(w["steps_unslotted_max"] for w in windows) >= 2  # both statements under way, neither holding the slot
     assert max(w["steps_python_max"] for w in windows) <= 1
 
 
@@ -104,7 +102,7 @@ def test_one_slot_serves_many_sessions_one_step_at_a_time(one_slot, questions):
 
 def test_slots_are_counted_whole():
     assert PythonSlots(3).slots == 3
-    assert PythonSlots().slots >= 1  # one per core by default
+    assert PythonSlots().slots is None  # no bound by default
     with pytest.raises(ValueError, match="at least 1"):
         PythonSlots(0)
     slots = PythonSlots(1)
@@ -115,3 +113,9 @@ def test_slots_are_counted_whole():
             assert slots.held_now == 0
         assert slots.held_now == 1
     assert slots.held_now == 0
+    unbounded = PythonSlots()
+    with unbounded.held():  # counted, never waited for
+        assert unbounded.held_now == 1
+        with unbounded.released():
+            assert unbounded.held_now == 0
+    assert unbounded.held_now == 0

@@ -397,7 +397,7 @@ def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS
             proxy appended. Set it to the number of proxies, never more (one more and the entry counted is the
             client's own claim), and only where every request comes through them.
         python_slots: most sessions running a reset's or step's Python work at once, process-wide (default None:
-            `config.python_slots`, one per core); statements run outside it (`PythonSlots`).
+            `config.python_slots`, no bound); statements run outside it (`PythonSlots`).
     """
     if python_slots is not None:
         config.python_slots = PythonSlots(python_slots)
@@ -495,7 +495,7 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, *,
         proxy_hops: trusted reverse proxies appending to `X-Forwarded-For` (default None: `SQLENV_PROXY_HOPS`,
             else 0); see `create_app`.
         python_slots: most sessions running a step's Python work at once (default None: `SQLENV_PYTHON_SLOTS`,
-            else one per core); see `PythonSlots`.
+            else no bound); see `PythonSlots`.
 
     Client addresses are TCP peers unless one setting names the proxies: `proxy_hops` (how many append to
     `X-Forwarded-For`), or uvicorn's `FORWARDED_ALLOW_IPS` (their addresses; default none here: uvicorn's own
@@ -522,7 +522,7 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, *,
     print(f"sqlenv server: {config.dataset or 'dataset'}/{config.split} ({len(config.questions)} questions) on "
           f"http://{host}:{port} (WebSocket /ws, at most {max_sessions} sessions{', playground /web' if web else ''}"
           f"{f', clients by X-Forwarded-For behind {proxy_hops} proxy hop(s)' if proxy_hops else ''}, "
-          f"{config.python_slots.slots} Python slot(s))",
+          f"{config.python_slots.slots or 'no bound on'} Python slot(s))",
           flush=True)
     # No per-message compression: observations are small text, and deflating every frame costs more CPU on
     # both ends than the bytes it saves.

@@ -10,7 +10,6 @@ whole process already (`sqlenv.environment`).
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,7 +26,7 @@ from sqlenv.sandbox.sandbox import Sandbox, SandboxSettings
 from sqlenv.server.models import EpisodeState, SQLAction, SQLObservation
 from sqlenv.types import Question
 
-__all__ = ["ServerConfig", "SessionCounter", "PythonSlots", "default_python_slots", "PYTHON_SLOTS_ENV",
+__all__ = ["ServerConfig", "SessionCounter", "PythonSlots", "PYTHON_SLOTS_ENV",
            "SQLEnvServerEnvironment", "ResetArgumentError", "SessionClosedError",
            "MAX_STEP_BUDGET", "MAX_ID_CHARS", "MAX_STATE_TRANSCRIPT_CHARS", "step_activity"]
 
@@ -70,37 +69,30 @@ def _shown(value: Any) -> str:
     return f"a {type(value).__name__}"  # a list or an object: its type says enough
 
 
-#: The environment variable `serve` reads the number of Python slots from (`PythonSlots`; default the cores).
+#: The environment variable `serve` reads the number of Python slots from (`PythonSlots`; unset: no bound).
 PYTHON_SLOTS_ENV = "SQLENV_PYTHON_SLOTS"
 
 
-def default_python_slots() -> int:
-    """Python slots by default: the cores this process may run on (at least 1)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
 class PythonSlots:
-    """How many sessions' threads may run a reset's or step's Python work at once, process-wide.
+    """How many sessions' threads may run a reset's or step's Python work at once, process-wide (None: no bound,
+    the default; the count of threads in that work is kept either way, for the bench's loop probe).
 
-    Every session steps on a thread of its own, and Python runs one thread at a time (the interpreter lock): with
-    dozens of sessions parsing, pricing and formatting at once, the server's event loop (one more thread, which
-    lets go of the lock at every system call and must win it back among all of them) answered `/health` and
-    relayed every other session's messages seconds late. A thread holds a slot while its step runs Python and
-    gives it back while the sandbox runs a statement or opens a database, where SQLite works without the lock:
-    a 5 s hostile query holds no slot, so it never holds up another session's step. With slots = cores, the
-    threads that want the lock at once are at most that many plus the event loop (and statements' brief clock
-    checks).
+    Every session steps on a thread of its own, and Python runs one thread at a time (the interpreter lock): the
+    server's event loop, which answers `/health` and relays every session's messages, lets go of the lock at
+    every system call and must win it back from every thread that wants it. A bound keeps those threads few. A
+    thread holds a slot while its step runs Python (parsing, pricing, formatting, scoring) and gives it back
+    while the sandbox runs a statement or opens a database, where SQLite works without the lock: a 5 s hostile
+    query holds no slot, so it never holds up another session's step (`tests/test_server_slots.py`). Off by
+    default until the soak measures what it buys (one per core is the setting to try first; docs/EXPERIMENTS.md
+    section 12).
 
     Re-entrant per thread (a step that opens a database inside a statement's call gives its slot back once)."""
 
     def __init__(self, slots: int | None = None):
-        self.slots = default_python_slots() if slots is None else int(slots)
-        if self.slots < 1:
+        if slots is not None and int(slots) < 1:
             raise ValueError(f"Python slots must be at least 1, got {slots}")
-        self._free = threading.BoundedSemaphore(self.slots)
+        self.slots = None if slots is None else int(slots)
+        self._free = None if self.slots is None else threading.BoundedSemaphore(self.slots)
         self._mine = threading.local()
         self._count_lock = threading.Lock()
         self.held_now = 0
@@ -130,7 +122,8 @@ class PythonSlots:
             self._take()
 
     def _take(self) -> None:
-        self._free.acquire()
+        if self._free is not None:
+            self._free.acquire()
         self._mine.held = True
         with self._count_lock:
             self.held_now += 1
@@ -139,7 +132,8 @@ class PythonSlots:
         with self._count_lock:
             self.held_now -= 1
         self._mine.held = False
-        self._free.release()
+        if self._free is not None:
+            self._free.release()
 
 
 class _SlotSandbox(Sandbox):
@@ -230,7 +224,7 @@ class ServerConfig:
         sandbox: sandbox limits (default `SandboxSettings()`).
         sessions: the open-environment counter the app reports at `/sessions`.
         python_slots: how many sessions may run a reset's or step's Python work at once (a `PythonSlots`, or
-            a number; default one per core).
+            a number; default no bound).
 
     `question_ids` (derived) is the set of the served questions' ids, so a reset checks an id without a scan.
     """

@@ -14,7 +14,8 @@ writes one JSON line per `WINDOW_S` (1 s) to that file:
 - `gc_s`, `gc_max_s`, `gc_gen2`: time spent in garbage collections (all threads; a collection holds the
   interpreter lock), the longest one, and how many full collections;
 - `threads`: threads alive; `steps_max`, `steps_python_max`: the most steps in flight and the most holding a
-  Python-work slot (`sqlenv.server.environment.step_activity`), sampled at each tick;
+  Python-work slot (`sqlenv.server.environment.step_activity`), sampled at each tick; `steps_unslotted_max`: the
+  most steps in flight at one tick without a slot (running a statement, opening a database, or waiting for a slot);
 - `health_max_s`, `health_at`: the longest a `/health` request took in the app (from its head parsed to its
   reply sent: `HealthTimer`), and when it arrived.
 """
@@ -110,7 +111,7 @@ async def run_probe(path: Path, activity: Callable[[], tuple[int, int]] | None =
                 t0 = time.monotonic()
                 cpu0, runq0 = _schedstat(tid)
                 proc0 = time.process_time()
-                lag_max, lag_at, steps_max, python_max = 0.0, t0, 0, 0
+                lag_max, lag_at, steps_max, python_max, unslotted_max = 0.0, t0, 0, 0, 0
                 while time.monotonic() - t0 < WINDOW_S:
                     asked = time.monotonic()
                     await asyncio.sleep(TICK_S)
@@ -120,6 +121,7 @@ async def run_probe(path: Path, activity: Callable[[], tuple[int, int]] | None =
                     if activity is not None:
                         steps, python = activity()
                         steps_max, python_max = max(steps_max, steps), max(python_max, python)
+                        unslotted_max = max(unslotted_max, steps - python)
                 t1 = time.monotonic()
                 cpu1, runq1 = _schedstat(tid)
                 gc_s, gc_max, gc_full = timer.take()
@@ -130,7 +132,8 @@ async def run_probe(path: Path, activity: Callable[[], tuple[int, int]] | None =
                     "loop_cpu_s": round(cpu1 - cpu0, 4), "loop_runq_s": round(runq1 - runq0, 4),
                     "proc_cpu_s": round(time.process_time() - proc0, 4), "gc_s": round(gc_s, 4),
                     "gc_max_s": round(gc_max, 4), "gc_gen2": gc_full, "threads": threading.active_count(),
-                    "steps_max": steps_max, "steps_python_max": python_max, "health_max_s": round(health_max, 4),
+                    "steps_max": steps_max, "steps_python_max": python_max, "steps_unslotted_max": unslotted_max,
+                    "health_max_s": round(health_max, 4),
                     "health_at": round(health_at, 4)}
                 out.write(json.dumps(record) + "\n")
                 out.flush()
