@@ -36,6 +36,7 @@ from fastapi.responses import JSONResponse
 from openenv.core.env_server.http_server import create_fastapi_app
 from openenv.core.env_server.types import ConcurrencyConfig
 
+from sqlenv.asgi_body import BodyTooLarge, read_body, replaying
 from sqlenv.client_address import FORWARDED_ALLOW_IPS_ENV, client_address, forwarded_for, proxy_hops_setting
 from sqlenv.sandbox.native_memory import fix_mmap_threshold, malloc_trim
 from sqlenv.server.environment import (PYTHON_SLOTS_ENV, PythonSlots, ResetArgumentError, ServerConfig,
@@ -130,39 +131,24 @@ class _HttpGuard:
         if declared.isdigit() and int(declared) > self.max_body:
             await self._reply(send, 413, {"detail": f"request body over {self.max_body} bytes"})
             return
-        body = bytearray()
         try:
-            async with asyncio.timeout(self.body_timeout_s):
-                more = True
-                while more:
-                    message = await receive()
-                    if message["type"] == "http.disconnect":
-                        return
-                    body += message.get("body", b"")
-                    more = message.get("more_body", False)
-                    if len(body) > self.max_body:
-                        await self._reply(send, 413, {"detail": f"request body over {self.max_body} bytes"})
-                        return
+            body = await read_body(receive, self.max_body, self.body_timeout_s)
+        except BodyTooLarge:
+            await self._reply(send, 413, {"detail": f"request body over {self.max_body} bytes"})
+            return
         except TimeoutError:
             await self._reply(send, 408, {"detail": f"request body not received within {self.body_timeout_s:g} s"})
             return
+        if body is None:
+            return
         if scope.get("path", "").rstrip("/").endswith("/mcp"):
-            creates, rid = _creates_session(bytes(body))
+            creates, rid = _creates_session(body)
             if creates:
                 await self._reply(send, 200, {"jsonrpc": "2.0", "id": rid, "error": {
                     "code": -32601, "message": "Sessions are opened by connecting to /ws; "
                                                "openenv/session/create over HTTP is disabled on this server."}})
                 return
-        replayed = False
-
-        async def replay() -> dict:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": bytes(body), "more_body": False}
-            return await receive()  # after the body: wait for the disconnect, as the server would
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)
 
     @staticmethod
     async def _reply(send: Any, status: int, payload: dict) -> None:
@@ -369,6 +355,21 @@ async def _refuse_invalid_request(request: Request, exc: RequestValidationError)
     return JSONResponse({"detail": detail}, status_code=422)
 
 
+def _run_while_serving(app: FastAPI, coroutine: Any) -> None:
+    """Run `coroutine()` as a task from the app's startup until its shutdown."""
+    tasks: list[asyncio.Task] = []
+
+    async def start() -> None:
+        tasks.append(asyncio.create_task(coroutine()))
+
+    async def stop() -> None:
+        for task in tasks:
+            task.cancel()
+
+    app.router.on_startup.append(start)
+    app.router.on_shutdown.append(stop)
+
+
 def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS, web: bool = False,
                session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
                request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
@@ -438,31 +439,10 @@ def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS
     fix_mmap_threshold()  # big freed blocks go back to the system (see sqlenv.sandbox.native_memory)
     trim = malloc_trim()
     if trim is not None:
-        tasks: list[asyncio.Task] = []
-
-        async def start_trimming() -> None:
-            tasks.append(asyncio.create_task(_trim_freed_memory(trim, TRIM_INTERVAL_S)))
-
-        async def stop_trimming() -> None:
-            for task in tasks:
-                task.cancel()
-
-        app.router.on_startup.append(start_trimming)
-        app.router.on_shutdown.append(stop_trimming)
-
+        _run_while_serving(app, lambda: _trim_freed_memory(trim, TRIM_INTERVAL_S))
     probe_file = probe_path()
     if probe_file is not None:  # bench only (SQLENV_LOOP_PROBE_FILE): the event loop's lateness, to a file
-        probes: list[asyncio.Task] = []
-
-        async def start_probe() -> None:
-            probes.append(asyncio.create_task(run_probe(probe_file, step_activity)))
-
-        async def stop_probe() -> None:
-            for task in probes:
-                task.cancel()
-
-        app.router.on_startup.append(start_probe)
-        app.router.on_shutdown.append(stop_probe)
+        _run_while_serving(app, lambda: run_probe(probe_file, step_activity))
         app.add_middleware(HealthTimer)
 
     @app.get("/sessions", tags=["Health"], summary="Open environments and the session limit")
