@@ -22,6 +22,7 @@ those tokens out of the loss the default run fell from 72% to 45% (docs/EXPERIME
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -54,23 +55,32 @@ def assistant_turn_ids(renderer: ChatRenderer, message: dict[str, Any]) -> list[
     return list(tokenizer.encode(body[:end], add_special_tokens=False)) + [tokenizer.eos_token_id]
 
 
-def think_tail_length(renderer: ChatRenderer, ids: list[int]) -> int:
-    """How many of the last `ids` (a segment ending with the generation prompt) are the generation prompt's tail
-    after the role header: the empty `<think>` block a template with `enable_thinking=False` writes there (0 if none).
-    """
+@functools.lru_cache(maxsize=8)
+def _think_tail(renderer: ChatRenderer) -> str:
+    """The generation prompt's text after the role header (the empty `<think>` block a template with
+    `enable_thinking=False` writes there), "" if none: rendered once per renderer, not per segment."""
     tokenizer = renderer.tokenizer
     render = dict(tokenize=False, chat_template=renderer.chat_template)
     kwargs = renderer.chat_template_kwargs
     if kwargs.get("enable_thinking", True):
-        return 0
+        return ""
     closed = tokenizer.apply_chat_template(_DUMMY_USER, add_generation_prompt=True, **render, **kwargs)
     header = tokenizer.apply_chat_template(_DUMMY_USER, add_generation_prompt=True, **render,
                                            **{**kwargs, "enable_thinking": True})
-    if not closed.startswith(header) or closed == header:
+    if not closed.startswith(header):
+        return ""
+    return closed[len(header):]
+
+
+def think_tail_length(renderer: ChatRenderer, ids: list[int]) -> int:
+    """How many of the last `ids` (a segment ending with the generation prompt) are the generation prompt's tail
+    after the role header: the empty `<think>` block a template with `enable_thinking=False` writes there (0 if none).
+    """
+    tail = _think_tail(renderer)
+    if not tail:
         return 0
-    tail = closed[len(header):]
     for k in range(1, min(len(ids), 16) + 1):
-        decoded = tokenizer.decode(ids[-k:])
+        decoded = renderer.tokenizer.decode(ids[-k:])
         if decoded == tail:
             return k
         if len(decoded) > len(tail):
