@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
+import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -400,6 +403,92 @@ def test_a_client_dropping_mid_episode_leaves_no_session(no_leak, questions):
         assert no_leak.wait_sessions(1) == 1  # only the healthy client's session is left
         observation = healthy.step(SQLAction("QUERY", q.gold_sql))
         assert observation.error == "" and healthy.step(SQLAction("ANSWER", "?")).done
+
+
+def _listening_on(port: int) -> int:
+    """How many sockets listen on 127.0.0.1:`port` (the kernel's table of TCP sockets; state 0A is LISTEN)."""
+    entries = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return sum(1 for line in entries
+               if line.split()[1] == f"0100007F:{port:04X}" and line.split()[3] == "0A")
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads Linux's table of TCP sockets")
+def test_the_server_accepts_on_several_sockets_and_serves_each(no_leak):
+    """uvloop accepts one connection per listening socket per turn of its loop: with one socket, a client that
+    reconnects in a loop queued every newcomer behind its own connections (`/health` waited 3.6 s under the
+    soak). The server listens with `LISTENERS` sockets on its port, and each of them is served: a burst of
+    connections, which the kernel spreads over all of them, is answered whole."""
+    from sqlenv.server.connections import LISTENERS
+
+    assert LISTENERS > 1 and _listening_on(no_leak.port) == LISTENERS
+
+    def health(_):
+        with socket.create_connection(("127.0.0.1", no_leak.port), timeout=30) as conn:
+            conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            reply = b""
+            while chunk := conn.recv(65536):
+                reply += chunk
+            return reply.startswith(b"HTTP/1.1 200") and b'"healthy"' in reply
+
+    with concurrent.futures.ThreadPoolExecutor(32) as pool:
+        assert all(pool.map(health, range(8 * LISTENERS)))
+
+
+def _thread_nices(pid: int) -> dict[int, int]:
+    """Each thread of process `pid` and its nice value (Linux: field 19 of /proc/<pid>/task/<tid>/stat)."""
+    nices = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            nices[int(task.name)] = int((task / "stat").read_text().rsplit(")", 1)[1].split()[16])
+    return nices
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a thread's own priority is Linux's")
+def test_sessions_run_below_the_event_loop(no_leak, questions):
+    """A session's thread runs `SESSION_THREAD_NICE` below the process, so its statements take only what the
+    event loop (the main thread, which relays every session and answers `/health`) leaves of the cores."""
+    from sqlenv.server.environment import SESSION_THREAD_NICE
+    from sqlenv.server.remote import RemoteSQLEnvironment
+
+    pid = no_leak.proc.pid
+    before = _thread_nices(pid)
+    q = questions[3]
+    with RemoteSQLEnvironment(no_leak.url, questions=questions) as env:
+        env.reset(question_id=q.question_id)
+        assert env.step(SQLAction("QUERY", q.gold_sql)).error == ""
+        after = _thread_nices(pid)
+    base = before[pid]
+    assert after[pid] == base  # the event loop's thread keeps the process's priority
+    assert min(19, base + SESSION_THREAD_NICE) in after.values()
+
+
+def test_listening_sockets_share_one_port_and_a_port_in_use_is_refused():
+    from sqlenv.server.connections import listening_sockets
+
+    sockets = listening_sockets("127.0.0.1", 0, 4)
+    try:
+        assert len({sock.getsockname() for sock in sockets}) == 1  # port 0: one free port for all four
+        with socket.socket() as taken:  # a socket listening without SO_REUSEPORT keeps its port
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            with pytest.raises(OSError):
+                listening_sockets("127.0.0.1", taken.getsockname()[1], 4)
+    finally:
+        for sock in sockets:
+            sock.close()
+    with pytest.raises(ValueError, match="at least 1"):
+        listening_sockets("127.0.0.1", 0, 0)
+
+
+def test_a_port_in_use_is_one_line_and_exit_code_2(builtin):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "sqlenv", "serve", "--dataset", str(builtin.root), "--port",
+                               str(port)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and f"cannot listen on 127.0.0.1:{port}" in done.stderr
 
 
 # ------------------------------------------------------------------------- capacity and restarts

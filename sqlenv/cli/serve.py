@@ -68,8 +68,11 @@ def run(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
         config = ServerConfig.from_dataset(info.root, split=args.split, step_budget=args.budget)
     except ValueError as exc:
         raise CLIError(one_line(exc)) from None
-    serve(config, host=args.host, port=args.port, max_sessions=args.max_sessions, web=args.web,
-          log_level=args.log_level, session_timeout_s=args.session_timeout, request_timeout_s=args.request_timeout,
-          max_sessions_per_client=args.max_sessions_per_client, reset_timeout_s=args.reset_timeout,
-          proxy_hops=hops)
+    try:
+        serve(config, host=args.host, port=args.port, max_sessions=args.max_sessions, web=args.web,
+              log_level=args.log_level, session_timeout_s=args.session_timeout,
+              request_timeout_s=args.request_timeout, max_sessions_per_client=args.max_sessions_per_client,
+              reset_timeout_s=args.reset_timeout, proxy_hops=hops)
+    except OSError as exc:  # the port in use, or not ours to bind
+        raise CLIError(one_line(exc)) from None
     return 0

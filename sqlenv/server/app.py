@@ -39,6 +39,7 @@ from openenv.core.env_server.types import ConcurrencyConfig
 from sqlenv.asgi_body import BodyTooLarge, read_body, replaying
 from sqlenv.client_address import FORWARDED_ALLOW_IPS_ENV, client_address, forwarded_for, proxy_hops_setting
 from sqlenv.sandbox.native_memory import fix_mmap_threshold, malloc_trim
+from sqlenv.server.connections import http_protocol, listening_sockets
 from sqlenv.server.environment import (PYTHON_SLOTS_ENV, PythonSlots, ResetArgumentError, ServerConfig,
                                       SQLEnvServerEnvironment, step_activity)
 from sqlenv.server.loop_probe import HealthTimer, probe_path, run_probe
@@ -288,63 +289,6 @@ async def _refuse_websocket(receive: Any, send: Any, per_client: int) -> None:
     await send({"type": "websocket.close", "code": 1008, "reason": "too many sessions from this client address"})
 
 
-def _http_protocol(request_timeout_s: float) -> type:
-    """uvicorn's HTTP/1.1 protocol class (httptools, else h11: the one uvicorn's "auto" picks) with a deadline on
-    request heads, for `uvicorn.run(http=...)`.
-
-    uvicorn bounds only the silence between two requests of a kept-alive connection (`timeout_keep_alive`): a
-    connection that opens and sends part of a request head, or nothing, is kept for ever (400 such connections
-    were held open at once). Here a connection has `request_timeout_s` to complete each request head, counted
-    from when the server starts waiting for it (the connection opened, or the previous response ended), and is
-    closed when it has not. The head is complete when uvicorn starts a new request cycle (or hands the
-    connection to the WebSocket protocol), which both parsers do as soon as they have read it."""
-    from uvicorn.protocols.http.auto import AutoHTTPProtocol
-
-    class HeadDeadlineProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
-        _sqlenv_head_timer: asyncio.TimerHandle | None = None
-        _sqlenv_waiting_after: Any = None  # the request cycle before the head awaited (None: the first)
-
-        def connection_made(self, transport: Any) -> None:
-            super().connection_made(transport)
-            self._sqlenv_await_head()
-
-        def data_received(self, data: bytes) -> None:
-            super().data_received(data)
-            if self._sqlenv_head_timer is not None and self.cycle is not self._sqlenv_waiting_after:
-                self._sqlenv_stop_timer()  # a head was read: uvicorn started its request cycle
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            # Kept alive, and no pipelined request already read: the next head is awaited from now.
-            if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
-                self._sqlenv_await_head()
-
-        def handle_websocket_upgrade(self, *args: Any) -> None:
-            self._sqlenv_stop_timer()  # the WebSocket protocol takes the connection over
-            super().handle_websocket_upgrade(*args)
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._sqlenv_stop_timer()
-            super().connection_lost(exc)
-
-        def _sqlenv_await_head(self) -> None:
-            self._sqlenv_stop_timer()
-            self._sqlenv_waiting_after = self.cycle
-            self._sqlenv_head_timer = self.loop.call_later(request_timeout_s, self._sqlenv_head_late)
-
-        def _sqlenv_stop_timer(self) -> None:
-            if self._sqlenv_head_timer is not None:
-                self._sqlenv_head_timer.cancel()
-                self._sqlenv_head_timer = None
-
-        def _sqlenv_head_late(self) -> None:
-            self._sqlenv_head_timer = None
-            if not self.transport.is_closing():
-                self.transport.close()
-
-    return HeadDeadlineProtocol
-
-
 async def _refuse_invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
     """FastAPI's 422 for a body that fails its model, without the values: FastAPI's own reply carries each
     failing value whole (`input`), so a 1 MB `episode_id` came back as 1 MB. Kept: where (`loc`, each part cut
@@ -477,6 +421,8 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, *,
         python_slots: most sessions running a step's Python work at once (default None: `SQLENV_PYTHON_SLOTS`,
             else no bound); see `PythonSlots`.
 
+    Raises OSError (one line) when `host`:`port` cannot be listened on, e.g. a port in use.
+
     Client addresses are TCP peers unless one setting names the proxies: `proxy_hops` (how many append to
     `X-Forwarded-For`), or uvicorn's `FORWARDED_ALLOW_IPS` (their addresses; default none here: uvicorn's own
     default, 127.0.0.1, let any local client name a new address per connection). Both at once raise ValueError.
@@ -495,6 +441,13 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, *,
     app = create_app(config, max_sessions=max_sessions, web=web, session_timeout_s=session_timeout_s,
                      request_timeout_s=request_timeout_s, max_sessions_per_client=max_sessions_per_client,
                      reset_timeout_s=reset_timeout_s, proxy_hops=proxy_hops, python_slots=python_slots)
+    # Several sockets on the port, each accepted from at every turn of the loop (sqlenv.server.connections);
+    # bound before anything is served, so a port in use is an OSError here.
+    try:
+        sockets = listening_sockets(host, port)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    port = sockets[0].getsockname()[1]
     # Everything loaded so far (FastAPI, OpenEnv, Gradio, the questions) lives as long as the process: keep it
     # out of the garbage collector's full passes, which otherwise stall every session for ~0.2 s now and then.
     gc.collect()
@@ -506,6 +459,16 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, *,
           flush=True)
     # No per-message compression: observations are small text, and deflating every frame costs more CPU on
     # both ends than the bytes it saves.
-    uvicorn.run(app, host=host, port=port, log_level=log_level, ws_max_size=WS_MAX_MESSAGE_BYTES,
-                ws_per_message_deflate=False, http=_http_protocol(request_timeout_s),
-                forwarded_allow_ips=os.environ.get(FORWARDED_ALLOW_IPS_ENV, ""))
+    server = uvicorn.Server(uvicorn.Config(
+        app, host=host, port=port, log_level=log_level, ws_max_size=WS_MAX_MESSAGE_BYTES,
+        ws_per_message_deflate=False, http=http_protocol(request_timeout_s),
+        forwarded_allow_ips=os.environ.get(FORWARDED_ALLOW_IPS_ENV, "")))
+    try:
+        server.run(sockets=sockets)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for sock in sockets:
+            sock.close()
+    if not server.started:
+        raise SystemExit(3)  # uvicorn's startup failure (STARTUP_FAILURE), as `uvicorn.run` exits

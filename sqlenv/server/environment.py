@@ -10,6 +10,8 @@ whole process already (`sqlenv.environment`).
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,7 +30,8 @@ from sqlenv.types import Question
 
 __all__ = ["ServerConfig", "SessionCounter", "PythonSlots", "PYTHON_SLOTS_ENV",
            "SQLEnvServerEnvironment", "ResetArgumentError", "SessionClosedError",
-           "MAX_STEP_BUDGET", "MAX_ID_CHARS", "MAX_STATE_TRANSCRIPT_CHARS", "step_activity"]
+           "MAX_STEP_BUDGET", "MAX_ID_CHARS", "MAX_STATE_TRANSCRIPT_CHARS", "step_activity", "SESSION_THREAD_NICE",
+           "lower_session_thread"]
 
 #: The largest step budget a client may ask for in `reset(step_budget=...)`.
 MAX_STEP_BUDGET = 1000
@@ -69,6 +72,32 @@ def _shown(value: Any) -> str:
     return f"a {type(value).__name__}"  # a list or an object: its type says enough
 
 
+#: How far below the event loop's a session's thread runs (Linux nice, added to the process's own; 19 at most).
+#: The loop relays every session's messages and answers `/health`; a session's statements are up to 5 s of a
+#: core each, and a few hostile sessions' statements take both cores: at equal priority the loop waited its
+#: turn among them (0.2-0.4 s of every second in the soak). Below it, they take what the loop leaves.
+SESSION_THREAD_NICE = 10
+
+_LOWERED = threading.local()
+
+
+def lower_session_thread() -> None:
+    """Run the calling thread `SESSION_THREAD_NICE` below the process's priority, once per thread: the thread a
+    session's environment is built, reset and stepped on (OpenEnv's executor threads). Not the main thread,
+    where the server's event loop runs (and where a test or a script builds environments in-process), and only
+    on Linux, where a thread's priority is its own (elsewhere the call would name another process)."""
+    if getattr(_LOWERED, "done", False) or threading.current_thread() is threading.main_thread():
+        return
+    _LOWERED.done = True
+    if sys.platform != "linux":
+        return
+    tid = threading.get_native_id()
+    try:
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + SESSION_THREAD_NICE))
+    except OSError:  # not allowed here: the thread keeps its priority
+        pass
+
+
 #: The environment variable `serve` reads the number of Python slots from (`PythonSlots`; unset: no bound).
 PYTHON_SLOTS_ENV = "SQLENV_PYTHON_SLOTS"
 
@@ -83,8 +112,8 @@ class PythonSlots:
     thread holds a slot while its step runs Python (parsing, pricing, formatting, scoring) and gives it back
     while the sandbox runs a statement or opens a database, where SQLite works without the lock: a 5 s hostile
     query holds no slot, so it never holds up another session's step (`tests/test_server_slots.py`). Off by
-    default until the soak measures what it buys (one per core is the setting to try first; docs/EXPERIMENTS.md
-    section 12).
+    default: in the soak two slots left `/health` as slow as none (3.2 s against 3.5 s; the wait was in the
+    accept queue, docs/EXPERIMENTS.md section 12).
 
     Re-entrant per thread (a step that opens a database inside a statement's call gives its slot back once)."""
 
@@ -276,6 +305,7 @@ class SQLEnvServerEnvironment(Environment[SQLAction, SQLObservation, EpisodeStat
     SUPPORTS_CONCURRENT_SESSIONS = True
 
     def __init__(self, config: ServerConfig):
+        lower_session_thread()
         super().__init__()
         self.config = config
         # Used only through the `sqlenv.protocol.Environment` interface.
@@ -293,6 +323,7 @@ class SQLEnvServerEnvironment(Environment[SQLAction, SQLObservation, EpisodeStat
     def reset(self, seed: int | None = None, episode_id: str | None = None, question_id: str | None = None,
               step_budget: int | None = None, **kwargs: Any) -> SQLObservation:
         """Start an episode on `question_id`, or on a question drawn with `seed` (same seed, same question)."""
+        lower_session_thread()
         self._check_open()
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ResetArgumentError(f"seed must be an integer, got {type(seed).__name__}")
@@ -321,6 +352,7 @@ class SQLEnvServerEnvironment(Environment[SQLAction, SQLObservation, EpisodeStat
 
     def step(self, action: SQLAction, timeout_s: float | None = None, **kwargs: Any) -> SQLObservation:
         """Apply one action (the sandbox's own time limit bounds it; `timeout_s` is not used)."""
+        lower_session_thread()
         self._check_open()
         with _ACTIVITY, self._slots.held():
             obs = self._env.step(action.to_core() if isinstance(action, SQLAction) else action)
