@@ -282,6 +282,9 @@ def test_hostile_http_requests_leave_the_server_healthy(fuzz_server, requests):
 
     from serverproc import get_json
 
+    # The WebSocket tests before this one share the server: their sessions end when the server has closed them,
+    # on the sessions' own threads, which may still be under way when this example starts.
+    assert fuzz_server.wait_sessions(0) == 0
     for method, path, body in requests:
         data = body.encode() if isinstance(body, str) else body
         request = urllib.request.Request(fuzz_server.url + path, data=data, method=method,
