@@ -462,6 +462,41 @@ def test_sessions_run_below_the_event_loop(no_leak, questions):
     assert min(19, base + SESSION_THREAD_NICE) in after.values()
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="a thread's own priority is Linux's")
+def test_a_thread_running_an_event_loop_is_never_lowered():
+    """OpenEnv builds an HTTP request's environment on the event loop's own thread: that thread keeps its
+    priority wherever the loop runs, and a worker thread of the same loop is lowered."""
+    import os
+
+    from sqlenv.server.environment import SESSION_THREAD_NICE, lower_session_thread
+
+    def nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    seen = {}
+
+    def loop_thread():
+        async def main():
+            seen["loop before"] = nice()
+            lower_session_thread()
+            seen["loop"] = nice()
+
+            def worker():
+                seen["worker before"] = nice()
+                lower_session_thread()
+                seen["worker"] = nice()
+
+            await asyncio.to_thread(worker)  # the loop's own executor, shut down with it
+
+        asyncio.run(main())
+
+    thread = threading.Thread(target=loop_thread)
+    thread.start()
+    thread.join(30)
+    assert seen["loop"] == seen["loop before"]
+    assert seen["worker"] == min(19, seen["worker before"] + SESSION_THREAD_NICE)
+
+
 def test_listening_sockets_share_one_port_and_a_port_in_use_is_refused():
     from sqlenv.server.connections import listening_sockets
 

@@ -9,6 +9,7 @@ whole process already (`sqlenv.environment`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import sys
@@ -83,11 +84,17 @@ _LOWERED = threading.local()
 
 def lower_session_thread() -> None:
     """Run the calling thread `SESSION_THREAD_NICE` below the process's priority, once per thread: the thread a
-    session's environment is built, reset and stepped on (OpenEnv's executor threads). Not the main thread,
-    where the server's event loop runs (and where a test or a script builds environments in-process), and only
-    on Linux, where a thread's priority is its own (elsewhere the call would name another process)."""
+    session's environment is built, reset and stepped on (OpenEnv's executor threads). Never a thread running an
+    event loop (OpenEnv builds the environment of an HTTP `/reset` or `/step` on the loop itself) nor the main
+    thread (where `serve` runs the loop, and a test or a script builds environments in-process), and only on
+    Linux, where a thread's priority is its own (elsewhere the call would name another process)."""
     if getattr(_LOWERED, "done", False) or threading.current_thread() is threading.main_thread():
         return
+    try:
+        asyncio.get_running_loop()
+        return  # an event loop's thread
+    except RuntimeError:
+        pass
     _LOWERED.done = True
     if sys.platform != "linux":
         return
