@@ -435,11 +435,13 @@ def test_the_server_accepts_on_several_sockets_and_serves_each(no_leak):
 
 
 def _thread_nices(pid: int) -> dict[int, int]:
-    """Each thread of process `pid` and its nice value (Linux: field 19 of /proc/<pid>/task/<tid>/stat)."""
+    """Each thread of process `pid` (Linux: /proc/<pid>/task) and its nice value."""
+    import os
+
     nices = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(OSError):
-            nices[int(task.name)] = int((task / "stat").read_text().rsplit(")", 1)[1].split()[16])
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            nices[int(task.name)] = os.getpriority(os.PRIO_PROCESS, int(task.name))
     return nices
 
 

@@ -441,7 +441,7 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, *,
     app = create_app(config, max_sessions=max_sessions, web=web, session_timeout_s=session_timeout_s,
                      request_timeout_s=request_timeout_s, max_sessions_per_client=max_sessions_per_client,
                      reset_timeout_s=reset_timeout_s, proxy_hops=proxy_hops, python_slots=python_slots)
-    # Several sockets on the port, each accepted from at every turn of the loop (sqlenv.server.connections);
+    # Several sockets on the port, each accepted from every turn of the loop (sqlenv.server.connections);
     # bound before anything is served, so a port in use is an OSError here.
     try:
         sockets = listening_sockets(host, port)

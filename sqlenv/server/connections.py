@@ -58,7 +58,7 @@ def listening_sockets(host: str, port: int, count: int = LISTENERS) -> list[sock
 
 def http_protocol(request_timeout_s: float) -> type:
     """uvicorn's HTTP/1.1 protocol class (httptools, else h11: the one uvicorn's "auto" picks) with a deadline on
-    request heads, for `uvicorn.run(http=...)`.
+    request heads, for `uvicorn.Config(http=...)`.
 
     uvicorn bounds only the silence between two requests of a kept-alive connection (`timeout_keep_alive`): a
     connection that opens and sends part of a request head, or nothing, is kept for ever (400 such connections
