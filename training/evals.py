@@ -56,9 +56,10 @@ def eval_batch_size(config: Any, model: Any = None) -> int:
 
 
 def record_comparison(recorder: RunRecorder, model: Any, tokenizer: Any, plan: Any, n: int,
-                base_result: Any, zero_shot: Any = None) -> None:
+                      base_result: Any, zero_shot: Any = None, trained_weights: dict | None = None) -> None:
     """Random policy vs the trained model (and the base, and the pretrained model's zero-shot before its warm
-    start) on the same eval questions with the same seeds."""
+    start) on the same eval questions with the same seeds. `trained_weights` (status.json's `keep_best`: the GRPO
+    step whose weights the model holds, and why) goes into the summary as it is."""
     from sqlenv.evaluation.evaluate import evaluate
     from sqlenv.evaluation.policies import RandomPolicy
 
@@ -95,7 +96,7 @@ def record_comparison(recorder: RunRecorder, model: Any, tokenizer: Any, plan: A
                "base_label": base_label(config) if base_episodes else None,
                "zero_shot": scores(type(trained).from_episodes(zero_episodes, policy="zero-shot"))
                if zero_episodes else None,
-               "time": time.time()}
+               "trained_weights": trained_weights, "time": time.time()}
     recorder.append("comparison", summary)
 
 

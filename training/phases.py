@@ -51,6 +51,8 @@ class RunState:
         model, tokenizer: what the phases hand on (loaded, warm-started, trained).
         baselines: eval results of models played before GRPO, by name (`"zero_shot"`, `"base"`), for the comparison.
         stopped: GRPO was stopped (final/ is saved; the comparison is short).
+        kept: which GRPO weights the run hands back and why (status.json's `keep_best`; None without a validation
+            panel), for the comparison's summary.
     """
 
     plan: Any
@@ -63,6 +65,7 @@ class RunState:
     tokenizer: Any = None
     baselines: dict[str, Any] = dataclasses.field(default_factory=dict)
     stopped: bool = False
+    kept: dict | None = None
 
     @property
     def config(self) -> Any:
@@ -217,7 +220,14 @@ class GRPO(Phase):
         callback = RunCallback(recorder, plan, state.tokenizer, stop_event=state.stop_event, phase="grpo",
                                evaluate_at_start=not config.sft.enabled and checkpoint is None,
                                last_eval_step=last_eval_step)
-        trainer = build_trainer(plan, state.model, state.tokenizer, callbacks=[callback])
+        from training.validation import ValidationCallback
+
+        resumed = run.read_status().get("keep_best") if checkpoint is not None else None
+        validation = ValidationCallback(
+            recorder, plan, state.tokenizer, stop_event=state.stop_event, resumed=resumed,
+            weights_file=plan.phase_dir("grpo") / "best_weights.pt" if config.resolved_save_steps("grpo") > 0
+            else None)
+        trainer = build_trainer(plan, state.model, state.tokenizer, callbacks=[callback, validation])
         from training.models.trainable import trainable_parameters
 
         recorder.status(grpo_trainable_parameters=trainable_parameters(trainer.model))
@@ -225,6 +235,7 @@ class GRPO(Phase):
             atomic_write_json(run.file("grpo_config.json"), trainer.args.to_dict())
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
         state.stopped = callback.stopped
+        state.kept = validation.kept
         recorder.status(phase="saving")
         save_final(run, trainer, state.tokenizer, state.is_main,
                    merge=bool((config.resolved_lora() or {}).get("merge")))
@@ -252,7 +263,7 @@ class Comparison(Phase):
         n = state.config.comparison_episodes
         record_comparison(state.recorder, state.model, state.tokenizer, state.plan,
                           min(n, 5) if state.stopped else n, state.baselines.get("base"),
-                          state.baselines.get("zero_shot"))
+                          state.baselines.get("zero_shot"), trained_weights=state.kept)
 
 
 def run_phases() -> list[Phase]:
@@ -328,7 +339,7 @@ def _sft_settings(plan: Any):
     logging_steps = config.plot_every if 0 < steps <= SHORT_WARM_START_STEPS else settings.logging_steps
     return dataclasses.replace(
         settings, dataset=plan.dataset, output_dir=str(plan.phase_dir("sft")), precision=plan.precision,
-        logging_steps=logging_steps,
+        logging_steps=logging_steps, held_out=tuple(plan.validation_ids),
         save_steps=config.resolved_save_steps("sft"), save_total_limit=config.save_total_limit,
         report_to=list(config.report_to), run_name=config.run_id)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +166,8 @@ class EpisodeSource:
             None; needs the `server` extra). Each environment then holds one server session; the server owns the
             databases, rewards and sandbox, so `reward_config` and `sandbox` stay unset and `db_dir` may be None;
             the questions file still names the questions (and fills the gold fields of transcripts).
+        held_out: question ids this source never plays (default none): a run's validation panel, held out of the
+            train split so that GRPO and the warm start never see it (`training.validation`).
 
     Raises:
         ValueError / FileNotFoundError: a budget below 1, a missing questions file or database folder, rewards or
@@ -172,7 +175,8 @@ class EpisodeSource:
     """
 
     def __init__(self, questions_path: str | Path, db_dir: str | Path | None, step_budget: int = 10, *,
-                 reward_config: Any = None, sandbox: Any = None, base_url: str | None = None):
+                 reward_config: Any = None, sandbox: Any = None, base_url: str | None = None,
+                 held_out: Collection[str] = ()):
         if int(step_budget) < 1:
             raise ValueError(f"step_budget must be at least 1, got {step_budget}")
         if base_url is not None and (reward_config is not None or sandbox is not None):
@@ -188,6 +192,7 @@ class EpisodeSource:
         self.reward_config = reward_config
         self.sandbox = sandbox
         self.base_url = base_url
+        self.held_out = frozenset(held_out)
         self._questions: list | None = None
         self._lock = threading.Lock()
 
@@ -203,12 +208,15 @@ class EpisodeSource:
 
     @property
     def questions(self) -> list:
-        """The split's questions, parsed on first use and shared by every environment of this source."""
+        """The split's questions less `held_out`, parsed on first use and shared by every environment of this
+        source."""
         with self._lock:
             if self._questions is None:
                 from sqlenv.data.datasets import load_questions
 
-                self._questions = load_questions(self.questions_path)
+                questions = load_questions(self.questions_path)
+                self._questions = [q for q in questions if q.question_id not in self.held_out] if self.held_out \
+                    else questions
             return self._questions
 
     def environment(self):
@@ -225,6 +233,8 @@ class EpisodeSource:
 
     def __repr__(self) -> str:
         where = f", base_url={self.base_url!r}" if self.base_url else ""
+        if self.held_out:
+            where += f", held_out=<{len(self.held_out)} questions>"
         return (f"EpisodeSource({str(self.questions_path)!r}, {str(self.db_dir)!r}, "
                 f"step_budget={self.step_budget}{where})")
 
@@ -240,6 +250,8 @@ class RunPlan:
         device: `"cpu"`, `"cuda"` or `"mps"`.
         precision: `"bf16"`, `"fp16"` or `"fp32"` (mixed precision: weights stay fp32, see `TrainConfig.precision`).
         cpu_threads: torch threads on CPU runs (`None` = torch's default).
+        validation_ids: the validation panel, question ids of the train split held out of it (`TrainConfig.
+            validation_questions`, chosen by `training.validation.choose_panel`); empty when the run has none.
     """
 
     config: Any
@@ -248,6 +260,7 @@ class RunPlan:
     device: str
     precision: str
     cpu_threads: int | None
+    validation_ids: tuple[str, ...] = ()
 
     @classmethod
     def resolve(cls, config: Any, *, run_dir: str | Path | None = None) -> "RunPlan":
@@ -268,21 +281,36 @@ class RunPlan:
         device = resolve_device(config.device)
         if config.compare_base is None:  # auto: the model before GRPO is worth playing where it is cheap
             config = dataclasses.replace(config, compare_base=config.is_builtin_model or device == "cuda")
+        dataset = resolve_dataset(config.dataset, data_root=config.data_dir)
+        validation_ids = ()
+        if config.validation_questions != 0:
+            from sqlenv.data.datasets import load_questions
+            from training.validation import choose_panel
+
+            ids = [q.question_id for q in load_questions(dataset.questions_path(config.train_split))]
+            validation_ids = choose_panel(ids, config.validation_questions, config.seed)
+        if config.validation_questions is None or config.keep_best is None:  # auto: decided by the panel's size
+            config = dataclasses.replace(
+                config, validation_questions=len(validation_ids),
+                keep_best=bool(validation_ids) if config.keep_best is None else config.keep_best)
         return cls(
             config=config,
-            dataset=resolve_dataset(config.dataset, data_root=config.data_dir),
+            dataset=dataset,
             run_dir=Path(run_dir) if run_dir is not None else Path(config.output_dir),
             device=device,
             precision=resolve_precision(config.precision, device),
             cpu_threads=config.resolved_cpu_threads() if device == "cpu" else None,
+            validation_ids=validation_ids,
         )
 
     # --- data -------------------------------------------------------------------------------------------
     def episodes(self, split: str | None = None) -> EpisodeSource:
         """The episode source of `split` (default: the train split) with the run's step budget, on the run's
-        environment server when `env_url` is set."""
-        return EpisodeSource.from_dataset(self.dataset, split or self.config.train_split, self.config.step_budget,
-                                          base_url=self.config.env_url)
+        environment server when `env_url` is set. The train split's source holds out the validation panel."""
+        split = split or self.config.train_split
+        held_out = self.validation_ids if split == self.config.train_split else ()
+        return EpisodeSource.from_dataset(self.dataset, split, self.config.step_budget,
+                                          base_url=self.config.env_url, held_out=held_out)
 
     def environment(self, split: str):
         """A new `SQLEnvironment` over `split` with the run's step budget (the caller closes it)."""

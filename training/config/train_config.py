@@ -65,6 +65,14 @@ class TrainConfig:
             (default 256): a tool call rarely needs more, and it caps a babbling turn.
         max_tool_calling_iterations: tool-calling rounds TRL allows per episode. `None` (default) = auto:
             `step_budget`, so TRL stops exactly when the environment's budget is spent.
+        negative_advantage_weight: scale of the negative advantages in GRPO's loss (default 1.0: GRPO as TRL
+            computes it). Below 1 a wrong episode pushes its tokens down less than a right one pushes its tokens up:
+            right and wrong episodes share most of their tokens here (the tool-call format, table names, the SQL
+            skeleton), and penalising the wrong ones also lowers what the right ones said (lazy likelihood
+            displacement). 0 keeps only the better-than-average episodes (rejection-sampling fine-tuning, RAFT-like).
+        kl_probe_episodes: episodes sampled once at GRPO's start from the starting policy, on which the KL from that
+            policy is measured after every logged step (`health/kl_start`, nats per model token; one forward pass
+            without gradients, `training.grpo.health`). Default 8; 0 = no probe.
         beta: KL coefficient against the starting model (default 0.0, TRL's default: no reference model is
             loaded, which halves forward passes). Try 0.01-0.04 if the policy drifts into gibberish.
         temperature: sampling temperature during rollouts (default 1.0). Lower values make groups more alike
@@ -141,6 +149,18 @@ class TrainConfig:
             after training (default 20).
         compare_base: also play the comparison with the model as it was before GRPO. `None` (default) = auto:
             on for `builtin:tiny` and on GPUs, where it is cheap.
+        validation_questions: a validation panel: this many train-split questions, drawn once with `seed`, held out
+            of the warm start and of GRPO (neither ever samples them; the eval split is another split, so Compare
+            stays honest), played greedily at GRPO's step 0, every `eval_every` steps and at its end
+            (`training.validation`). Its success is the metric `keep_best` picks by, and the health checks read
+            it (a falling validation success is the surest sign of a policy drifting away). `None` (default) =
+            auto: up to 64, an eighth of the train split at most, none for a split under 128 questions. 0 = none.
+            Greedy and paired (the same questions each time), so two evals compare question by question.
+        keep_best: hand back the best validated weights instead of the last (like Trainer's
+            `load_best_model_at_end` with `metric_for_best_model`): the weights at GRPO's start count, so a run never
+            returns a model worse on validation than the one it started from. `final/` and the comparison hold the
+            kept weights; status.json's `keep_best` says which step was kept and why. `None` (default) = on when
+            the run has a validation panel.
         zero_shot_episodes: how many of the comparison's questions a warm-started pretrained model plays zero-shot,
             before its warm start (with `compare_base`). `None` (default) = all `comparison_episodes`. A zero-shot
             model runs every turn to `max_turn_tokens`, so its episodes cost several times a trained one's: a CPU
@@ -187,6 +207,8 @@ class TrainConfig:
     prompt: str = "full"
     rollout: str = "environment"
     lean_loss: bool = True
+    negative_advantage_weight: float = 1.0
+    kl_probe_episodes: int = 8
     gradient_checkpointing: bool = False
     train_top_layers: int | None = None
     train_head: bool = True
@@ -208,6 +230,8 @@ class TrainConfig:
     comparison_episodes: int = 20
     compare_base: bool | None = None
     zero_shot_episodes: int | None = None
+    validation_questions: int | None = None
+    keep_best: bool | None = None
     # --- warm start ---
     sft: WarmStart = dataclasses.field(default_factory=WarmStart)
     # --- hardware ---

@@ -77,7 +77,11 @@ def validate(config) -> None:
     for name in ("plot_every",):
         if getattr(config, name) < 1:
             fail(f"{name} must be at least 1 (got {getattr(config, name)})")
-    for name in ("trace_every", "eval_every", "eval_episodes", "comparison_episodes", "zero_shot_episodes"):
+    if not 0.0 <= config.negative_advantage_weight <= 1.0:
+        fail(f"negative_advantage_weight must be in [0, 1] (got {config.negative_advantage_weight}): 1 is GRPO, "
+             "0 keeps only the better-than-average episodes")
+    for name in ("trace_every", "eval_every", "eval_episodes", "comparison_episodes", "zero_shot_episodes",
+                 "validation_questions", "kl_probe_episodes"):
         if (getattr(config, name) or 0) < 0:
             fail(f"{name} must be >= 0 (got {getattr(config, name)}; 0 turns it off)")
     if config.device not in DEVICES:

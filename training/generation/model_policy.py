@@ -12,7 +12,7 @@ policy's, and it is several times faster than one episode at a time.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from sqlenv.types import SQLAction, SQLObservation
 from sqlenv.agent.model_output import message_actions
@@ -159,8 +159,12 @@ def play_model_episodes(model: Any, tokenizer: Any, envs: list[Any], observation
 def evaluate_model(model: Any, tokenizer: Any, *, dataset: str = "builtin", split: str = "eval",
                    n_episodes: int = 3, seed: int = 0, step_budget: int = 10, name: str = "model",
                    max_turn_tokens: int = 256, temperature: float = 0.0, enable_thinking: bool = False,
-                   batch_size: int = 32, envs: list[Any] | None = None, prompt: str = "full"):
+                   batch_size: int = 32, envs: list[Any] | None = None, prompt: str = "full",
+                   question_ids: Sequence[str] | None = None):
     """Evaluate a model like `sqlenv.evaluate` (episode i = `reset(seed=seed + i)`), batched.
+
+    With `question_ids`, episode i plays question `question_ids[i]` instead (a fixed panel: `n_episodes` is then
+    their number).
 
     `dataset` is a name, a prepared directory or a resolved `DatasetInfo` (a run passes its plan's); `envs`, when
     given, are played instead (already open; the caller closes them). `prompt` is the prompt the model was trained
@@ -172,6 +176,9 @@ def evaluate_model(model: Any, tokenizer: Any, *, dataset: str = "builtin", spli
     from sqlenv.data.datasets import resolve_dataset
     from sqlenv.environment import SQLEnvironment
 
+    if question_ids is not None:
+        question_ids = list(question_ids)
+        n_episodes = len(question_ids)
     own = envs is None
     if own:
         info = resolve_dataset(dataset)  # once, not per environment
@@ -183,7 +190,8 @@ def evaluate_model(model: Any, tokenizer: Any, *, dataset: str = "builtin", spli
         for start in range(0, n_episodes, len(envs)):
             chunk = list(range(start, min(n_episodes, start + len(envs))))
             used = envs[: len(chunk)]
-            observations = [env.reset(seed=seed + i) for env, i in zip(used, chunk)]
+            observations = [env.reset(seed=seed + i) if question_ids is None
+                            else env.reset(seed=seed + i, question_id=question_ids[i]) for env, i in zip(used, chunk)]
             try:
                 play_model_episodes(model, tokenizer, used, observations, max_turn_tokens=max_turn_tokens,
                                     temperature=temperature, renderer=renderer)

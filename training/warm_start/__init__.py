@@ -100,6 +100,7 @@ class SFTSettings:
             (default) or `"compact"` (no tool schemas rendered). The model learns the prompt it will play on.
         enable_thinking: the chat template's `enable_thinking` (False, `TrainConfig.enable_thinking`), as play renders:
             off, the generation prompt holds an empty `<think>` block; on, the model learns to write it.
+        held_out: question ids the teacher never plays (a run's validation panel, `RunPlan.validation_ids`).
     """
 
     dataset: Any = "builtin"
@@ -131,6 +132,7 @@ class SFTSettings:
     precision: str | None = None
     prompt: str = "full"
     enable_thinking: bool = False
+    held_out: tuple[str, ...] = ()
 
     @classmethod
     def from_config(cls, config: Any) -> "SFTSettings":
@@ -216,6 +218,7 @@ def teacher_conversations(
     mistakes: tuple[str, ...] | list[str] = DEFAULT_MISTAKES,
     seed: int = 0,
     prompt: str = "full",
+    held_out: tuple[str, ...] | frozenset[str] = (),
 ) -> list[dict[str, Any]]:
     """Play the teacher through `SQLEnvTRL` and return each episode as `{"messages", "tools", "question_id",
     "teacher"}`. `dataset` is a name, a prepared directory or a resolved `DatasetInfo`.
@@ -241,7 +244,7 @@ def teacher_conversations(
     from training.grpo.trl_env import SQLEnvTRL, tool_methods, train_rows
     from transformers.utils import get_json_schema
 
-    source = EpisodeSource.from_dataset(dataset, split, step_budget)
+    source = EpisodeSource.from_dataset(dataset, split, step_budget, held_out=held_out)
     env = SQLEnvTRL(source)
     tools = [get_json_schema(method) for method in tool_methods(env)] if renders_tool_schemas(prompt) else None
     tools_json = json.dumps(tools, ensure_ascii=False)
@@ -341,6 +344,7 @@ def run_sft(
             mistakes=settings.teacher_mistakes,
             seed=settings.seed,
             prompt=settings.prompt,
+            held_out=settings.held_out,
         )
     if not conversations:
         raise ValueError(f"no oracle episodes to imitate in {settings.dataset!r} split {settings.split!r}")

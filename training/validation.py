@@ -1,0 +1,263 @@
+"""The validation panel and `keep_best`: a run never hands back a model worse on validation than its start.
+
+A panel of `validation_questions` train-split questions is held out of the warm start and of GRPO
+(`RunPlan.validation_ids`, chosen once by `choose_panel`; `EpisodeSource(held_out=...)` keeps every sampler away from
+them) and played greedily at GRPO's step 0, every `eval_every` steps and at its end (`ValidationCallback`). Greedy
+play of the same questions makes two evals comparable question by question (paired): `evals.jsonl` keeps each
+question's outcome, so a reader counts the questions gained and lost between two steps.
+
+With `keep_best`, the callback keeps a copy of the trainable weights of the best validated step — the start counts as
+step 0 — and puts them back into the model when GRPO ends, so `final/` and the comparison play them (HF Trainer's
+`load_best_model_at_end` / `metric_for_best_model`, on a metric of our own). A later step is kept only when it
+scores strictly higher: a tie keeps the earlier weights, which drifted less. status.json's `keep_best` says which
+step was kept and why, after every validation (what the run would hand back if it ended there).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from typing import Any, Sequence
+
+from transformers import TrainerCallback
+
+from training.callbacks import RunRecorder
+
+__all__ = ["choose_panel", "auto_panel_size", "ValidationCallback", "KeptWeights", "METRIC", "VALIDATION_SPLIT",
+           "AUTO_MAX_QUESTIONS", "AUTO_MIN_SPLIT"]
+
+logger = logging.getLogger(__name__)
+
+#: The metric `keep_best` picks by (status.json's `keep_best.metric_for_best_model`).
+METRIC = "validation_success"
+#: The `split` of the panel's lines in evals.jsonl.
+VALIDATION_SPLIT = "validation"
+#: Auto panel: at most this many questions ...
+AUTO_MAX_QUESTIONS = 64
+#: ... and none for a train split smaller than this (it cannot spare an eighth of its questions).
+AUTO_MIN_SPLIT = 128
+
+
+def auto_panel_size(n_questions: int) -> int:
+    """The auto panel's size (`validation_questions: null`) for a train split of `n_questions`: up to 64, an eighth of
+    the split at most, none under 128 questions. 64 greedy episodes give a success rate to within ~±6 points (one
+    standard deviation at 50%), and a paired count of the questions gained and lost that is sharper than that."""
+    return min(AUTO_MAX_QUESTIONS, n_questions // 8) if n_questions >= AUTO_MIN_SPLIT else 0
+
+
+def choose_panel(question_ids: Sequence[str], n: int | None, seed: int) -> tuple[str, ...]:
+    """The validation panel: `n` of `question_ids` (None = `auto_panel_size`), drawn with `seed`, in the split's
+    order. The same arguments always give the same panel (a resumed run, the sweep's tries).
+
+    Raises:
+        ConfigError: `n` would leave the train split with fewer than half its questions.
+    """
+    from training.config.errors import ConfigError
+
+    ids = list(dict.fromkeys(str(q) for q in question_ids))
+    if n is None:
+        n = auto_panel_size(len(ids))
+    if n <= 0:
+        return ()
+    if n > len(ids) // 2:
+        raise ConfigError(f"validation_questions={n} would hold out more than half of the train split's {len(ids)} "
+                          f"questions: use at most {len(ids) // 2}, or 0 for no validation panel")
+    chosen = set(random.Random(f"validation-{seed}").sample(ids, n))
+    return tuple(q for q in ids if q in chosen)
+
+
+class KeptWeights:
+    """A copy of a model's trainable weights (CPU tensors, by parameter name) and the step they are from.
+
+    Trainable only: frozen weights cannot change, so a LoRA run copies its adapter, a `train_top_layers` run its top
+    layers and head, a full fine-tune every weight (SmolLM2-135M: 0.54 GB)."""
+
+    def __init__(self, step: int, tensors: dict[str, Any]):
+        self.step = step
+        self.tensors = tensors
+
+    @classmethod
+    def of(cls, model: Any, step: int) -> "KeptWeights":
+        return cls(step, {name: p.detach().to("cpu", copy=True) for name, p in model.named_parameters()
+                          if p.requires_grad})
+
+    def restore(self, model: Any) -> None:
+        """Copy the kept weights back into `model` (in place: the optimizer and the trainer keep their tensors)."""
+        import torch
+
+        params = dict(model.named_parameters())
+        missing = [name for name in self.tensors if name not in params]
+        if missing:
+            raise RuntimeError(f"kept weights name parameters the model lacks: {missing[:3]}")
+        with torch.no_grad():
+            for name, tensor in self.tensors.items():
+                params[name].copy_(tensor.to(params[name].device, params[name].dtype))
+
+    def save(self, path: Any) -> None:
+        import os
+
+        import torch
+
+        tmp = f"{path}.tmp"
+        torch.save({"step": self.step, "tensors": self.tensors}, tmp)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: Any) -> "KeptWeights":
+        import torch
+
+        data = torch.load(path, map_location="cpu", weights_only=True)
+        return cls(int(data["step"]), data["tensors"])
+
+
+class ValidationCallback(TrainerCallback):
+    """Plays the validation panel during GRPO and keeps the best validated weights (see the module docstring).
+
+    Args:
+        recorder: the run's writer (evals.jsonl lines with `split: "validation"`, status.json's `keep_best`).
+        plan: the run's `RunPlan`: its panel (`validation_ids`), `eval_every`, `keep_best` and play settings.
+        tokenizer: the model's tokenizer.
+        stop_event: the run's stop flag: a stopped run is not validated again; it keeps its best validated weights.
+        resumed: the status.json `keep_best` record of the run this one resumes (None on a fresh run): the panel is not
+            played again at steps already recorded, and the best so far is read back (`best_weights.pt`).
+        weights_file: where the best weights are written for a resumed run to read back (None: not written, as when
+            the run saves no checkpoints and so cannot resume).
+
+    After `trainer.train()`, `kept` is the status.json record (None without a panel).
+    """
+
+    def __init__(self, recorder: RunRecorder, plan: Any, tokenizer: Any, *,
+                 stop_event: threading.Event | None = None, resumed: dict | None = None, weights_file: Any = None):
+        self.recorder = recorder
+        self.plan = plan
+        self.config = plan.config
+        self.tokenizer = tokenizer
+        self.stop_event = stop_event
+        self.weights_file = weights_file
+        self.keep_best = bool(self.config.keep_best)
+        self.kept: dict | None = dict(resumed) if resumed else None
+        self._best: KeptWeights | None = None
+        if resumed and self.keep_best and weights_file is not None:
+            try:
+                self._best = KeptWeights.load(weights_file)
+            except (OSError, RuntimeError, KeyError, ValueError) as exc:
+                logger.warning("best weights not read back (%s): the best of the steps validated from now on is kept",
+                               exc)
+                self.kept = None
+        self._last_validated: int | None = resumed.get("last_step") if resumed else None
+        self._envs: list[Any] = []
+
+    @property
+    def active(self) -> bool:
+        return bool(self.plan.validation_ids)
+
+    # ------------------------------------------------------------------------------- trainer events
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if self.active and _is_main(state) and self._last_validated is None:
+            self.validate(model, state.global_step)
+        return control
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        every = self.config.eval_every
+        if (self.active and _is_main(state) and every > 0 and state.global_step % every == 0
+                and not self._stopping()):
+            self.validate(model, state.global_step)
+        return control
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        if not (self.active and _is_main(state)):
+            self._close()
+            return control
+        if not self._stopping() and self._last_validated != state.global_step:
+            self.validate(model, state.global_step)
+        if self.keep_best and self._best is not None and self._best.step != self._last_validated:
+            self._best.restore(model)
+        if self.kept is not None:
+            self._decide(final_step=state.global_step)
+        self._close()
+        return control
+
+    # ------------------------------------------------------------------------------------ validation
+    def validate(self, model: Any, step: int) -> Any:
+        """Play the panel greedily with `model`, record it, and keep its weights when they score best so far."""
+        from training.evals import eval_batch_size
+        from training.generation.model_policy import evaluate_model
+
+        ids = list(self.plan.validation_ids)
+        model = _unwrap(model)
+        while len(self._envs) < min(len(ids), eval_batch_size(self.config, model)):
+            self._envs.append(self.plan.environment(self.config.train_split))
+        result = evaluate_model(model, self.tokenizer, question_ids=ids, seed=self.config.seed, name="model",
+                                max_turn_tokens=self.config.max_turn_tokens, envs=self._envs,
+                                enable_thinking=self.config.enable_thinking, prompt=self.config.prompt)
+        correct = [bool(e.get("correct")) for e in result.episodes]
+        self.recorder.append("evals", {
+            "step": step, "phase": "grpo", "split": VALIDATION_SPLIT, "success_rate": result.success_rate,
+            "avg_reward": result.avg_reward, "avg_steps": result.avg_steps, "explore_rate": result.explore_rate,
+            "execution_accuracy": result.execution_accuracy, "n_episodes": result.n_episodes,
+            "question_ids": ids, "correct": correct, "time": time.time(),
+        })
+        self._last_validated = step
+        self._track(model, step, result.success_rate)
+        return result
+
+    def _track(self, model: Any, step: int, success: float) -> None:
+        kept = self.kept or {"metric_for_best_model": METRIC, "best_step": step, "best_metric": success,
+                             "start_step": step, "start_metric": success}
+        new_best = self.kept is None or success > kept["best_metric"]
+        kept.update(last_step=step, last_metric=success)
+        if new_best:
+            kept.update(best_step=step, best_metric=success)
+            if self.keep_best:
+                self._best = KeptWeights.of(model, step)
+                if self.weights_file is not None:
+                    self._best.save(self.weights_file)
+        self.kept = kept
+        self._decide()
+
+    def _decide(self, final_step: int | None = None) -> None:
+        """Which weights the run hands back, and why (status.json's `keep_best`)."""
+        kept = self.kept
+        best, start, last = kept["best_step"], kept["start_step"], kept["last_step"]
+        pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731
+        start_name = "the warm start" if self.config.sft.enabled else "the starting weights"
+        unvalidated = final_step is not None and final_step != last
+        if not self.keep_best:
+            kept.update(kept="last", reason="keep_best is off: the last weights are kept")
+        elif best == start:
+            verdict = (f"GRPO did not beat {start_name} on validation ({pct(kept['start_metric'])} at the start"
+                       + (f", {pct(kept['last_metric'])} at step {last})" if last != start else ")"))
+            kept.update(kept="start", reason=f"{verdict}: {start_name} {'is' if start_name.endswith('start') else 'are'}"
+                                             " kept")
+        elif best == last and not unvalidated:
+            kept.update(kept="last", reason=f"the last validated step ({last}) scored best on validation: "
+                                            f"{pct(kept['best_metric'])} vs {pct(kept['start_metric'])} at the start")
+        else:
+            kept.update(kept="best", reason=f"step {best} scored best on validation ({pct(kept['best_metric'])} vs "
+                                            f"{pct(kept['start_metric'])} at the start, {pct(kept['last_metric'])} at "
+                                            f"step {last}): its weights are kept")
+        if unvalidated and self.keep_best:
+            kept["reason"] += f" (the run stopped at step {final_step}, after its last validation)"
+        kept["step"] = best if self.keep_best else (final_step if final_step is not None else last)
+        self.recorder.status(keep_best=dict(kept))
+
+    # ------------------------------------------------------------------------------------ helpers
+    def _stopping(self) -> bool:
+        return self.stop_event is not None and self.stop_event.is_set()
+
+    def _close(self) -> None:
+        for env in self._envs:
+            env.close()
+        self._envs.clear()
+
+
+def _is_main(state: Any) -> bool:
+    return bool(getattr(state, "is_world_process_zero", True))
+
+
+def _unwrap(model: Any) -> Any:
+    while hasattr(model, "module") and not hasattr(model, "generate"):
+        model = model.module
+    return model
