@@ -200,6 +200,10 @@ class RunCallback(TrainerCallback):
             return control
         record = {k: (v if not isinstance(v, float) or math.isfinite(v) else None)
                   for k, v in logs.items() if _is_number(v) or v is None}
+        if self.phase == "grpo" and "health/sampled_entropy" not in record and record.get("entropy") is not None:
+            # TRL's tool loop decodes with `generate`, which reports no entropy: TRL's own (over the completions in
+            # the loss) stands in for the batched decoder's figure.
+            record["health/sampled_entropy"] = record["entropy"]
         record["phase"] = self.phase
         record["step"] = state.global_step
         record["time"] = time.time()

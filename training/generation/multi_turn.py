@@ -30,11 +30,20 @@ __all__ = ["MultiTurnDecoder", "DecodeStats"]
 @dataclass
 class DecodeStats:
     """What a decoder has done: tokens fed to the model (prompt and tool tokens read, plus one per decoding step),
-    tokens generated, forward calls. `fed / generated` is the reading overhead."""
+    tokens generated, forward calls. `fed / generated` is the reading overhead. `sampled` counts the tokens drawn
+    by sampling and `entropy_sum` the entropy (nats) of the distribution each was drawn from: their ratio is the
+    mean token entropy of the sampled completions, a policy-health figure (a rising one means the policy is coming
+    apart, a collapsing one that it stopped exploring)."""
 
     fed: int = 0
     generated: int = 0
     forward_calls: int = 0
+    sampled: int = 0
+    entropy_sum: float = 0.0
+
+    @property
+    def mean_entropy(self) -> float | None:
+        return self.entropy_sum / self.sampled if self.sampled else None
 
     def as_dict(self) -> dict[str, int]:
         return {"fed": self.fed, "generated": self.generated, "forward_calls": self.forward_calls}
@@ -236,11 +245,14 @@ class MultiTurnDecoder:
         eos = torch.tensor(sorted(self.eos_ids), device=device)
         live = list(range(len(keys)))  # batch row -> index into keys
         budget = torch.tensor([budgets[k] for k in keys], device=device)
+        entropy = torch.zeros((), device=device)  # summed on the device; read once per turn
         step = 0
         while True:
             if sample:
                 probs = torch.softmax(logits.float() / temperature, dim=-1)
                 token = torch.multinomial(probs, 1).squeeze(1)
+                entropy += torch.special.entr(probs).sum()
+                self.stats.sampled += len(live)
             else:
                 token = logits.argmax(dim=-1)
             for i, value in zip(live, token.tolist()):
@@ -257,6 +269,7 @@ class MultiTurnDecoder:
                         ids=list(sequences[key]) + results[key][:-1],
                         layers=[(layer.keys[b][:, valid], layer.values[b][:, valid]) for layer in cache.layers])
                 if bool(finished.all()):
+                    self.stats.entropy_sum += float(entropy)
                     return
                 keep = (~finished).nonzero().squeeze(1)
                 for layer in cache.layers:

@@ -149,8 +149,14 @@ def build_trainer(plan: Any, model: Any, tokenizer: Any, *, output_dir: str | No
         from training.models.trainable import train_top_layers
 
         train_top_layers(model, config.train_top_layers, train_head=config.train_head)
+    from training.grpo.kl_probe import KLProbe
+
+    kl_probe = KLProbe(plan, tokenizer, config.kl_probe_episodes, config.temperature,
+                       file=Path(args.output_dir) / "kl_probe.json" if args.save_strategy != "no" else None) \
+        if config.kl_probe_episodes > 0 else None
     common = dict(model=model, reward_funcs=list(REWARD_FUNCS), args=args, processing_class=tokenizer,
                   callbacks=callbacks, peft_config=lora_config(config), lean_loss=config.lean_loss,
+                  negative_advantage_weight=config.negative_advantage_weight, kl_probe=kl_probe,
                   question_sampler=config.question_sampler,
                   question_groups=question_groups(source) if config.question_sampler == "mixed" else None)
     with warnings.catch_warnings():

@@ -66,7 +66,8 @@ def reward_operational(prompts: list, completions: list, **kwargs: Any) -> list[
 
     On the batched rollout path it also logs the tool-health metrics TRL logs itself on the environment path
     (`tools/call_frequency`: calls per episode, `tools/failure_frequency`: failed calls per call), from the rollout's
-    `tool_calls` / `tool_failures` fields, through TRL's `log_metric`."""
+    `tool_calls` / `tool_failures` fields, and the sampled completions' mean token entropy
+    (`health/sampled_entropy`, from its `sampled_entropy` field), through TRL's `log_metric`."""
     _log_tool_health(kwargs)
     return _from_kwargs("operational", len(completions), kwargs)
 
@@ -75,6 +76,9 @@ def _log_tool_health(kwargs: dict[str, Any]) -> None:
     log_metric, calls, failures = kwargs.get("log_metric"), kwargs.get("tool_calls"), kwargs.get("tool_failures")
     if log_metric is None or not calls or failures is None:
         return
+    entropy = (kwargs.get("sampled_entropy") or [None])[0]
+    if entropy is not None:
+        log_metric("health/sampled_entropy", float(entropy))
     total = sum(calls)
     log_metric("tools/call_frequency", total / len(calls))
     log_metric("tools/failure_frequency", sum(failures) / total if total else 0.0)

@@ -25,6 +25,7 @@ from typing import Any
 from sqlenv.types import SQLAction, SQLObservation
 from training.generation.chat import ChatRenderer
 from training.generation.episodes import Episode, play_batched
+from training.generation.multi_turn import MultiTurnDecoder
 from sqlenv.agent.prompts import initial_messages
 
 __all__ = ["BatchedRollout", "QUESTION_ID_KEY", "prompt_question_id", "rollout_rows"]
@@ -108,9 +109,15 @@ class BatchedRollout:
                                     observation=env.observation))
         max_turns = trainer.max_tool_calling_iterations if trainer.max_tool_calling_iterations < 10**6 else 64
         with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
+            decoder = None
+            if self.keep_cache and MultiTurnDecoder.supports(model):
+                decoder = MultiTurnDecoder(model, renderer.tokenizer.pad_token_id
+                                           if renderer.tokenizer.pad_token_id is not None
+                                           else renderer.tokenizer.eos_token_id, set(renderer.eos_token_ids))
             play_batched(model, renderer, episodes, max_turn_tokens=self.max_turn_tokens,
                          max_completion_tokens=trainer.max_completion_length, max_turns=max_turns,
-                         generation_config=trainer.generation_config, keep_cache=self.keep_cache)
+                         generation_config=trainer.generation_config, keep_cache=self.keep_cache, decoder=decoder)
+        entropy = decoder.stats.mean_entropy if decoder is not None else None
         breakdowns = [env.breakdown for env in envs]
         # An episode cut by max_completion_length has no outcome to learn from: with TRL's mask_truncated_completions
         # it leaves the loss. TRL spots a cut row by its last token (not an end of turn), which misses an episode cut
@@ -128,6 +135,9 @@ class BatchedRollout:
             "tool_calls": [len(e.actions) for e in episodes],
             "tool_failures": [sum(1 for m in e.messages if m.get("role") == "tool"
                                   and str(m.get("content", "")).startswith("Error:")) for e in episodes],
+            # The mean token entropy of this step's sampled completions (the decoder's own distributions), logged
+            # by `reward_operational` as `health/sampled_entropy`; None when the turns were decoded by `generate`.
+            "sampled_entropy": [entropy] * len(episodes),
         }
 
 

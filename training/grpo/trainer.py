@@ -100,13 +100,25 @@ class SQLEnvGRPOTrainer(QuestionSampling, GRPOTrainer):
     Args:
         lean_loss: drop the rows whose gradient is exactly 0 and trim each micro-batch to its own longest row
             (default True). False computes TRL's loss unchanged (the same gradient, more time).
+        negative_advantage_weight: multiply every negative advantage by this before the loss (default 1.0: TRL's
+            GRPO). Below 1 a worse-than-average episode pushes its tokens down less than a better one pushes its
+            tokens up; 0 trains on the better-than-average episodes alone (RAFT-like: their rows with a negative
+            advantage then have none, and the lean loss leaves them out).
+        kl_probe: a `training.grpo.kl_probe.KLProbe`, sampled when training starts and measured at every training
+            log (`health/kl_start`); None = none.
         question_sampler, question_groups, sampler_settings: as `QuestionSampling`.
         args, kwargs: as `trl.GRPOTrainer`.
+
+    The batched rollout logs the sampled completions' mean token entropy (`health/sampled_entropy`); on TRL's tool
+    loop the run's metrics take TRL's `entropy` (the completions in the loss) for it (`training.callbacks`).
     """
 
-    def __init__(self, *args: Any, lean_loss: bool = True, **kwargs: Any):
+    def __init__(self, *args: Any, lean_loss: bool = True, negative_advantage_weight: float = 1.0,
+                 kl_probe: Any = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.lean_loss = lean_loss
+        self.negative_advantage_weight = float(negative_advantage_weight)
+        self.kl_probe = kl_probe
         self.loss_phase = LossPhaseStats()  # cumulative; read by benches
         self._window = LossPhaseStats()  # since the last log line
 
@@ -133,6 +145,10 @@ class SQLEnvGRPOTrainer(QuestionSampling, GRPOTrainer):
 
     # ------------------------------------------------------------------ the loss
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if self.negative_advantage_weight != 1.0 and "advantages" in inputs:
+            advantages = inputs["advantages"]
+            inputs = {**inputs, "advantages": torch.where(advantages < 0, advantages * self.negative_advantage_weight,
+                                                          advantages)}
         drop = None if (return_outputs or not self.lean_loss) else self.droppable_rows(inputs)
         if drop is None:
             return super().compute_loss(model, inputs, return_outputs=return_outputs,
@@ -175,11 +191,21 @@ class SQLEnvGRPOTrainer(QuestionSampling, GRPOTrainer):
         self.loss_phase.add(step)
         self._window.add(step)
 
+    def train(self, *args: Any, **kwargs: Any):
+        if self.kl_probe is not None:
+            self.kl_probe.start(self.accelerator.unwrap_model(self.model))
+        return super().train(*args, **kwargs)
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if self.model.training and "loss" in logs and self._window.rows:
-            logs["loss_phase/rows_dropped_frac"] = self._window.rows_dropped_frac
-            logs["loss_phase/tokens_fed_frac"] = self._window.tokens_fed_frac
-            self._window.reset()
+        if self.model.training and "loss" in logs:
+            if self._window.rows:
+                logs["loss_phase/rows_dropped_frac"] = self._window.rows_dropped_frac
+                logs["loss_phase/tokens_fed_frac"] = self._window.tokens_fed_frac
+                self._window.reset()
+            if self.kl_probe is not None:
+                kl = self.kl_probe.kl(self.accelerator.unwrap_model(self.model))
+                if kl is not None:
+                    logs["health/kl_start"] = kl
         super().log(logs, start_time)
 
 
