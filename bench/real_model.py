@@ -32,8 +32,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 DEFAULT_CONFIG = REPO / "configs" / "smollm2_cpu.json"
 
-from bench.meters import (MemoryMeter, PhaseClock, command_line, machine_load, measurement,  # noqa: E402 - after the path
-                          refuse_shared)
+from bench.meters import (  # noqa: E402 - after the path
+    MemoryMeter, PhaseClock, command_line, machine_load, measurement, refuse_shared)
 
 
 def log(message: str) -> None:

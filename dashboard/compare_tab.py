@@ -141,7 +141,8 @@ def build(ctx: AppContext) -> dict[str, Any]:
         model = f" (model <code>{html.escape(str(name))}</code>)" if name else ""
         choices = question_choices(pairs)
         if not pairs and comparison_error(snap) is not None:
-            msg = f"Run <b>{html.escape(snap.run_id)}</b>{model} ({html.escape(snap.state)}): its final comparison failed."
+            msg = (f"Run <b>{html.escape(snap.run_id)}</b>{model} ({html.escape(snap.state)}): its final comparison "
+                   "failed.")
         elif not pairs:
             msg = (
                 f"Run <b>{html.escape(snap.run_id)}</b>{model} ({html.escape(snap.state)}) has no comparison yet: it is "

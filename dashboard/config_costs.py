@@ -5,12 +5,13 @@ remaining time.
 success at each stage (random policy, zero-shot, warm start, after GRPO) on how many eval questions, minutes all-in,
 peak memory, disk written, seconds per phase, the steps and eval episodes it ran, the command that measured it, a
 digest of the config's content, and the machine's load before and during the run (`shared`: other work shared the
-cores, so the minutes are longer than a newcomer's idle machine gives; the cost line says so). The bench that measured a config writes its entry (`record`):
-`python bench/learning_curve.py --record` for the default run (configs/tiny_cpu.json), `python bench/real_model.py
---config configs/X.json --record` for any config. The picker shows it before Start, and says so when the config
-changed since (its digest differs); a running run's remaining time is its current phase at its own pace, then the
-phases still to come at the measured pace of the config measured for the same model and dataset (scaled by steps
-and episodes), so the warm start and the evals are counted, not only GRPO.
+cores, so the minutes are longer than a newcomer's idle machine gives; the cost line says so). The bench that
+measured a config writes its entry (`record`): `python bench/learning_curve.py --record` for the default run
+(configs/tiny_cpu.json), `python bench/real_model.py --config configs/X.json --record` for any config; both refuse
+to start while other work loads the machine, unless told `--shared`. The picker shows it before Start, and says so
+when the config changed since (its digest differs); a running run's remaining time is its current phase at its own
+pace, then the phases still to come at the measured pace of the config measured for the same model and dataset
+(scaled by steps and episodes), so the warm start and the evals are counted, not only GRPO.
 """
 
 from __future__ import annotations
@@ -127,13 +128,15 @@ def _where(entry: dict[str, Any]) -> str:
     machine (load 11.5 on 2 cores, 7 CPU-minutes; less on idle cores)" (its wall minutes are longer than an idle
     machine's; its CPU time is not)."""
     if not shared(entry):
-        return " on idle cores" if isinstance(entry.get("shared"), bool) else ""
+        return " on idle cores" if isinstance(entry.get("shared"), bool) else ""  # older entries did not say
     load, cores, cpu = entry.get("mean_load"), _cores(entry), entry.get("cpu_minutes")
-    details = [f"load {load:g}" + (f" on {cores} cores" if isinstance(cores, int) else "")
-               if isinstance(load, (int, float)) else "",
-               f"{cpu:.0f} CPU-minutes" if isinstance(cpu, (int, float)) else ""]
-    return " on a shared machine (" + ", ".join(d for d in details if d) + (
-        "; " if any(details) else "") + "less on idle cores)"
+    details = []
+    if isinstance(load, (int, float)):
+        details.append(f"load {load:g}" + (f" on {cores} cores" if cores is not None else ""))
+    if isinstance(cpu, (int, float)):
+        details.append(f"{cpu:.0f} CPU-minutes")
+    said = ", ".join(details) + "; " if details else ""
+    return f" on a shared machine ({said}less on idle cores)"
 
 
 def cost_html(config_file: Path | str | None, table: dict[str, dict[str, Any]] | None = None,

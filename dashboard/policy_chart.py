@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboard.charts import COLORS, Figure, hover_template, in_phase, log_ticks, phase_panels_figure, scatter, step_series
+from dashboard.charts import (COLORS, Figure, hover_template, in_phase, log_ticks, phase_panels_figure, scatter,
+                              step_series)
 from training.health import ENTROPY_KEY, KL_KEY, VALIDATION_SPLIT
 
 __all__ = ["policy_figure", "POLICY_KEYS"]

@@ -11,10 +11,9 @@ import html
 from typing import Any
 
 from training.kept_weights import kept_weights
+from training.run_dir import FINISHED_STATUSES, INTERRUPTED
 
 __all__ = ["kept_html", "comparison_error", "comparison_error_html"]
-
-FINISHED = ("completed", "stopped", "failed", "interrupted")
 
 
 def kept_html(snap: Any, elem_id: str) -> str:
@@ -24,7 +23,7 @@ def kept_html(snap: Any, elem_id: str) -> str:
     kept = played or kept_weights(snap.status.get("keep_best"))
     if kept is None:
         return ""
-    final = played is not None or snap.state in FINISHED
+    final = played is not None or snap.state in (*FINISHED_STATUSES, INTERRUPTED)
     also = " The final comparison's trained model plays these weights." if played is not None else ""
     return (f'<div id="{html.escape(elem_id)}" class="sqe-meta" data-kept="{html.escape(kept.kept)}" '
             f'data-kept-step="{kept.step if kept.step is not None else ""}">'

@@ -269,8 +269,10 @@ def build(ctx: AppContext) -> dict[str, Any]:
                 reward_plot = gr.Plot(charts.plot_data(charts.reward_figure([])), show_label=False, elem_id="runs-chart-reward")
                 success_plot = gr.Plot(charts.plot_data(charts.success_figure([])), show_label=False, elem_id="runs-chart-success")
             with gr.Row():
-                health_plot = gr.Plot(charts.plot_data(charts.tool_health_figure([])), show_label=False, elem_id="runs-chart-health")
-                policy_plot = gr.Plot(charts.plot_data(policy_figure([])), show_label=False, elem_id="runs-chart-policy")
+                health_plot = gr.Plot(charts.plot_data(charts.tool_health_figure([])), show_label=False,
+                                      elem_id="runs-chart-health")
+                policy_plot = gr.Plot(charts.plot_data(policy_figure([])), show_label=False,
+                                      elem_id="runs-chart-policy")
             with gr.Row(equal_height=False):
                 with gr.Column(scale=1, min_width=260):
                     config = gr.Code("", language="json", label="config.json", elem_id="runs-config",
@@ -311,7 +313,8 @@ def build(ctx: AppContext) -> dict[str, Any]:
         snap, err = ctx.runs.try_snapshot(name)
         if snap is None:
             empty = f'<div class="sqe-muted">{esc(err or "")}</div>'
-            return (empty, results_frame(None), charts.plot_data(charts.reward_figure([])), charts.plot_data(charts.success_figure([])), charts.plot_data(charts.tool_health_figure([])),
+            return (empty, results_frame(None), charts.plot_data(charts.reward_figure([])),
+                    charts.plot_data(charts.success_figure([])), charts.plot_data(charts.tool_health_figure([])),
                     charts.plot_data(policy_figure([])), "",
                     gr.update(choices=[], value=None), "", gr.update(visible=False), "")
         choices = transcript_choices(snap)

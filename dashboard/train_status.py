@@ -142,10 +142,10 @@ def health_html(snap: RunSnapshot) -> str:
     failed = [r for r in snap.evals if isinstance(r, dict) and r.get("error")]
     if failed:
         last = failed[-1]
+        split, step = html.escape(str(last.get("split", "?"))), html.escape(str(last.get("step", "?")))
         more = f" ({len(failed)} evals failed in all)" if len(failed) > 1 else ""
-        parts.append(f'<div id="train-eval-error" class="sqe-err-box">The eval on the '
-                     f'{html.escape(str(last.get("split", "?")))} split at step {html.escape(str(last.get("step", "?")))}'
-                     f" failed{more}: {html.escape(str(last['error']))}</div>")
+        parts.append(f'<div id="train-eval-error" class="sqe-err-box">The eval on the {split} split at step {step} '
+                     f"failed{more}: {html.escape(str(last['error']))}</div>")
     return "".join(parts)
 
 

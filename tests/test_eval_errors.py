@@ -14,7 +14,8 @@ from dashboard.run_data import RunCache
 from dashboard.train_status import status_html
 from training.callbacks import ERROR_CHARS, RunCallback, RunRecorder, error_message
 from training.config import TrainConfig
-from training.run_dir import RunDir, now_iso
+from training.run_dir import RunDir, list_runs, now_iso
+from training.run_results import last_eval_measure
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 
@@ -68,16 +69,23 @@ def test_a_periodic_eval_that_crashes_writes_an_error_line(crashing, tmp_path):
         assert "success_rate" not in line and "n_episodes" not in line
 
 
-def test_the_status_bar_says_a_failed_eval_is_an_error_not_a_zero(tmp_path):
+def test_a_failed_eval_reads_as_an_error_not_as_the_last_success(tmp_path):
     run = RunDir.create(tmp_path, "r1")
     run.write_status("running", started_at=now_iso(), phase="grpo", step=20, total_steps=20)
     recorder = RunRecorder(run)
+    recorder.append("evals", {"phase": "grpo", "step": 5, "split": "eval", "success_rate": 0.5, "n_episodes": 4,
+                              "time": 0.0})
     for step in (10, 20):
         recorder.append("evals", {"phase": "grpo", "step": step, "split": "eval", "time": 0.0,
                                   "error": f"RuntimeError: {CRASH}"})
     bar = status_html(RunCache(tmp_path).snapshot("r1"), None)
     assert re.search(r'id="train-eval-error"[^>]*>The eval on the eval split at step 20 failed \(2 evals failed in '
                      rf"all\): RuntimeError: {re.escape(CRASH)}", bar)
+    # The run's headline (Runs, `python -m training.runs list`) is the last eval that measured something.
+    measured = last_eval_measure(run.read("evals"), "eval")
+    assert measured.success == 0.5 and measured.model == "model at GRPO step 5"
+    (row,) = list_runs(tmp_path)
+    assert row["eval_success"] == 0.5 and row["final_success"] == 0.5
 
 
 def test_a_comparison_that_crashes_is_recorded_as_an_error_and_raises(crashing, tmp_path):

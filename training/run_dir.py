@@ -408,7 +408,7 @@ def list_runs(root: Path | None = None) -> list[dict[str, Any]]:
             config = {}
         evals = run.read("evals")
         eval_split = config.get("eval_split", "eval")
-        final_eval = next((e for e in reversed(evals) if e.get("split") == eval_split), None)
+        final_eval = next((e for e in reversed(evals) if e.get("split") == eval_split and not e.get("error")), None)
         summary = next((c for c in reversed(run.read("comparison")) if c.get("kind") == "summary"), None)
         # The headline: the final comparison, else the last periodic eval, success and EX from the same one.
         measured = final_measure(summary, evals, eval_split)
