@@ -309,7 +309,10 @@ def test_a_collapsing_run_warns_in_the_status_bar(dashboard, page, screenshot):
     assert "Signs of a collapse" in text
     assert "Validation success fell from 45% at step 0 to 22% at step 20: 10 of 40 questions lost, 1 gained" in text
     assert "The sampled entropy is running away" in text and "The grad norm spiked to 0.4 at step 16" in text
-    # The Policy chart draws the same records, validation success as markers.
+    # The Policy chart draws the same records, validation success as markers, its legend clear of the axis title.
     page.wait_for_function("() => (document.querySelector('#chart-policy .js-plotly-plot')?.data || [])"
                            ".some(t => t.name === 'validation success' && t.x.length === 5)")
+    legend = page.locator("#chart-policy g.legend").bounding_box()
+    title = page.locator("#chart-policy .g-xtitle text").bounding_box()
+    assert title["y"] + title["height"] <= legend["y"], (title, legend)
     screenshot(page, "train_collapse_warning")
