@@ -19,8 +19,11 @@ of `evals.jsonl`. Targets on the built-in data, idle 2-core machine: all-in <= 1
 line printed is one JSON object with the figures.
 
 With `--record` the default run's figures (success and EX at each stage, eval questions, minutes, peak memory,
-seconds per phase, this command) go into `configs/measured.json` under the config's name, with a digest of the
-config: the Train form's cost line for that config shows them (`dashboard.config_costs`).
+seconds per phase, this command, the machine's load before and during the run) go into `configs/measured.json` under
+the config's name, with a digest of the config: the Train form's cost line for that config shows them
+(`dashboard.config_costs`). A `--record` refuses to start while other work loads the machine (a newcomer's minutes are
+an idle machine's), unless `--shared` says to record anyway; then, or when other work starts during the run, the
+entry says the cores were shared.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 DEFAULT_CONFIG = REPO / "configs" / "tiny_cpu.json"
 
-from bench.meters import MemoryMeter, PhaseClock  # noqa: E402 - after the path
+from bench.meters import MemoryMeter, PhaseClock, machine_load, refuse_shared  # noqa: E402 - after the path
 
 
 def log(message: str) -> None:
@@ -60,6 +63,7 @@ def run_once(config, label: str) -> dict:
         printer(event, payload)
         clock(event, payload)
 
+    load_before = machine_load()
     memory.start()
     start = time.perf_counter()
     try:
@@ -88,7 +92,7 @@ def run_once(config, label: str) -> dict:
         "run_dir": str(run.path), "device": status.get("device"),
         "phase_seconds": {k: round(v, 1) for k, v in clock.seconds.items()},
         "peak_memory_gb": round(memory.peak, 2), "disk_written_gb": round(memory.written_gb(), 2),
-        "mean_load": memory.mean_load(),
+        "mean_load": memory.mean_load(), "load_before": load_before,
     }
 
 
@@ -104,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
                              "name, with this command and a digest of the config (the Train form's cost line); the "
                              "config must run as it is: no --set, the built-in dataset")
     parser.add_argument("--note", default=None, help="with --record: a remark kept in the entry")
+    parser.add_argument("--shared", action="store_true",
+                        help="with --record: record even though other work loads the machine (refused otherwise); "
+                             "the entry says the cores were shared")
     args = parser.parse_args(argv)
     if args.record and (args.overrides or args.dataset != "builtin"):
         print("learning_curve: --record measures a config file as it is: drop --set and --dataset", file=sys.stderr)
@@ -111,6 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.record and args.config.resolve().parent != (REPO / "configs").resolve():
         print(f"learning_curve: --record keeps figures for the configs under configs/, not {args.config}",
               file=sys.stderr)
+        return 2
+    refusal = refuse_shared(args.shared) if args.record else None
+    if refusal:
+        print(f"learning_curve: {refusal}", file=sys.stderr)
         return 2
     from dashboard.config_costs import config_digest
 
@@ -153,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                             command=command_line("bench/learning_curve.py", argv),
                             phase_seconds=default["phase_seconds"], peak_memory_gb=default["peak_memory_gb"],
                             disk_written_gb=default["disk_written_gb"], mean_load=default["mean_load"],
-                            note=args.note)
+                            load_before=default["load_before"], note=args.note)
         log(f"recorded in {record(args.config, entry, digest)}")
     out.update({
         "random_eval_success": default["random"]["success_rate"],

@@ -2,6 +2,7 @@
 
 - `MemoryMeter`: this process's resident memory (peak overall and per phase), the bytes it wrote, and the machine's
   load while it ran, so a time taken on a shared machine says so.
+- `refuse_shared`: why a `--record` must not start now (other work loads the cores), unless asked to record anyway.
 - `PhaseClock`: wall seconds per phase, from the run's status events (a `run_training` listener).
 - `measurement`: the `configs/measured.json` entry of a finished run (what `dashboard.config_costs.record` keeps and
   the Train form's cost line shows), read from the run directory's comparison summary.
@@ -17,7 +18,39 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["MemoryMeter", "PhaseClock", "measurement", "command_line"]
+__all__ = ["MemoryMeter", "PhaseClock", "measurement", "command_line", "machine_load", "usable_cores", "refuse_shared",
+           "BUSY_LOAD"]
+
+#: A 1-minute load average at or above this before a measured run starts means other work keeps at least a core
+#: busy: the run would share the cores, and its wall minutes would not be what a newcomer's idle machine gives.
+BUSY_LOAD = 1.0
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity: `taskset` counts), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def machine_load() -> float | None:
+    """The machine's 1-minute load average (runnable threads, all processes), or None where the OS has none."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
+def refuse_shared(allow_shared: bool, load: float | None = None) -> str | None:
+    """Why a `--record` must not start now, or None: other work loads the machine (a 1-minute load of `BUSY_LOAD`
+    or more; `load` defaults to the current one), so the figures would not be an idle machine's. `allow_shared`
+    (a bench's `--shared`) records anyway: the entry then says the cores were shared (`measurement`)."""
+    load = machine_load() if load is None else load
+    if allow_shared or load is None or load < BUSY_LOAD:
+        return None
+    return (f"--record measures idle cores, and the 1-minute load is {load:g} on {usable_cores()} cores: wait for "
+            "the other work to end, or add --shared to record figures marked as taken on a shared machine")
 
 
 class MemoryMeter:
@@ -126,11 +159,12 @@ def command_line(script: str, argv: list[str] | None) -> str:
 def measurement(config, run_dir: Path | str, *, device: str | None, minutes: float, command: str,
                 phase_seconds: dict[str, float] | None = None, peak_memory_gb: float | None = None,
                 disk_written_gb: float | None = None, mean_load: float | None = None,
-                note: str | None = None) -> dict[str, Any]:
+                load_before: float | None = None, note: str | None = None) -> dict[str, Any]:
     """The `configs/measured.json` entry of a finished run of `config` (its comparison summary read from
     `run_dir`): success and EX at each stage on the comparison's eval questions, minutes all-in (and the CPU minutes
     of this process), memory, disk, seconds per phase, steps and episodes, the command, and a note saying when other
-    work shared the cores.
+    work shared the cores (`shared`: the load before the run reached `BUSY_LOAD`, or averaged more than the cores
+    during it).
 
     Args:
         config: the run's `TrainConfig`.
@@ -138,6 +172,7 @@ def measurement(config, run_dir: Path | str, *, device: str | None, minutes: flo
         minutes: wall minutes all-in.
         command: the command line that ran it (`command_line`).
         phase_seconds, peak_memory_gb, disk_written_gb, mean_load: what `PhaseClock` and `MemoryMeter` measured.
+        load_before: the 1-minute load when the run started (`machine_load`).
         note: anything else the entry should say.
     """
     from training.run_dir import RunDir
@@ -155,11 +190,19 @@ def measurement(config, run_dir: Path | str, *, device: str | None, minutes: flo
             "after_grpo": "trained"}
     success = {name: stage(key, "success_rate") if key else None for name, key in keys.items()}
     ex = {name: stage(key, "execution_accuracy") if key else None for name, key in keys.items()}
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     notes = [note] if note else []
-    if mean_load is not None and mean_load > cores:
-        notes.append(f"shared machine: the 1-minute load averaged {mean_load:g} on {cores} cores during the run, so "
-                     "the minutes are longer than on an idle machine (cpu_minutes: this process's CPU time)")
+    # More runnable threads than cores during the run, or other work already there when it began: it waited for
+    # cores, and its wall minutes are longer than an idle machine's (its CPU minutes are not).
+    shared = (load_before is not None and load_before >= BUSY_LOAD) or (mean_load is not None and mean_load > cores)
+    loads = ", ".join(part for part in (
+        f"the 1-minute load was {load_before:g} before the run" if load_before is not None else "",
+        f"averaged {mean_load:g} during it" if mean_load is not None else "") if part)
+    if shared:
+        notes.append(f"shared machine: {loads} on {cores} cores, so the minutes are longer than on idle cores "
+                     "(cpu_minutes: this process's CPU time)")
+    elif loads:
+        notes.append(f"idle cores: {loads} on {cores} cores")
     sft = config.resolved_sft()
     return {
         "model": config.model, "dataset": config.dataset,
@@ -167,7 +210,9 @@ def measurement(config, run_dir: Path | str, *, device: str | None, minutes: flo
         "minutes": round(minutes, 1),
         "cpu_minutes": cpu_minutes(),
         "cores": cores,
+        "load_before": load_before,
         "mean_load": mean_load,
+        "shared": shared,
         "peak_memory_gb": peak_memory_gb,
         "disk_written_gb": disk_written_gb,
         "phase_seconds": {k: round(v, 1) for k, v in (phase_seconds or {}).items()},

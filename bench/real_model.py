@@ -32,7 +32,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 DEFAULT_CONFIG = REPO / "configs" / "smollm2_cpu.json"
 
-from bench.meters import MemoryMeter, PhaseClock, command_line, measurement  # noqa: E402 - after the path
+from bench.meters import (  # noqa: E402 - after the path
+    MemoryMeter, PhaseClock, command_line, machine_load, measurement, refuse_shared)
 
 
 def log(message: str) -> None:
@@ -129,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
                              "counts remaining time with); the config must run as it is: no --set")
     parser.add_argument("--note", default=None,
                         help="with --record: a remark kept in the entry (e.g. what else ran on the machine)")
+    parser.add_argument("--shared", action="store_true",
+                        help="with --record: record even though other work loads the machine (refused otherwise); "
+                             "the entry says the cores were shared")
     parser.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
                         help="continue a run this bench stopped (its own config; figures add up across chunks)")
     args = parser.parse_args(argv)
@@ -141,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError("--record measures a config file as it is: drop --set and --resume")
         if args.record and args.config.resolve().parent != (REPO / "configs").resolve():
             raise ConfigError(f"--record keeps figures for the configs under configs/, not {args.config}")
+        refusal = refuse_shared(args.shared) if args.record else None
+        if refusal:
+            raise ConfigError(refusal)
         if args.resume is not None:
             if args.overrides or args.episodes is not None:
                 raise ConfigError("--resume uses the run's own config: drop --set/--episodes")
@@ -170,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     meter = GenerationMeter()
     meter.install()
     memory = MemoryMeter()
+    load_before = machine_load()
     memory.start()
     printer = progress_listener(config.max_steps)
 
@@ -237,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         entry = measurement(config, run.path, device=status.get("device"), minutes=figures["total_seconds"] / 60,
                             command=command_line("bench/real_model.py", argv), phase_seconds=figures["phase_seconds"],
                             peak_memory_gb=figures["peak_rss_gb"], disk_written_gb=figures["disk_written_gb"],
-                            mean_load=memory.mean_load(), note=args.note)
+                            mean_load=memory.mean_load(), load_before=load_before, note=args.note)
         log(f"recorded in {record(args.config, entry, digest)}")
     log(json.dumps(result))
     return 0

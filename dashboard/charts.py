@@ -213,7 +213,7 @@ def plot_data(fig: Figure):
 PANEL_DOMAINS = {1: [(0.0, 1.0)], 2: [(0.0, 0.40), (0.56, 1.0)]}
 
 
-def _hover(fmt: str, minutes: bool, episodes: bool = False) -> str:
+def hover_template(fmt: str, minutes: bool, episodes: bool = False) -> str:
     """A phase panel point's hover: its value and step, plus its minutes since the run's start (customdata[0])
     and an eval's episode count (customdata[1]) when asked."""
     text = f"%{{y:{fmt}}} · step %{{x}}"
@@ -288,13 +288,13 @@ def reward_figure(metrics: list[dict[str, Any]], title: str = "Learning signal",
         grpo_traces.append(scatter(x + x[::-1], upper + lower[::-1], "± std", fill="toself",
                                    fillcolor="rgba(79,70,229,0.14)", line={"width": 0}, hoverinfo="skip"))
         grpo_traces.append(scatter(x, mean, "reward (mean)", mode="lines+markers", customdata=custom,
-                                   hovertemplate=_hover(".3f", minutes),
+                                   hovertemplate=hover_template(".3f", minutes),
                                    line={"color": COLORS["reward"], "width": 2.5}, marker={"size": 5}))
     for i, name in enumerate(reward_components(grpo)):
         cx, cy, custom = step_series(grpo, f"rewards/{name}/mean", t0=t0)
         if cx:
             grpo_traces.append(scatter(cx, cy, name.removeprefix("reward_"), mode="lines", customdata=custom,
-                                       hovertemplate=_hover(".3f", minutes), line={
+                                       hovertemplate=hover_template(".3f", minutes), line={
                                            "color": COLORS.get(name, PALETTE[(i + 2) % len(PALETTE)]), "width": 1.5,
                                            "dash": "dot"}))
     lx, loss, custom = step_series(in_phase(metrics, "sft"), "loss", t0=t0)
@@ -302,7 +302,7 @@ def reward_figure(metrics: list[dict[str, Any]], title: str = "Learning signal",
     sft_axis: dict[str, Any] = {}
     if lx:
         sft_traces.append(scatter(lx, loss, "SFT loss", mode="lines", customdata=custom,
-                                  hovertemplate=_hover(".3g", minutes),
+                                  hovertemplate=hover_template(".3g", minutes),
                                   line={"color": COLORS["sft_loss"], "width": 2}))
         tickvals, ticktext = log_ticks(loss)
         sft_axis = {"type": "log", "tickmode": "array", "tickvals": tickvals, "ticktext": ticktext,
@@ -348,14 +348,14 @@ def success_figure(
             rx, ry, custom = step_series(in_phase(metrics, "grpo"), "rewards/reward_correctness/mean", t0=t0)
             if rx:
                 traces.append(scatter(rx, ry, "rollouts (sampled)", mode="lines", customdata=custom,
-                                      hovertemplate=_hover(".0%", minutes),
+                                      hovertemplate=hover_template(".0%", minutes),
                                       line={"color": COLORS["rollout"], "width": 1, "dash": "dot"}))
         for i, split in enumerate(splits):
             of_split = [r for r in records if r.get("split") == split]
             sx, sy, custom = step_series(of_split, "success_rate", t0=t0, extra="n_episodes")
             if sx:
                 traces.append(scatter(sx, sy, labels[split], mode="lines+markers", marker={"size": 7},
-                                      customdata=custom, hovertemplate=_hover(".0%", minutes, episodes=True),
+                                      customdata=custom, hovertemplate=hover_template(".0%", minutes, episodes=True),
                                       line={"color": COLORS.get(split, PALETTE[i % len(PALETTE)]), "width": 2.5}))
         # Whether the agent looks at the data before answering: what the warm start's guesses lack and GRPO teaches.
         if eval_split is not None:
@@ -363,7 +363,7 @@ def success_figure(
                                          t0=t0)
             if ex:
                 traces.append(scatter(ex, ey, f"{eval_split}: looked before answering", mode="lines",
-                                      customdata=custom, hovertemplate=_hover(".0%", minutes), line={
+                                      customdata=custom, hovertemplate=hover_template(".0%", minutes), line={
                                           "color": COLORS.get(eval_split, PALETTE[0]), "width": 1.5, "dash": "dot"}))
         panels.append({"phase": phase, "traces": traces, "y_title": "success",
                        "yaxis": {"range": [-0.03, 1.03], "tickformat": ".0%"}})
@@ -381,7 +381,7 @@ def tool_health_figure(metrics: list[dict[str, Any]], title: str = "Health", t0:
     sft_traces = []
     if ax:
         sft_traces.append(scatter(ax, acc, "SFT token accuracy", mode="lines", customdata=custom,
-                                  hovertemplate=_hover(".0%", minutes),
+                                  hovertemplate=hover_template(".0%", minutes),
                                   line={"color": COLORS["mean_token_accuracy"], "width": 2}))
     grpo = in_phase(metrics, "grpo")
     grpo_traces = []
@@ -392,7 +392,7 @@ def tool_health_figure(metrics: list[dict[str, Any]], title: str = "Health", t0:
             count = key == "tools/call_frequency"
             grpo_traces.append(scatter(
                 x, y, label + (" (right axis)" if count else ""), mode="lines+markers", customdata=custom,
-                hovertemplate=_hover(".2f" if count else ".0%", minutes), yaxis="right" if count else "left",
+                hovertemplate=hover_template(".2f" if count else ".0%", minutes), yaxis="right" if count else "left",
                 line={"color": COLORS[key], "width": 2, "dash": "dash" if count else "solid"}, marker={"size": 4}))
     percent = {"range": [-0.03, 1.03], "tickformat": ".0%"}
     return phase_panels_figure([

@@ -17,6 +17,7 @@ from dashboard.compare_columns import (SUMMARY_HEADERS, breakdown_frame, columns
                                        source_choices, summary_frame)
 from dashboard.context import AppContext
 from dashboard.inputs import quote
+from dashboard.run_notes import comparison_error, comparison_error_html, kept_html
 from dashboard.transcripts import transcript_html
 
 RANDOM = "random"
@@ -139,7 +140,10 @@ def build(ctx: AppContext) -> dict[str, Any]:
         name = (snap.config or {}).get("model") or snap.status.get("model")
         model = f" (model <code>{html.escape(str(name))}</code>)" if name else ""
         choices = question_choices(pairs)
-        if not pairs:
+        if not pairs and comparison_error(snap) is not None:
+            msg = (f"Run <b>{html.escape(snap.run_id)}</b>{model} ({html.escape(snap.state)}): its final comparison "
+                   "failed.")
+        elif not pairs:
             msg = (
                 f"Run <b>{html.escape(snap.run_id)}</b>{model} ({html.escape(snap.state)}) has no comparison yet: it is "
                 "written when training ends."
@@ -147,8 +151,9 @@ def build(ctx: AppContext) -> dict[str, Any]:
         else:
             msg = f"Run <b>{html.escape(snap.run_id)}</b>{model}: {len(pairs)} paired eval episodes."
         problems, *frames = tables(snap, added)
+        notes = comparison_error_html(snap) + kept_html(snap, "compare-kept")
         return (gr.update(choices=choices, value=RANDOM, label=question_label(len(pairs))),
-                f'<div class="sqe-muted">{msg}</div>{problems}', *frames)
+                f'<div class="sqe-muted">{msg}</div>{notes}{problems}', *frames)
 
     def on_added(name, added):
         snap, err = ctx.runs.try_snapshot(name)

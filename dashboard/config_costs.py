@@ -3,13 +3,15 @@ remaining time.
 
 `configs/measured.json` holds, per config file, what one run of it reached and cost on a named machine: eval
 success at each stage (random policy, zero-shot, warm start, after GRPO) on how many eval questions, minutes all-in,
-peak memory, disk written, seconds per phase, the steps and eval episodes it ran, the command that measured it and a
-digest of the config's content. The bench that measured a config writes its entry (`record`):
-`python bench/learning_curve.py --record` for the default run (configs/tiny_cpu.json), `python bench/real_model.py
---config configs/X.json --record` for any config. The picker shows it before Start, and says so when the config
-changed since (its digest differs); a running run's remaining time is its current phase at its own pace, then the
-phases still to come at the measured pace of the config measured for the same model and dataset (scaled by steps
-and episodes), so the warm start and the evals are counted, not only GRPO.
+peak memory, disk written, seconds per phase, the steps and eval episodes it ran, the command that measured it, a
+digest of the config's content, and the machine's load before and during the run (`shared`: other work shared the
+cores, so the minutes are longer than a newcomer's idle machine gives; the cost line says so). The bench that
+measured a config writes its entry (`record`): `python bench/learning_curve.py --record` for the default run
+(configs/tiny_cpu.json), `python bench/real_model.py --config configs/X.json --record` for any config; both refuse
+to start while other work loads the machine, unless told `--shared`. The picker shows it before Start, and says so
+when the config changed since (its digest differs); a running run's remaining time is its current phase at its own
+pace, then the phases still to come at the measured pace of the config measured for the same model and dataset
+(scaled by steps and episodes), so the warm start and the evals are counted, not only GRPO.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MEASURED_FILE", "STAGES", "measured", "config_digest", "record", "reached_text", "cost_html", "remaining_seconds",
-           "remaining_parts", "PHASE_ORDER"]
+__all__ = ["MEASURED_FILE", "STAGES", "measured", "config_digest", "record", "reached_text", "shared", "cost_html",
+           "remaining_seconds", "remaining_parts", "PHASE_ORDER"]
 
 MEASURED_FILE = Path(__file__).resolve().parent.parent / "configs" / "measured.json"
 
@@ -105,16 +107,36 @@ def reached_text(entry: dict[str, Any]) -> str:
     return f"<b>{html.escape(text)}</b>" + (f" on {n} eval questions" if isinstance(n, int) else "")
 
 
-def _shared(entry: dict[str, Any]) -> str:
-    """", on a shared machine (6 CPU-minutes)" when other work loaded the cores while the run was measured (its
-    wall minutes are then longer than on an idle machine; its CPU time is not)."""
-    load, cores, cpu = entry.get("mean_load"), entry.get("cores"), entry.get("cpu_minutes")
-    if cores is None:  # older entries name the cores in `machine` only ("2-core CPU")
-        found = re.match(r"(\d+)-core", str(entry.get("machine") or ""))
-        cores = int(found.group(1)) if found else None
-    if not (isinstance(load, (int, float)) and isinstance(cores, int) and load > cores):
-        return ""
-    return " on a shared machine" + (f" ({cpu:.0f} CPU-minutes)" if isinstance(cpu, (int, float)) else "")
+def shared(entry: dict[str, Any]) -> bool:
+    """Whether other work shared the cores while the entry was measured: its `shared` flag (benches since `--record`
+    noted the load), else for older entries a mean 1-minute load above the cores."""
+    if isinstance(entry.get("shared"), bool):
+        return entry["shared"]
+    load, cores = entry.get("mean_load"), _cores(entry)
+    return isinstance(load, (int, float)) and cores is not None and load > cores
+
+
+def _cores(entry: dict[str, Any]) -> int | None:
+    if isinstance(entry.get("cores"), int):
+        return entry["cores"]
+    found = re.match(r"(\d+)-core", str(entry.get("machine") or ""))  # older entries: "2-core CPU" only
+    return int(found.group(1)) if found else None
+
+
+def _where(entry: dict[str, Any]) -> str:
+    """Where the minutes were taken: " on idle cores" (what a newcomer's idle machine gives), or " on a shared
+    machine (load 11.5 on 2 cores, 7 CPU-minutes; less on idle cores)" (its wall minutes are longer than an idle
+    machine's; its CPU time is not)."""
+    if not shared(entry):
+        return " on idle cores" if isinstance(entry.get("shared"), bool) else ""  # older entries did not say
+    load, cores, cpu = entry.get("mean_load"), _cores(entry), entry.get("cpu_minutes")
+    details = []
+    if isinstance(load, (int, float)):
+        details.append(f"load {load:g}" + (f" on {cores} cores" if cores is not None else ""))
+    if isinstance(cpu, (int, float)):
+        details.append(f"{cpu:.0f} CPU-minutes")
+    said = ", ".join(details) + "; " if details else ""
+    return f" on a shared machine ({said}less on idle cores)"
 
 
 def cost_html(config_file: Path | str | None, table: dict[str, dict[str, Any]] | None = None,
@@ -150,7 +172,7 @@ def cost_html(config_file: Path | str | None, table: dict[str, dict[str, Any]] |
         who = f" with {html.escape(str(entry['model']))}"
     parts = []
     if isinstance(entry.get("minutes"), (int, float)):
-        parts.append(f"<b>~{entry['minutes']:.0f} min</b> all-in" + _shared(entry))
+        parts.append(f"<b>~{entry['minutes']:.0f} min</b> all-in" + html.escape(_where(entry)))
     if isinstance(entry.get("peak_memory_gb"), (int, float)):
         parts.append(f"peak memory <b>{entry['peak_memory_gb']:.1f} GiB</b>")
     if isinstance(entry.get("disk_written_gb"), (int, float)):

@@ -17,7 +17,9 @@ import pandas as pd
 from dashboard import charts
 from dashboard import inputs as checked
 from dashboard.context import AppContext
+from dashboard.policy_chart import policy_figure
 from dashboard.run_data import RunCache, fmt_duration, progress
+from dashboard.run_notes import kept_html
 from dashboard.transcripts import esc, transcript_html
 from training.run_results import fmt_rate
 
@@ -87,7 +89,7 @@ def detail_header(snap) -> str:
         f'<div><b>{esc(snap.run_id)}</b> <span class="sqe-badge sqe-{kind}">{esc(state)}</span></div>'
         f'<div class="sqe-meta">step {p["step"]} / {p["total"] if p["total"] is not None else "?"} · elapsed '
         f'{fmt_duration(p["elapsed"])} · {len(snap.metrics)} metric lines · {len(snap.evals)} evals · '
-        f'{len(snap.transcripts)} traces</div>{success_html(snap)}'
+        f'{len(snap.transcripts)} traces</div>{success_html(snap)}{kept_html(snap, "runs-detail-kept")}'
         f"{errs}</div>"
     )
 
@@ -266,7 +268,11 @@ def build(ctx: AppContext) -> dict[str, Any]:
             with gr.Row():
                 reward_plot = gr.Plot(charts.plot_data(charts.reward_figure([])), show_label=False, elem_id="runs-chart-reward")
                 success_plot = gr.Plot(charts.plot_data(charts.success_figure([])), show_label=False, elem_id="runs-chart-success")
-            health_plot = gr.Plot(charts.plot_data(charts.tool_health_figure([])), show_label=False, elem_id="runs-chart-health")
+            with gr.Row():
+                health_plot = gr.Plot(charts.plot_data(charts.tool_health_figure([])), show_label=False,
+                                      elem_id="runs-chart-health")
+                policy_plot = gr.Plot(charts.plot_data(policy_figure([])), show_label=False,
+                                      elem_id="runs-chart-policy")
             with gr.Row(equal_height=False):
                 with gr.Column(scale=1, min_width=260):
                     config = gr.Code("", language="json", label="config.json", elem_id="runs-config",
@@ -307,7 +313,9 @@ def build(ctx: AppContext) -> dict[str, Any]:
         snap, err = ctx.runs.try_snapshot(name)
         if snap is None:
             empty = f'<div class="sqe-muted">{esc(err or "")}</div>'
-            return (empty, results_frame(None), charts.plot_data(charts.reward_figure([])), charts.plot_data(charts.success_figure([])), charts.plot_data(charts.tool_health_figure([])), "",
+            return (empty, results_frame(None), charts.plot_data(charts.reward_figure([])),
+                    charts.plot_data(charts.success_figure([])), charts.plot_data(charts.tool_health_figure([])),
+                    charts.plot_data(policy_figure([])), "",
                     gr.update(choices=[], value=None), "", gr.update(visible=False), "")
         choices = transcript_choices(snap)
         first = choices[0][1] if choices else None
@@ -317,6 +325,7 @@ def build(ctx: AppContext) -> dict[str, Any]:
             charts.plot_data(charts.reward_figure(snap.metrics, t0=snap.t0)),
             charts.plot_data(charts.success_figure(snap.evals, snap.metrics, t0=snap.t0)),
             charts.plot_data(charts.tool_health_figure(snap.metrics, t0=snap.t0)),
+            charts.plot_data(policy_figure(snap.metrics, snap.evals, t0=snap.t0)),
             json.dumps(snap.config, indent=2, default=str) if snap.config is not None else f"// {snap.config_error}",
             gr.update(choices=choices, value=first),
             show_trace(name, first),
@@ -347,8 +356,8 @@ def build(ctx: AppContext) -> dict[str, Any]:
                 metrics[snap.run_id], evals[snap.run_id] = snap.metrics, snap.evals
         return charts.plot_data(charts.reward_overlay(metrics)), charts.plot_data(charts.success_overlay(evals))
 
-    detail_outputs = [detail, results, reward_plot, success_plot, health_plot, config, trace_pick, trace, resume_btn,
-                      resume_message]
+    detail_outputs = [detail, results, reward_plot, success_plot, health_plot, policy_plot, config, trace_pick, trace,
+                      resume_btn, resume_message]
     list_inputs, list_outputs = [pick, overlay], [table, pick, overlay, diff_a, diff_b]
     refresh_btn.click(refresh, inputs=list_inputs, outputs=list_outputs).then(
         show, inputs=[pick], outputs=detail_outputs

@@ -1,4 +1,4 @@
-"""The Train tab's live side: the status bar, the three charts and the latest trace of the current run, kept up to
+"""The Train tab's live side: the status bar, the four charts and the latest trace of the current run, kept up to
 date by a long poll per page (`LiveUpdates.poll`, then `LiveUpdates.refresh`) that sends only what changed.
 
 The page holds no training state: every poll asks the runner which run is current and reads that run's directory,
@@ -16,6 +16,7 @@ import gradio as gr
 from dashboard import charts
 from dashboard.context import AppContext
 from dashboard.live_plot import LivePlot, live_value
+from dashboard.policy_chart import policy_figure
 from dashboard.run_data import RunSnapshot
 from dashboard.train_status import status_html
 from dashboard.transcripts import transcript_html
@@ -27,24 +28,25 @@ FILE_CHECK_S = 0.5
 # The least time between two updates of one page while a run trains fast (see poll).
 MIN_UPDATE_S = 1.2
 # Send nothing (a poll then costs the browser no work): one skip per live component and the key.
-_NOTHING = (gr.skip(),) * 6
+_NOTHING = (gr.skip(),) * 7
 
 
 @dataclass
 class LiveView:
-    """The live components (`build_live_view`): the status bar (`#train-status-box`), the reward, success and tool
-    health charts (`#chart-reward`, `#chart-success`, `#chart-health`) and the latest trace (`#train-trace`), in the
-    order `LiveUpdates.refresh` sends them."""
+    """The live components (`build_live_view`): the status bar (`#train-status-box`), the reward, success, tool
+    health and policy charts (`#chart-reward`, `#chart-success`, `#chart-health`, `#chart-policy`) and the latest
+    trace (`#train-trace`), in the order `LiveUpdates.refresh` sends them."""
 
     status: Any
     reward_plot: Any
     success_plot: Any
     health_plot: Any
+    policy_plot: Any
     trace: Any
 
     @property
     def components(self) -> list[Any]:
-        return [self.status, self.reward_plot, self.success_plot, self.health_plot, self.trace]
+        return [self.status, self.reward_plot, self.success_plot, self.health_plot, self.policy_plot, self.trace]
 
 
 def build_live_view() -> LiveView:
@@ -55,9 +57,10 @@ def build_live_view() -> LiveView:
         success_plot = LivePlot(charts.success_figure([]), elem_id="chart-success")
     with gr.Row():
         health_plot = LivePlot(charts.tool_health_figure([]), elem_id="chart-health")
+        policy_plot = LivePlot(policy_figure([]), elem_id="chart-policy")
     gr.Markdown("### Latest trace")
     trace = gr.HTML('<div class="sqe-muted">No trace yet.</div>', elem_id="train-trace")
-    return LiveView(status, reward_plot, success_plot, health_plot, trace)
+    return LiveView(status, reward_plot, success_plot, health_plot, policy_plot, trace)
 
 
 class LiveUpdates:
@@ -79,13 +82,13 @@ class LiveUpdates:
             # Nothing started in this process (the Runs tab shows older runs).
             if last_seen == "none":
                 return False if probe else _NOTHING
-            return True if probe else (status_html(None, None), gr.skip(), gr.skip(), gr.skip(), gr.skip(), "none")
+            return True if probe else (status_html(None, None), *(gr.skip(),) * 5, "none")
         snap, err = self.ctx.runs.try_snapshot(run_id)
         if snap is None and runner.is_running and runner.active_run_id == run_id:
             # Started a moment ago: training has not written its directory yet.
             snap = RunSnapshot(run_id, {"status": "queued", "phase": "starting"}, None, None)
         if snap is None:
-            return True if probe else (status_html(None, err), gr.skip(), gr.skip(), gr.skip(), gr.skip(), None)
+            return True if probe else (status_html(None, err), *(gr.skip(),) * 5, None)
         # Send only what changed since this page's last poll (per file: metrics, evals, transcripts): every
         # chart sent is redrawn by the browser, on the same cores as the training.
         sig = snap.signature
@@ -118,6 +121,9 @@ class LiveUpdates:
             # (its correctness component), and leaving it out redraws this chart per eval, not per step.
             live_value(charts.success_figure(snap.evals, t0=snap.t0)) if changed("evals") else gr.skip(),
             live_value(charts.tool_health_figure(snap.metrics, t0=snap.t0)) if metrics_changed else gr.skip(),
+            # Per step, and per validation eval (its markers).
+            live_value(policy_figure(snap.metrics, snap.evals, t0=snap.t0))
+            if metrics_changed or changed("evals") else gr.skip(),
             trace_value,
             {**key, "sent_at": time.monotonic()},
         )

@@ -16,7 +16,7 @@ from dashboard.gpu import readout_html
 from dashboard.run_data import RunSnapshot, fmt_duration, progress
 
 __all__ = ["PHASE_LABELS", "ENDED", "planned_phases", "phase_slot", "ended_in", "phase_strip_html", "remaining_text",
-           "status_html"]
+           "health_html", "status_html"]
 
 #: What the status bar calls each `phase` of status.json (training.phases; "saving" ends GRPO).
 PHASE_LABELS = {"queued": "queued", "starting": "starting", "loading model": "loading the model",
@@ -126,6 +126,29 @@ def remaining_text(snap: RunSnapshot, phases: list[tuple[str, str]], now: float 
     return f"{fmt_duration(parts['current'])} in this phase, {more} not timed for this config"
 
 
+def health_html(snap: RunSnapshot) -> str:
+    """What the status bar warns of, in words: the signs of a collapse that `training.health` reads in the run's
+    records (`#train-health`, its `data-signs` the rules that fired), and the newest periodic eval that failed
+    (`#train-eval-error`: a crashed eval is not a 0% one). "" when there is nothing to say."""
+    from training.health import collapse_signs
+
+    parts = []
+    signs = collapse_signs(snap.metrics, snap.evals)
+    if signs:
+        items = "".join(f'<li data-sign="{html.escape(s.rule)}">{html.escape(s.text)}</li>' for s in signs)
+        parts.append(f'<div id="train-health" class="sqe-warn-box" data-signs="{" ".join(s.rule for s in signs)}">'
+                     f"<b>Signs of a collapse</b>: GRPO may be unlearning what the run started with."
+                     f'<ul style="margin:4px 0 0 1.2em;padding:0">{items}</ul></div>')
+    failed = [r for r in snap.evals if isinstance(r, dict) and r.get("error")]
+    if failed:
+        last = failed[-1]
+        split, step = html.escape(str(last.get("split", "?"))), html.escape(str(last.get("step", "?")))
+        more = f" ({len(failed)} evals failed in all)" if len(failed) > 1 else ""
+        parts.append(f'<div id="train-eval-error" class="sqe-err-box">The eval on the {split} split at step {step} '
+                     f"failed{more}: {html.escape(str(last['error']))}</div>")
+    return "".join(parts)
+
+
 def status_html(snap: RunSnapshot | None, note: str | None, runner_error: str | None = None) -> str:
     """The status bar: the run, its phases (`phase_strip_html`), the current phase's progress and the remaining
     time (`remaining_text`). Its data-* attributes expose the run, its status and phase and the newest plotted
@@ -185,5 +208,5 @@ def status_html(snap: RunSnapshot | None, note: str | None, runner_error: str | 
         f'<div class="sqe-progress"><div style="width:{pct:.1f}%"></div></div>'
         f'<div class="sqe-progress-text" id="train-progress-text">{doing} · elapsed {fmt_duration(p["elapsed"])}'
         f' · remaining {remaining_text(snap, phases)}</div>'
-        f"{gpu}{err}</div>"
+        f"{health_html(snap)}{gpu}{err}</div>"
     )

@@ -212,4 +212,6 @@ table.sqe-steps, .sqe-steps tr { border: 0 !important; }
 .table-wrap .header-cell span.wrap { overflow-wrap: normal !important; word-break: normal !important; }
 .sqe-ok-box { color: #166534; background: #f0fdf4; border: 1px solid #bbf7d0; border-radius: 8px;
   padding: 6px 10px; }
+.sqe-warn-box { color: #92400e; background: #fffbeb; border: 1px solid #fde68a; border-radius: 8px;
+  padding: 6px 10px; }
 """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -122,10 +123,15 @@ def test_cost_line_says_what_a_config_reaches_and_costs():
             "execution_accuracy": {"after_grpo": 0.825}, "comparison_episodes": 200}
     assert "random policy 0% → warm start 0% → after GRPO 73.5% (EX 82.5%) on 200 eval questions" in _text(
         reached_text(tiny))
-    # Measured while other work loaded the cores: the line says so, with the run's CPU time.
+    # Measured while other work loaded the cores: the line says so, with the load and the run's CPU time; an entry
+    # from idle cores says that too (what a newcomer's idle machine gives).
     shared = {**table["smollm2_cpu.json"], "mean_load": 9.5, "cores": 2, "cpu_minutes": 41.2}
-    assert "~49 min all-in on a shared machine (41 CPU-minutes)" in _text(cost_html(
-        CONFIGS / "smollm2_cpu.json", {"smollm2_cpu.json": shared}))
+    for entry in (shared, {**shared, "shared": True}):
+        assert ("~49 min all-in on a shared machine (load 9.5 on 2 cores, 41 CPU-minutes; less on idle cores), peak "
+                "memory") in _text(cost_html(CONFIGS / "smollm2_cpu.json", {"smollm2_cpu.json": entry}))
+    idle = {**shared, "mean_load": 1.9, "load_before": 0.2, "shared": False}
+    assert "~49 min all-in on idle cores, peak memory" in _text(cost_html(CONFIGS / "smollm2_cpu.json",
+                                                                          {"smollm2_cpu.json": idle}))
     # The Hub id of the measured model: the line names the model the figures are for.
     assert "measured with smollm2-135m on 2-core CPU" in _text(cost_html(CONFIGS / "smollm2_cpu.json", table,
                                                                         model="HuggingFaceTB/SmolLM2-135M-Instruct"))
@@ -199,10 +205,30 @@ def test_a_bench_measurement_reads_the_stages_from_the_run(tmp_path, monkeypatch
     assert entry["success"] == {"random": 0.0, "zero_shot": None, "warm_start": 0.25, "after_grpo": 0.75}
     assert entry["execution_accuracy"]["after_grpo"] == 0.5 and entry["comparison_episodes"] == 4
     assert entry["minutes"] == 5.4 and entry["sft_steps"] == config.sft.max_steps and entry["cpu_minutes"] >= 0
-    assert "shared machine" in entry["note"]  # a load of 9 is more than this machine's cores
+    assert entry["shared"] and "shared machine" in entry["note"]  # a load of 9 is more than this machine's cores
+    assert entry["cores"] == len(os.sched_getaffinity(0))
+    # Idle cores before and during the run: the entry says so, with both loads.
+    entry = measurement(config, run.path, device="cpu", minutes=5.43, command="x", mean_load=0.9, load_before=0.2)
+    assert entry["shared"] is False and entry["load_before"] == 0.2
+    assert entry["note"] == (f"idle cores: the 1-minute load was 0.2 before the run, averaged 0.9 during it on "
+                             f"{entry['cores']} cores")
+    # Other work already there when the run began shares the cores, whatever the mean says.
+    assert measurement(config, run.path, device="cpu", minutes=1.0, command="x", mean_load=0.9,
+                       load_before=1.4)["shared"] is True
     # Without a warm start the model before GRPO is the zero-shot one.
     entry = measurement(config.with_overrides({"sft": False}), run.path, device="cpu", minutes=1.0, command="x")
     assert entry["success"]["zero_shot"] == 0.25 and entry["success"]["warm_start"] is None
+
+
+def test_record_refuses_to_start_on_a_loaded_machine_unless_told(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO_ROOT))
+    from bench.meters import BUSY_LOAD, refuse_shared
+
+    refusal = refuse_shared(False, load=BUSY_LOAD + 0.5)
+    assert refusal.startswith(f"--record measures idle cores, and the 1-minute load is {BUSY_LOAD + 0.5:g} on ")
+    assert "--shared" in refusal
+    assert refuse_shared(True, load=BUSY_LOAD + 0.5) is None  # --shared: recorded, marked as shared
+    assert refuse_shared(False, load=BUSY_LOAD - 0.8) is None
 
 
 @pytest.mark.parametrize("bench", ["real_model.py", "learning_curve.py"])

@@ -15,7 +15,8 @@ the phase's own step:
   groups with mixed success, `training.grpo.sampler`), step_time…);
 - every `trace_every` steps → one full episode of the current model → `transcripts.jsonl`;
 - every `eval_every` steps (and at the end; at the start unless an earlier phase already measured this model)
-  → `eval_episodes` greedy episodes on the train and on the eval split → `evals.jsonl`;
+  → `eval_episodes` greedy episodes on the train and on the eval split → `evals.jsonl` (an eval that raises writes
+  its line with `error` and no success: a crash is not a 0% eval, and the run goes on);
 - every step → `status.json` progress (GRPO: `step`/`total_steps`; SFT: `phase_step`/`phase_total`), and a look
   at the stop flag: when set, training ends after the current step (`control.should_training_stop`).
 """
@@ -32,7 +33,7 @@ from transformers import TrainerCallback
 
 from training.run_dir import RunDir, now_iso
 
-__all__ = ["RunRecorder", "RunCallback", "Listener", "PHASES"]
+__all__ = ["RunRecorder", "RunCallback", "Listener", "PHASES", "error_message"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +47,9 @@ UNTRAINED_EVAL_EPISODES = 4
 
 #: The phases whose trainers write metrics and evals, in run order.
 PHASES = ("sft", "grpo")
+
+#: Most characters of an error kept in a run's records (an exception's text can hold a whole tensor).
+ERROR_CHARS = 500
 
 # TRL's end-of-training summary log: kept in status.json, not plotted as a metrics point.
 _SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss")
@@ -272,14 +276,22 @@ class RunCallback(TrainerCallback):
                     "explore_rate": result.explore_rate, "execution_accuracy": result.execution_accuracy,
                     "n_episodes": result.n_episodes, "breakdown": result.breakdown(), "time": time.time(),
                 })
-            except Exception:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - recorded as a failed eval, not as failed episodes
                 logger.exception("eval on %s at step %s failed", split, step)
+                self.recorder.append("evals", {"step": step, "phase": self.phase, "split": split,
+                                               "error": error_message(exc), "time": time.time()})
 
     def close(self) -> None:
         for envs in self._envs.values():
             for env in envs:
                 env.close()
         self._envs.clear()
+
+
+def error_message(exc: BaseException) -> str:
+    """`Type: message` of an exception, at most `ERROR_CHARS` characters: what a run's records keep of an error."""
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 1] + "…"
 
 
 def _unwrap(model: Any) -> Any:

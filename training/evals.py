@@ -1,7 +1,8 @@
 """The run's evals of a model on the eval split: `play_model` plays a model's episodes (the zero-shot, base and
 trained models alike, batched to fit the device: `eval_batch_size`), and `record_comparison` writes the final
 comparison (random policy vs the trained model, and the base and zero-shot models when played) to
-`comparison.jsonl`: one `pair` line per question, then one `summary` with each player's scores and breakdown.
+`comparison.jsonl`: one `pair` line per question, then one `summary` with each player's scores and breakdown (or,
+when a play raises, one `{"kind": "error", "error"}` line before the run fails with it).
 
 The phases that play them (`training.phases`: ZeroShotEval, BaseEval, Comparison) decide when; these say how.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from training.callbacks import RunRecorder
+from training.callbacks import RunRecorder, error_message
 
 __all__ = ["play_model", "eval_batch_size", "EVAL_CONTEXT_TOKENS", "record_comparison", "base_label"]
 
@@ -64,12 +65,17 @@ def record_comparison(recorder: RunRecorder, model: Any, tokenizer: Any, plan: A
     from sqlenv.evaluation.policies import RandomPolicy
 
     config = plan.config
-    env = plan.environment(config.eval_split)
     try:
-        random_result = evaluate(env, RandomPolicy(seed=config.seed), n_episodes=n, seed=config.seed)
-    finally:
-        env.close()
-    trained = play_model(model, tokenizer, plan, "trained", n)
+        env = plan.environment(config.eval_split)
+        try:
+            random_result = evaluate(env, RandomPolicy(seed=config.seed), n_episodes=n, seed=config.seed)
+        finally:
+            env.close()
+        trained = play_model(model, tokenizer, plan, "trained", n)
+    except Exception as exc:
+        # Said on Compare (and the run fails with it): a crashed comparison is not a column of failed episodes.
+        recorder.append("comparison", {"kind": "error", "error": error_message(exc), "time": time.time()})
+        raise
     base_episodes = base_result.episodes[:n] if base_result is not None else None
     zero_episodes = zero_shot.episodes[:n] if zero_shot is not None else None
     for i in range(n):

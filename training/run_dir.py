@@ -10,12 +10,13 @@ Layout of ``runs/<run_id>/``::
     metrics.jsonl      one line per TRL log (plus "step" and "time")
     evals.jsonl        {"step", "split", "success_rate", "avg_reward", "avg_steps", "n_episodes", "time",
                        "execution_accuracy", "breakdown": sqlenv.evaluation.breakdown cells
-                       (runs before EX lack the last two)}
+                       (runs before EX lack the last two)}; an eval that raised: {"step", "split", "error", "time"}
     transcripts.jsonl  {"step", "time", "transcript": <sqlenv transcript>}
     comparison.jsonl   {"kind": "pair", ...} lines, then one {"kind": "summary", ...}; each holds "random",
                        "trained", "base" (the model before GRPO) and, for a warm-started pretrained model,
                        "zero_shot" (the model before any training); the summary's scores carry success_ci,
-                       execution_accuracy, execution_ci and breakdown since EX exists
+                       execution_accuracy, execution_ci and breakdown since EX exists; a comparison that raised
+                       writes {"kind": "error", "error"} instead, and the run fails with it
     zero_shot.json     {"episodes": [...]}: that zero-shot eval, kept for a resumed run's comparison
     grpo_config.json   the effective trl.GRPOConfig (sft_config.json: the warm start's SFTConfig)
     checkpoints/       sft/ and grpo/checkpoint-<step>/: resumable trainer state (removed once the run completes)
@@ -407,7 +408,7 @@ def list_runs(root: Path | None = None) -> list[dict[str, Any]]:
             config = {}
         evals = run.read("evals")
         eval_split = config.get("eval_split", "eval")
-        final_eval = next((e for e in reversed(evals) if e.get("split") == eval_split), None)
+        final_eval = next((e for e in reversed(evals) if e.get("split") == eval_split and not e.get("error")), None)
         summary = next((c for c in reversed(run.read("comparison")) if c.get("kind") == "summary"), None)
         # The headline: the final comparison, else the last periodic eval, success and EX from the same one.
         measured = final_measure(summary, evals, eval_split)

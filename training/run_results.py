@@ -47,8 +47,10 @@ def _number(value: Any) -> float | None:
 
 
 def last_eval_measure(evals: list[Any], split: str) -> Measured | None:
-    """The last periodic eval on `split` (what `evals.jsonl` records every `eval_every` steps and at the end)."""
-    record = next((e for e in reversed(evals) if isinstance(e, dict) and e.get("split") == split), None)
+    """The last periodic eval on `split` (what `evals.jsonl` records every `eval_every` steps and at the end) that
+    measured something: an eval that failed (`error`) measured nothing."""
+    record = next((e for e in reversed(evals) if isinstance(e, dict) and e.get("split") == split
+                   and not e.get("error")), None)
     if record is None:
         return None
     phase = str(record["phase"]).upper() if record.get("phase") else ""

@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 from transformers import TrainerCallback
 
-from training.callbacks import RunRecorder
+from training.callbacks import RunRecorder, error_message
 
 __all__ = ["choose_panel", "auto_panel_size", "ValidationCallback", "KeptWeights", "METRIC", "VALIDATION_SPLIT",
            "AUTO_MAX_QUESTIONS", "AUTO_MIN_SPLIT"]
@@ -181,7 +181,8 @@ class ValidationCallback(TrainerCallback):
 
     # ------------------------------------------------------------------------------------ validation
     def validate(self, model: Any, step: int) -> Any:
-        """Play the panel greedily with `model`, record it, and keep its weights when they score best so far."""
+        """Play the panel greedily with `model`, record it, and keep its weights when they score best so far. A
+        panel that raises writes an eval line with its `error` (the step is then not a candidate) and returns None."""
         from training.evals import eval_batch_size
         from training.generation.model_policy import evaluate_model
 
@@ -189,9 +190,15 @@ class ValidationCallback(TrainerCallback):
         model = _unwrap(model)
         while len(self._envs) < min(len(ids), eval_batch_size(self.config, model)):
             self._envs.append(self.plan.environment(self.config.train_split))
-        result = evaluate_model(model, self.tokenizer, question_ids=ids, seed=self.config.seed, name="model",
-                                max_turn_tokens=self.config.max_turn_tokens, envs=self._envs,
-                                enable_thinking=self.config.enable_thinking, prompt=self.config.prompt)
+        try:
+            result = evaluate_model(model, self.tokenizer, question_ids=ids, seed=self.config.seed, name="model",
+                                    max_turn_tokens=self.config.max_turn_tokens, envs=self._envs,
+                                    enable_thinking=self.config.enable_thinking, prompt=self.config.prompt)
+        except Exception as exc:  # noqa: BLE001 - an error line, not a 0% step; keep_best judges the steps it could
+            logger.exception("validation at step %s failed", step)
+            self.recorder.append("evals", {"step": step, "phase": "grpo", "split": VALIDATION_SPLIT,
+                                           "error": error_message(exc), "time": time.time()})
+            return None
         correct = [bool(e.get("correct")) for e in result.episodes]
         self.recorder.append("evals", {
             "step": step, "phase": "grpo", "split": VALIDATION_SPLIT, "success_rate": result.success_rate,

@@ -11,7 +11,9 @@ import re
 
 import pytest
 
-from page_actions import open_tab, pick  # tests/, the root conftest's folder, is on sys.path
+from health_records import write_grpo_run  # tests/, the root conftest's folder, is on sys.path
+from page_actions import open_tab, pick
+from training.run_dir import RunDir
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -268,9 +270,7 @@ def test_runs_lists_the_run_and_survives_broken_ones(dashboard, page, screenshot
     screenshot(page, "runs_overlay")
 
 
-def test_unloadable_model_fails_the_run_with_its_message(dashboard, page, screenshot):
-    page.goto(dashboard["url"])
-    page.wait_for_function("() => document.querySelector('#train-status') !== null")
+def _start_an_unloadable_run(page) -> None:
     box = page.locator("#cfg-model input")
     box.fill("/no/such/model-dir")
     box.press("Enter")
@@ -278,6 +278,12 @@ def test_unloadable_model_fails_the_run_with_its_message(dashboard, page, screen
     page.wait_for_function("() => document.querySelector('#train-form-message')?.dataset.kind === 'ok'")
     page.wait_for_function("() => document.querySelector('#train-status')?.dataset.status === 'failed'",
                            timeout=120_000)
+
+
+def test_unloadable_model_fails_the_run_with_its_message(dashboard, page, screenshot):
+    page.goto(dashboard["url"])
+    page.wait_for_function("() => document.querySelector('#train-status') !== null")
+    _start_an_unloadable_run(page)
     message = page.locator("#train-status .sqe-err-box").inner_text()
     assert "/no/such/model-dir" in message
     screenshot(page, "train_failed_model")
@@ -285,3 +291,28 @@ def test_unloadable_model_fails_the_run_with_its_message(dashboard, page, screen
     open_tab(page, "Play")
     page.locator("#play-new").click()
     page.locator("#play-question").wait_for()
+
+
+def test_a_collapsing_run_warns_in_the_status_bar(dashboard, page, screenshot):
+    """The status bar says in words what `training.health` reads as a collapse. The Train tab's run (the failed run
+    above, or one this test fails the same way) is given a GRPO run's records through `RunRecorder`, as training
+    writes them: entropy running away, a grad-norm spike, validation losing 10 questions of 40 for 1 gained."""
+    page.goto(dashboard["url"])
+    page.wait_for_function("() => document.querySelector('#train-status') !== null")
+    if not RUN_ID.match(status_attr(page, "data-run")):
+        _start_an_unloadable_run(page)
+    write_grpo_run(RunDir(dashboard["runs"] / status_attr(page, "data-run")), collapse=True)
+    page.wait_for_function("() => document.querySelector('#train-health') !== null")
+    assert page.locator("#train-health").get_attribute("data-signs") == \
+        "validation_drop entropy_runaway grad_norm_spike"
+    text = page.locator("#train-health").inner_text()
+    assert "Signs of a collapse" in text
+    assert "Validation success fell from 45% at step 0 to 22% at step 20: 10 of 40 questions lost, 1 gained" in text
+    assert "The sampled entropy is running away" in text and "The grad norm spiked to 0.4 at step 16" in text
+    # The Policy chart draws the same records, validation success as markers, its legend clear of the axis title.
+    page.wait_for_function("() => (document.querySelector('#chart-policy .js-plotly-plot')?.data || [])"
+                           ".some(t => t.name === 'validation success' && t.x.length === 5)")
+    legend = page.locator("#chart-policy g.legend").bounding_box()
+    title = page.locator("#chart-policy .g-xtitle text").bounding_box()
+    assert title["y"] + title["height"] <= legend["y"], (title, legend)
+    screenshot(page, "train_collapse_warning")

@@ -170,7 +170,8 @@ def evaluate_model(model: Any, tokenizer: Any, *, dataset: str = "builtin", spli
     given, are played instead (already open; the caller closes them). `prompt` is the prompt the model was trained
     on (`TrainConfig.prompt`, default `"full"`).
 
-    Returns an `EvaluationResult` whose episodes are transcripts with `policy` and `seed` filled.
+    Returns an `EvaluationResult` whose episodes are transcripts with `policy` and `seed` filled. A batch that
+    raises (out of memory, a broken model) raises here: its episodes are not scored as failures.
     """
     from sqlenv.evaluation.evaluate import EvaluationResult
     from sqlenv.data.datasets import resolve_dataset
@@ -192,18 +193,14 @@ def evaluate_model(model: Any, tokenizer: Any, *, dataset: str = "builtin", spli
             used = envs[: len(chunk)]
             observations = [env.reset(seed=seed + i) if question_ids is None
                             else env.reset(seed=seed + i, question_id=question_ids[i]) for env, i in zip(used, chunk)]
-            try:
-                play_model_episodes(model, tokenizer, used, observations, max_turn_tokens=max_turn_tokens,
-                                    temperature=temperature, renderer=renderer)
-                errors = [None] * len(chunk)
-            except Exception as exc:  # noqa: BLE001 - a failed batch is recorded as failed episodes
-                errors = [f"{type(exc).__name__}: {exc}"] * len(chunk)
-            for env, i, error in zip(used, chunk, errors):
+            # A batch that raises ends the eval with its error (scored as failed episodes, a crash would read as a
+            # model that unlearned); the caller records it (training.callbacks, training.evals, training.validation).
+            play_model_episodes(model, tokenizer, used, observations, max_turn_tokens=max_turn_tokens,
+                                temperature=temperature, renderer=renderer)
+            for env, i in zip(used, chunk):
                 transcript = env.transcript()
                 transcript["policy"] = name
                 transcript["seed"] = seed + i
-                if error:
-                    transcript.update(correct=False, outcome="error", error=error)
                 transcripts.append(transcript)
     finally:
         if own:
