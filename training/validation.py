@@ -25,7 +25,7 @@ from transformers import TrainerCallback
 
 from training.callbacks import RunRecorder, error_message
 
-__all__ = ["choose_panel", "auto_panel_size", "ValidationCallback", "KeptWeights", "METRIC", "VALIDATION_SPLIT",
+__all__ = ["choose_panel", "auto_panel_size", "ValidationCallback", "WeightsSnapshot", "METRIC", "VALIDATION_SPLIT",
            "AUTO_MAX_QUESTIONS", "AUTO_MIN_SPLIT"]
 
 logger = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ def choose_panel(question_ids: Sequence[str], n: int | None, seed: int) -> tuple
     return tuple(q for q in ids if q in chosen)
 
 
-class KeptWeights:
+class WeightsSnapshot:
     """A copy of a model's trainable weights (CPU tensors, by parameter name) and the step they are from.
 
     Trainable only: frozen weights cannot change, so a LoRA run copies its adapter, a `train_top_layers` run its top
@@ -79,7 +79,7 @@ class KeptWeights:
         self.tensors = tensors
 
     @classmethod
-    def of(cls, model: Any, step: int) -> "KeptWeights":
+    def of(cls, model: Any, step: int) -> "WeightsSnapshot":
         return cls(step, {name: p.detach().to("cpu", copy=True) for name, p in model.named_parameters()
                           if p.requires_grad})
 
@@ -105,7 +105,7 @@ class KeptWeights:
         os.replace(tmp, path)
 
     @classmethod
-    def load(cls, path: Any) -> "KeptWeights":
+    def load(cls, path: Any) -> "WeightsSnapshot":
         import torch
 
         data = torch.load(path, map_location="cpu", weights_only=True)
@@ -138,10 +138,10 @@ class ValidationCallback(TrainerCallback):
         self.weights_file = weights_file
         self.keep_best = bool(self.config.keep_best)
         self.kept: dict | None = dict(resumed) if resumed else None
-        self._best: KeptWeights | None = None
+        self._best: WeightsSnapshot | None = None
         if resumed and self.keep_best and weights_file is not None:
             try:
-                self._best = KeptWeights.load(weights_file)
+                self._best = WeightsSnapshot.load(weights_file)
             except (OSError, RuntimeError, KeyError, ValueError) as exc:
                 logger.warning("best weights not read back (%s): the best of the steps validated from now on is kept",
                                exc)
@@ -218,7 +218,7 @@ class ValidationCallback(TrainerCallback):
         if new_best:
             kept.update(best_step=step, best_metric=success)
             if self.keep_best:
-                self._best = KeptWeights.of(model, step)
+                self._best = WeightsSnapshot.of(model, step)
                 if self.weights_file is not None:
                     self._best.save(self.weights_file)
         self.kept = kept
@@ -228,23 +228,17 @@ class ValidationCallback(TrainerCallback):
         """Which weights the run hands back, and why (status.json's `keep_best`)."""
         kept = self.kept
         best, start, last = kept["best_step"], kept["start_step"], kept["last_step"]
-        pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731
         start_name = "the warm start" if self.config.sft.enabled else "the starting weights"
         unvalidated = final_step is not None and final_step != last
         if not self.keep_best:
             kept.update(kept="last", reason="keep_best is off: the last weights are kept")
         elif best == start:
-            verdict = (f"GRPO did not beat {start_name} on validation ({pct(kept['start_metric'])} at the start"
-                       + (f", {pct(kept['last_metric'])} at step {last})" if last != start else ")"))
-            kept.update(kept="start", reason=f"{verdict}: {start_name} {'is' if start_name.endswith('start') else 'are'}"
-                                             " kept")
+            kept.update(kept="start", reason=f"GRPO did not beat {start_name} on validation: {start_name} "
+                                             f"{'is' if self.config.sft.enabled else 'are'} kept")
         elif best == last and not unvalidated:
-            kept.update(kept="last", reason=f"the last validated step ({last}) scored best on validation: "
-                                            f"{pct(kept['best_metric'])} vs {pct(kept['start_metric'])} at the start")
+            kept.update(kept="last", reason="the last validated step scored best on validation")
         else:
-            kept.update(kept="best", reason=f"step {best} scored best on validation ({pct(kept['best_metric'])} vs "
-                                            f"{pct(kept['start_metric'])} at the start, {pct(kept['last_metric'])} at "
-                                            f"step {last}): its weights are kept")
+            kept.update(kept="best", reason=f"step {best} scored best on validation: its weights are kept")
         if unvalidated and self.keep_best:
             kept["reason"] += f" (the run stopped at step {final_step}, after its last validation)"
         kept["step"] = best if self.keep_best else (final_step if final_step is not None else last)
