@@ -215,12 +215,14 @@ def shape_large_messages(server: ServerProcess) -> dict:
     stop = threading.Event()
     health: list[float] = []
     steps: list[float] = []
+    peak = [before]
 
-    def poll_health() -> None:
+    def poll_health() -> None:  # and the server's RSS at its highest
         while not stop.is_set():
             started = time.monotonic()
             http(server.url + "/health", timeout=30)
             health.append(time.monotonic() - started)
+            peak[0] = max(peak[0], rss_mb(server.proc.pid))
             stop.wait(0.1)
 
     def honest_steps() -> None:
@@ -251,7 +253,7 @@ def shape_large_messages(server: ServerProcess) -> dict:
         thread.start()
     time.sleep(1.0)
     send_big()
-    one_peak = rss_mb(server.proc.pid)
+    one_peak = rss_mb(server.proc.pid)  # once its reply came (or its connection closed)
     attackers = [threading.Thread(target=send_big) for _ in range(4)]
     for thread in attackers:
         thread.start()
@@ -269,7 +271,8 @@ def shape_large_messages(server: ServerProcess) -> dict:
         thread.join(60)
     return {"large_messages_sent": "1 + 4 of 16 MiB, then 12 of 1 MiB", "large_outcomes": outcomes, "large_max_health_s": round(max(health), 3),
             "large_max_honest_step_s": round(max(steps), 3), "large_honest_steps": len(steps),
-            "large_rss_growth_one_mb": round(one_peak - before), "large_rss_growth_four_mb": round(four_peak - before)}
+            "large_rss_peak_growth_mb": round(peak[0] - before), "large_rss_after_one_mb": round(one_peak - before),
+            "large_rss_after_four_mb": round(four_peak - before)}
 
 
 def main() -> None:
