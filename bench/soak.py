@@ -299,7 +299,8 @@ def many_values(size: int) -> str:
     return "[" + ",".join(["{}"] * (size // 3)) + "]"
 
 
-def _upload_body(boundary: str) -> bytes:
+def upload_body(boundary: str) -> bytes:
+    """A multipart upload of one 0.9 MB file."""
     return (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"a.bin\"\r\n"
             "Content-Type: application/octet-stream\r\n\r\n").encode() + b"x" * 900_000 \
         + f"\r\n--{boundary}--\r\n".encode()
@@ -372,7 +373,7 @@ async def hostile(url: str, port: int, index: int, deadline: float, budget: "Bud
                 boundary = f"soak{rng.getrandbits(64):x}"
                 with tally.doing(attack):
                     upload, _ = await asyncio.to_thread(
-                        _http, url + "/web/gradio_api/upload", _upload_body(boundary),
+                        _http, url + "/web/gradio_api/upload", upload_body(boundary),
                         headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
                     step, _ = await asyncio.to_thread(_http, url + "/web/step", json.dumps(
                         {"action": {"action_type": "QUERY", "argument": "x" * 1_000_000}}).encode())

@@ -7,10 +7,10 @@ Starts `python -m sqlenv serve --web` on 127.0.0.1 (a free port; Gradio's temp f
 stopped at the end) and plays each shape against it, bounded in count and time:
 
 1. UI socket: a WebSocket handshake to `/ws/ui` that is never read, and a session on `/ws` that asks for 30 MB of
-   replies and never reads them; then 5 visitors at once take 5 steps of 1 MB arguments each the way the page steps (`POST
-   /web/step` where the server has it, else over `/ws`, as SQLEnv's page does), each step given `--wait` seconds
-   (a visit ends at a step not answered), and one honest session 25 steps over `/ws`: how many were answered,
-   and the longest wait.
+   replies and never reads them; then 5 visitors at once take 5 steps of 1 MB arguments each the way the page
+   steps (`POST /web/step` where the server has it, else over `/ws`, as SQLEnv's page does), each step given
+   `--wait` seconds (a visit ends at a step not answered), and one honest session 25 steps over `/ws`: how many
+   were answered, and the longest wait.
 2. 1 MB arguments: `--steps` steps of 1,000,000-character arguments the page's way (`/web/step`, else `/ws`,
    resetting as episodes end); the server's RSS before, and at rest after (past the memory trim).
 3. Uploads: 50 files of 0.9 MB to `/web/gradio_api/upload`: the replies, and the bytes left in the temp folder.
@@ -47,6 +47,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from serverproc import ServerProcess  # noqa: E402
+from soak import UI_HANDSHAKE, many_values, upload_body  # noqa: E402  (bench/, the script's folder)
 
 from sqlenv.server.app import TRIM_INTERVAL_S  # noqa: E402
 
@@ -95,8 +96,7 @@ def serves_web_step(url: str) -> bool:
 def ui_socket(port: int) -> tuple[socket.socket, bool]:
     """A WebSocket handshake to `/ws/ui`, never read after its reply's status line: (the socket, accepted)."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-    sock.sendall(b"GET /ws/ui HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                 b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    sock.sendall(UI_HANDSHAKE)
     return sock, sock.recv(12).endswith(b"101")
 
 
@@ -187,10 +187,7 @@ def shape_uploads(server: ServerProcess, temp: Path) -> dict:
     statuses: dict[int, int] = {}
     for _ in range(50):
         boundary = uuid.uuid4().hex
-        body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"a.bin\"\r\n"
-                "Content-Type: application/octet-stream\r\n\r\n").encode() + os.urandom(900_000) \
-            + f"\r\n--{boundary}--\r\n".encode()
-        status = http(server.url + "/web/gradio_api/upload", body,
+        status = http(server.url + "/web/gradio_api/upload", upload_body(boundary),
                       {"Content-Type": f"multipart/form-data; boundary={boundary}"})
         statuses[status] = statuses.get(status, 0) + 1
     kept = sum(p.stat().st_size for p in temp.rglob("*") if p.is_file())
@@ -234,8 +231,8 @@ def shape_large_messages(server: ServerProcess) -> dict:
                 steps.append(time.monotonic() - started)
                 stop.wait(0.05)
 
-    big = "[" + ",".join(["{}"] * (16 * MIB // 3)) + "]"
-    under_limit = "[" + ",".join(["{}"] * (MIB // 3)) + "]"  # under the size limit, 350,000 objects
+    big = many_values(16 * MIB)
+    under_limit = many_values(MIB)  # under the size limit, 350,000 objects
     outcomes: list[str] = []
 
     def send_big(message: str = big) -> None:
@@ -269,7 +266,8 @@ def shape_large_messages(server: ServerProcess) -> dict:
     stop.set()
     for thread in watchers:
         thread.join(60)
-    return {"large_messages_sent": "1 + 4 of 16 MiB, then 12 of 1 MiB", "large_outcomes": outcomes, "large_max_health_s": round(max(health), 3),
+    return {"large_messages_sent": "1 + 4 of 16 MiB, then 12 of 1 MiB", "large_outcomes": outcomes,
+            "large_max_health_s": round(max(health), 3),
             "large_max_honest_step_s": round(max(steps), 3), "large_honest_steps": len(steps),
             "large_rss_peak_growth_mb": round(peak[0] - before), "large_rss_after_one_mb": round(one_peak - before),
             "large_rss_after_four_mb": round(four_peak - before)}

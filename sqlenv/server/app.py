@@ -188,9 +188,9 @@ class _WebSocketGuard:
       the message (code 1009, as for a message over the size limit, which uvicorn refuses unread).
 
     A closed connection gets a close frame (code 1000 for silences, a reason saying why); the app gets the
-    disconnect a client's own close would give it, so OpenEnv ends the session as it ends a dropped one: environment closed, slot free.
-    The idle clock runs only while the app waits for the next message (a 5 s step does not count as silence),
-    and any message restarts it.
+    disconnect a client's own close would give it, so OpenEnv ends the session as it ends a dropped one:
+    environment closed, slot free. The idle clock runs only while the app waits for the next message (a 5 s step
+    does not count as silence), and any message restarts it.
 
     This is the server's idle timeout. OpenEnv's reaper (`ConcurrencyConfig.session_timeout`) is left off: it
     closed an idle session's environment but not its WebSocket, and OpenEnv's loop went on resetting and
