@@ -1,7 +1,7 @@
 """Soak: a real server under honest and hostile sessions at once, for a bounded time (issues 20 and 26).
 
     python bench/soak.py [--duration 600] [--honest 64] [--hostile 64] [--dataset builtin] [--shapes all]
-                         [--python-slots N] [--server-args "..."]
+                         [--python-slots N] [--server-args "..."] [--web]
 
 Starts `python -m sqlenv serve` on 127.0.0.1 (a free port, room for every session; stopped at the end). In one
 asyncio loop, `--honest` sessions (`SQLEnvClient`) play oracle episodes back to back, and `--hostile` sessions
@@ -12,7 +12,10 @@ UTF-16 or in a batch), oversized HTTP bodies, half-sent requests (part of a head
 then silence), resets with a 1 MB `question_id`, idle pauses; and issue 35's shapes: a query cheap with DISTINCT
 and costly without it, then ANSWER, then `state` (EX re-runs the query without DISTINCT); an ANSWER of a code
 fence and ~28,000 newlines; one row of `trim(x, y)` calls and of GLOB character classes over the longest
-values; WebSockets that connect and never send anything. The hostile sessions connect from 127.0.0.2, the
+values; WebSockets that connect and never send anything; and issue 43's: a WebSocket handshake to OpenEnv's UI socket
+`/ws/ui` and a session that asks for ~30 MB of replies, neither ever read (`no-read`), uploads and 1 MB steps to
+OpenEnv's web routes under `/web` (`web-routes`), messages of 1 MiB and 16 MiB of `{}`s (`many-values`). `--web`
+starts the server as the Dockerfile does, with its page. The hostile sessions connect from 127.0.0.2, the
 honest ones from 127.0.0.1, so the server's per-client limit holds the attackers to their share. A watcher asks
 `/health` every 0.25 s (its longest wait is a figure) and samples the server's RSS.
 
@@ -20,7 +23,8 @@ Prints, last line one JSON object: requests (steps and calls sent), honest_error
 oracle episodes not correct in honest sessions: must be 0), hostile_errors (exceptions a hostile session met;
 refusals are its normal fate), breaches (hostile requests that got what the server must refuse: a session
 opened over HTTP, a half-sent request's connection kept past the request timeout + 5 s, a value sent back
-whole, a never-reset WebSocket kept past the reset timeout + 5 s: must be 0), max_step_s (the longest reply to a
+whole, a never-reset WebSocket kept past the reset timeout + 5 s, a UI socket accepted, an upload or a step taken
+under `/web`, a message of `{}`s parsed and answered: must be 0), max_step_s (the longest reply to a
 step or `state`, honest or hostile, measured by the client: must be <= the 5 s limit + 1 s), max_honest_step_s and
 max_health_s (the longest an honest step and `/health` waited: must be <= 1 s, whatever the hostile sessions do),
 health_failures, sessions_leaked (open after every client left), rss_growth_mb (server RSS at rest after the soak
@@ -47,6 +51,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import gc
 import http.client
 import json
@@ -133,9 +138,13 @@ HALF_SENT = [b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ", b"",
 #: ("session") resets, then sends 1-8 actions drawn from the enabled ones of costly-sql, trim-glob, garbage and idle,
 #: and drops its TCP connection without a close frame 30% of the time when abort is enabled.
 ROUND_SHAPES = {"http-create": 0.05, "half-sent": 0.02, "never-reset": 0.03, "huge-id": 0.02, "distinct-ex": 0.05,
-                "fence-answer": 0.04}
+                "fence-answer": 0.04, "no-read": 0.02, "web-routes": 0.02, "many-values": 0.03}
 SESSION_ACTIONS = {"costly-sql": 0.6 * 14 / 16, "trim-glob": 0.6 * 2 / 16, "garbage": 0.3, "idle": 0.1}
 SHAPES = [*ROUND_SHAPES, *SESSION_ACTIONS, "abort"]
+#: Issue 43: a WebSocket handshake to OpenEnv's web interface's UI socket (answered 101 there, which then awaited it
+#: inside every `/web/step`).
+UI_HANDSHAKE = (b"GET /ws/ui HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
 GARBAGE_FRAMES = ['{"type": "step", "data": {"action_type": "QUERY"}}', '{"type": "bogus"}', "not json", "{" * 10_000,
                   '{"type": "reset", "data": {"seed": "x"}}', '{"type": "step", "data": 5}', "[]", "null"]
 
@@ -224,9 +233,9 @@ async def honest(client: SQLEnvClient, plan, index: int, deadline: float, budget
             return
 
 
-def _http(url: str, body: bytes, timeout: float = 30.0) -> tuple[int, bytes]:
+def _http(url: str, body: bytes, timeout: float = 30.0, headers: dict | None = None) -> tuple[int, bytes]:
     """(status, the first 100 KB of the reply); status 0 when the connection failed."""
-    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(url, data=body, headers=headers or {"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, response.read(100_000)
@@ -284,6 +293,42 @@ async def never_reset(port: int, count: int, tally: Tally) -> None:
             ws.transport.abort()
 
 
+@functools.cache
+def many_values(size: int) -> str:
+    """A JSON text of `size` bytes of `{}`s (a third as many objects)."""
+    return "[" + ",".join(["{}"] * (size // 3)) + "]"
+
+
+def upload_body(boundary: str) -> bytes:
+    """A multipart upload of one 0.9 MB file."""
+    return (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"a.bin\"\r\n"
+            "Content-Type: application/octet-stream\r\n\r\n").encode() + b"x" * 900_000 \
+        + f"\r\n--{boundary}--\r\n".encode()
+
+
+async def no_read(port: int, hold_s: float, tally: Tally) -> None:
+    """A WebSocket handshake to `/ws/ui` and a session on `/ws` that answers with 1,000,000 characters and asks
+    for its state 30 times (~30 MB of replies), neither read, held `hold_s` seconds, then dropped. The UI socket
+    accepted is a breach; whether the unread session delays anyone shows in the honest figures."""
+    from websockets.asyncio.client import connect
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(HOSTILE_ADDRESS, 0))
+    try:
+        writer.write(UI_HANDSHAKE)
+        if (await asyncio.wait_for(reader.read(12), 30)).endswith(b"101"):
+            tally.breaches.append("a UI socket (/ws/ui) was accepted")
+        async with connect(f"ws://127.0.0.1:{port}/ws", proxy=None, compression=None, open_timeout=30,
+                           max_queue=1, local_addr=(HOSTILE_ADDRESS, 0)) as ws:  # stops reading once one waits
+            await ws.send(json.dumps({"type": "reset", "data": {}}))
+            await ws.send(_step("ANSWER", "7" * 1_000_000))
+            for _ in range(30):
+                await ws.send(json.dumps({"type": "state"}))
+            await asyncio.sleep(hold_s)
+            ws.transport.abort()
+    finally:
+        writer.transport.abort()
+
+
 async def hostile(url: str, port: int, index: int, deadline: float, budget: "Budget", tally: Tally,
                   shapes: frozenset[str] = frozenset(SHAPES)) -> None:
     """Attack rounds until `deadline`, each of one of the enabled `shapes` (`ROUND_SHAPES`, `SESSION_ACTIONS`)."""
@@ -318,6 +363,26 @@ async def hostile(url: str, port: int, index: int, deadline: float, budget: "Bud
                 with tally.doing(attack):
                     await never_reset(port, rng.randint(1, 4), tally)
                 continue
+            if attack == "no-read":  # a UI socket and a session that never read (issue 43)
+                with tally.doing(attack):
+                    await no_read(port, rng.uniform(1.0, 3.0), tally)
+                tally.requests += 2
+                tally.hostile_refused += 1
+                continue
+            if attack == "web-routes":  # an upload and a 1 MB step to OpenEnv's web routes: not served
+                boundary = f"soak{rng.getrandbits(64):x}"
+                with tally.doing(attack):
+                    upload, _ = await asyncio.to_thread(
+                        _http, url + "/web/gradio_api/upload", upload_body(boundary),
+                        headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+                    step, _ = await asyncio.to_thread(_http, url + "/web/step", json.dumps(
+                        {"action": {"action_type": "QUERY", "argument": "x" * 1_000_000}}).encode())
+                for route, status in (("upload", upload), ("step", step)):
+                    if status == 200:
+                        tally.breaches.append(f"OpenEnv's web {route} was served under /web")
+                tally.requests += 2
+                tally.hostile_refused += 2
+                continue
             async with connect(f"ws://127.0.0.1:{port}/ws", proxy=None, compression=None, open_timeout=30,
                                max_size=None, local_addr=(HOSTILE_ADDRESS, 0)) as ws:
 
@@ -342,6 +407,12 @@ async def hostile(url: str, port: int, index: int, deadline: float, budget: "Bud
                 await ws.send(json.dumps({"type": "reset", "data": {}}))
                 await asyncio.wait_for(ws.recv(), 60)
                 tally.requests += 1
+                if attack == "many-values":  # 1 MiB of `{}`s (under the size limit) or 16 MiB: closed unparsed
+                    with tally.doing(attack):
+                        await ws.send(many_values(rng.choice([1, 16]) * 1024 * 1024))
+                        await asyncio.wait_for(ws.recv(), 60)
+                    tally.breaches.append("a message of {}s was parsed and answered")
+                    continue
                 if attack == "distinct-ex":  # cheap with DISTINCT, then ANSWER (EX re-runs it without), then `state`
                     with tally.doing(attack):  # made once, in flight for the three replies
                         await timed(_step("QUERY", DISTINCT_EX_SQL), "QUERY " + DISTINCT_EX_SQL, "")
@@ -557,6 +628,7 @@ def main() -> None:
     parser.add_argument("--python-slots", type=int, default=None,
                         help="the server's Python slots (SQLENV_PYTHON_SLOTS; default the server's: one per core; "
                              "a large number is no bound)")
+    parser.add_argument("--web", action="store_true", help="start the server with --web, as the Dockerfile does")
     parser.add_argument("--server-args", default="",
                         help="more `sqlenv serve` arguments, space-separated (e.g. a limit to compare)")
     args = parser.parse_args()
@@ -571,7 +643,7 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; soak {args.duration:g} s, "
           f"{args.honest} honest + {args.hostile} hostile sessions; shapes "
           f"{'all' if args.shapes == frozenset(SHAPES) else ', '.join(sorted(args.shapes))}"
-          f"{'; server ' + args.server_args if args.server_args else ''}"
+          f"{'; server ' + args.server_args if args.server_args else ''}{'; --web' if args.web else ''}"
           f"{f'; Python slots {args.python_slots}' if args.python_slots is not None else ''}")
     info = resolve_dataset(args.dataset)
     questions = load_questions(info.questions_path("train"))
@@ -586,7 +658,7 @@ def main() -> None:
     try:
         server = ServerProcess(["--dataset", str(info.root), "--split", "train", "--max-sessions-per-client",
                                 str(per_client), "--max-sessions", str(args.honest + per_client + 8),
-                                *args.server_args.split()]).start()
+                                *(["--web"] if args.web else []), *args.server_args.split()]).start()
     finally:
         os.environ.pop(PROBE_FILE_ENV, None)
         os.environ.pop(PYTHON_SLOTS_ENV, None)
@@ -659,6 +731,7 @@ def main() -> None:
         "rss_growth_mb": round(rss_end - extra["rss_after_warmup"], 1), "hostile_shapes": tally.shapes,
         "load_average_1m_end": round(os.getloadavg()[0], 2),
         "shapes": "all" if args.shapes == frozenset(SHAPES) else sorted(args.shapes), "server_args": args.server_args,
+        "web": args.web,
         "python_slots": args.python_slots,
         "honest_steps_over_1s": tally.honest_over_1s, "health_over_1s": health["over_1s"],
         "max_health_connect_s": round(health["max_connect_s"], 3),

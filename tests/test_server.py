@@ -250,7 +250,7 @@ def test_a_huge_reset_value_is_not_sent_back(no_leak):
         for data, words in (({"question_id": "q" * 1_000_000}, "question_id must be at most"),
                             ({"question_id": "builtin-" + "q" * 200}, "unknown question_id"),
                             ({"step_budget": "9" * 1_000_000}, "step_budget must be"),
-                            ({"step_budget": [0] * 100_000}, "step_budget must be"),
+                            ({"step_budget": [0] * 2_000}, "step_budget must be"),  # more: see test_server_web
                             ({"episode_id": "e" * 1_000_000}, "episode_id must be")):
             raw = _request_raw(ws, {"type": "reset", "data": data})
             reply = json.loads(raw)
@@ -617,21 +617,6 @@ def test_reset_gives_up_on_a_server_that_stays_down(questions):
 
 
 # ------------------------------------------------------------------------------ packaging and CLI
-
-def test_the_docker_command_serves_the_playground(builtin):
-    """The Dockerfile's CMD (host and port swapped for a free local one) starts, with its web page."""
-    cmd_line = next(line for line in (REPO / "Dockerfile").read_text().splitlines() if line.startswith("CMD "))
-    command = json.loads(cmd_line[4:])
-    assert command[:3] == ["python", "-m", "sqlenv"]
-    command[0] = sys.executable
-    command[command.index("--host") + 1] = "127.0.0.1"
-    command[command.index("--port") + 1] = "{port}"
-    with ServerProcess(command=command) as proc:
-        assert get_json(proc.url + "/metadata")["name"] == "sqlenv"
-        with urllib.request.urlopen(proc.url + "/web/", timeout=30) as page:
-            assert page.status == 200 and b"<html" in page.read(4096).lower()
-        assert proc.sessions()["open"] == 1  # the playground's one shared environment
-
 
 @pytest.mark.parametrize("args,words", [
     (["--split", "nope"], "no split 'nope'"),

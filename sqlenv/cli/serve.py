@@ -42,7 +42,8 @@ def add_parser(commands: Any) -> None:
                           "per-client limit counts the entry the outermost one appended (default: "
                           "SQLENV_PROXY_HOPS, else 0 = the TCP peer; never more than the proxies there are; not "
                           "with FORWARDED_ALLOW_IPS)")
-    srv.add_argument("--web", action="store_true", help="also serve OpenEnv's playground page at /web")
+    srv.add_argument("--web", action="store_true",
+                     help="also serve the playground page at /web/ (each visitor plays a session of their own over /ws)")
     srv.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="warning",
                      help="uvicorn log level (default warning)")
     srv.set_defaults(run=run)

@@ -6,6 +6,8 @@ Needs the `server` extra (`pip install "sqlenv[server]"`, which installs PyPI's 
 - `sqlenv.server.models`: the wire types `SQLAction`, `SQLObservation`, `EpisodeState` (OpenEnv models);
 - `sqlenv.server.environment`: `SQLEnvServerEnvironment` (one `SQLEnvironment` per session), `ServerConfig`;
 - `sqlenv.server.app`: `create_app(config)` (OpenEnv's FastAPI app plus `/sessions`) and `serve(...)`;
+- `sqlenv.server.playground`: the page `--web` serves at `/web/` (it plays over `/ws`);
+- `sqlenv.server.json_values`: how many JSON values a message holds, counted before it is parsed;
 - `sqlenv.server.client`: `SQLEnvClient`, OpenEnv's `EnvClient` with SQLEnv's types;
 - `sqlenv.server.remote`: `RemoteSQLEnvironment`, `SQLEnvironment`'s interface on a server (for training).
 

@@ -3,9 +3,10 @@
     python -m sqlenv serve --dataset builtin --split train --host 127.0.0.1 --port 8000
 
 Endpoints are OpenEnv's: `/ws` (one WebSocket per session: reset, step, state, close), the stateless
-`/reset`, `/step`, `/state`, and `/health`, `/metadata`, `/schema`, `/docs`; with `web=True` also OpenEnv's
-playground page at `/web` (one shared episode for every visitor). SQLEnv adds `GET /sessions`: how many
-environments are open and the session limit, so a leak is visible from outside.
+`/reset`, `/step`, `/state`, and `/health`, `/metadata`, `/schema`, `/docs`; with `web=True` also SQLEnv's own
+playground page at `/web/` (`sqlenv.server.playground`: each visitor plays a session of their own over `/ws`;
+OpenEnv's shared-episode web interface is not served). SQLEnv adds `GET /sessions`: how many environments are
+open and the session limit, so a leak is visible from outside.
 
 A session lives as long as its WebSocket, and a WebSocket as long as its client speaks:
 - OpenEnv's HTTP way of opening a session (`POST /mcp` with `openenv/session/create`) is refused, judged on the
@@ -18,7 +19,9 @@ A session lives as long as its WebSocket, and a WebSocket as long as its client 
   every slot. Behind `proxy_hops` trusted reverse proxies (a Space has one) the address is the one they
   appended to `X-Forwarded-For` (`sqlenv.client_address`), not the proxy's.
 Every connection must also send its request head within `request_timeout_s` (and a POST body within as long
-again), no HTTP request body may exceed `MAX_HTTP_BODY_BYTES`, and bad `/reset` values are answered 422.
+again), no HTTP request body may exceed `MAX_HTTP_BODY_BYTES` nor a WebSocket message `WS_MAX_MESSAGE_BYTES`,
+neither may hold more than `MAX_JSON_VALUES` JSON values (`sqlenv.server.json_values`: refused before anything
+parses it), and bad `/reset` values are answered 422.
 """
 
 from __future__ import annotations
@@ -42,8 +45,10 @@ from sqlenv.sandbox.native_memory import fix_mmap_threshold, malloc_trim
 from sqlenv.server.connections import http_protocol, listening_sockets
 from sqlenv.server.environment import (PYTHON_SLOTS_ENV, PythonSlots, ResetArgumentError, ServerConfig,
                                       SQLEnvServerEnvironment, step_activity)
+from sqlenv.server.json_values import MAX_JSON_VALUES, too_many_values
 from sqlenv.server.loop_probe import HealthTimer, probe_path, run_probe
 from sqlenv.server.models import EpisodeState, SQLAction, SQLObservation
+from sqlenv.server.playground import add_playground
 
 __all__ = ["create_app", "serve", "DEFAULT_MAX_SESSIONS", "DEFAULT_SESSION_TIMEOUT_S", "DEFAULT_REQUEST_TIMEOUT_S",
            "DEFAULT_MAX_SESSIONS_PER_CLIENT", "DEFAULT_RESET_TIMEOUT_S", "WS_MAX_MESSAGE_BYTES", "MAX_HTTP_BODY_BYTES"]
@@ -58,8 +63,11 @@ DEFAULT_SESSION_TIMEOUT_S = 600.0
 DEFAULT_MAX_SESSIONS_PER_CLIENT = 16
 #: Seconds a new WebSocket has to send its first `reset` before the server closes it (clients reset at once).
 DEFAULT_RESET_TIMEOUT_S = 20.0
-#: The largest WebSocket message the server reads (a bigger one closes that connection; others go on).
-WS_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+#: The largest WebSocket message the server reads (a bigger one closes that connection, unread; others go on):
+#: the largest a client needs, an ANSWER of the longest answer the environment takes (1,000,000 characters,
+#: `sqlenv.scoring.verifier.MAX_ANSWER_CHARS`, ASCII as JSON escapes it), plus 64 KiB for the rest of the message.
+#: It was 16 MiB: uvicorn hands a message over whole, and one of 16 MiB of `{}`s held the event loop 2 s to parse.
+WS_MAX_MESSAGE_BYTES = 1024 * 1024 + 64 * 1024
 #: The largest HTTP request body (`/reset`, `/step`, `/mcp`): a bigger one is answered 413 unread.
 MAX_HTTP_BODY_BYTES = 1024 * 1024
 #: Seconds a connection has to send a request head (from when it opens, or from the end of the previous
@@ -70,6 +78,7 @@ _SESSION_CREATE = "openenv/session/create"
 #: The close reason sent to a WebSocket closed for silence (at most 123 bytes, as the protocol requires).
 _IDLE_CLOSE_REASON = "no message for {s:g} s: the session is closed; connect again for a new one"
 _NO_RESET_CLOSE_REASON = "no reset within {s:g} s of connecting: the session is closed; connect again and reset"
+_TOO_MANY_VALUES_CLOSE_REASON = f"a message of more than {MAX_JSON_VALUES} JSON values: the session is closed"
 _MAX_RESET_CHARS = 65_536
 #: Seconds between two `malloc_trim` calls (glibc only; see `_trim_freed_memory`).
 TRIM_INTERVAL_S = 10.0
@@ -112,11 +121,12 @@ class _HttpGuard:
 
     - a body over `max_body` bytes gets 413 (read no further);
     - a body not received within `body_timeout_s` gets 408 (a client sending it a byte at a time holds nothing);
+    - a body of more than `MAX_JSON_VALUES` JSON values gets 413, unparsed (`sqlenv.server.json_values`);
     - `POST /mcp` asking to open a session (`_creates_session`) gets a JSON-RPC error: sessions come with a
       WebSocket.
 
     Both replies close the connection. WebSocket traffic passes untouched (uvicorn's `ws_max_size` bounds its
-    messages, `_WebSocketGuard` its number per client and its silences)."""
+    messages, `_WebSocketGuard` their values, their number per client and their silences)."""
 
     def __init__(self, app: Any, max_body: int = MAX_HTTP_BODY_BYTES,
                  body_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S):
@@ -141,6 +151,9 @@ class _HttpGuard:
             await self._reply(send, 408, {"detail": f"request body not received within {self.body_timeout_s:g} s"})
             return
         if body is None:
+            return
+        if too_many_values(body):
+            await self._reply(send, 413, {"detail": f"request body of more than {MAX_JSON_VALUES} JSON values"})
             return
         if scope.get("path", "").rstrip("/").endswith("/mcp"):
             creates, rid = _creates_session(body)
@@ -171,11 +184,13 @@ class _WebSocketGuard:
     - A WebSocket that has not sent a `reset` within `reset_s` of connecting is closed: a session is for playing
       episodes, and a client's first message is its reset.
     - A WebSocket that sends no message for `idle_s` seconds is closed.
+    - A WebSocket that sends a message of more than `MAX_JSON_VALUES` JSON values is closed before anything parses
+      the message (code 1009, as for a message over the size limit, which uvicorn refuses unread).
 
-    A closed connection gets a close frame (code 1000, a reason saying why); the app gets the disconnect a client's
-    own close would give it, so OpenEnv ends the session as it ends a dropped one: environment closed, slot free.
-    The idle clock runs only while the app waits for the next message (a 5 s step does not count as silence),
-    and any message restarts it.
+    A closed connection gets a close frame (code 1000 for silences, a reason saying why); the app gets the
+    disconnect a client's own close would give it, so OpenEnv ends the session as it ends a dropped one:
+    environment closed, slot free. The idle clock runs only while the app waits for the next message (a 5 s step
+    does not count as silence), and any message restarts it.
 
     This is the server's idle timeout. OpenEnv's reaper (`ConcurrencyConfig.session_timeout`) is left off: it
     closed an idle session's environment but not its WebSocket, and OpenEnv's loop went on resetting and
@@ -220,8 +235,17 @@ class _WebSocketGuard:
         closed = False
         reason = _IDLE_CLOSE_REASON.format(s=self.idle_s)
 
+        async def close(code: int, why: str) -> dict:
+            nonlocal closed, reason
+            closed, reason = True, why
+            try:
+                await send({"type": "websocket.close", "code": code, "reason": why})
+            except Exception:  # noqa: BLE001 - the client left meanwhile: nothing to close
+                pass
+            return {"type": "websocket.disconnect", "code": code, "reason": why}
+
         async def timed_receive() -> dict:
-            nonlocal closed, reason, reset_seen
+            nonlocal reset_seen
             if closed:
                 return {"type": "websocket.disconnect", "code": 1000, "reason": reason}
             wait = self.idle_s if reset_seen else min(self.idle_s, max(0.0, reset_by - loop.time()))
@@ -229,16 +253,14 @@ class _WebSocketGuard:
                 async with asyncio.timeout(wait):  # a cancelled wait leaves the message in uvicorn's queue
                     message = await receive()
             except TimeoutError:
-                if not reset_seen and wait < self.idle_s:
-                    reason = _NO_RESET_CLOSE_REASON.format(s=self.reset_s)
-                closed = True
-                try:
-                    await send({"type": "websocket.close", "code": 1000, "reason": reason})
-                except Exception:  # noqa: BLE001 - the client left meanwhile: nothing to close
-                    pass
-                return {"type": "websocket.disconnect", "code": 1000, "reason": reason}
-            if not reset_seen and message["type"] == "websocket.receive":
-                reset_seen = _is_reset(message.get("text"))
+                silent_before_reset = not reset_seen and wait < self.idle_s
+                return await close(1000, _NO_RESET_CLOSE_REASON.format(s=self.reset_s) if silent_before_reset
+                                   else _IDLE_CLOSE_REASON.format(s=self.idle_s))
+            text = message.get("text") if message["type"] == "websocket.receive" else None
+            if text is not None and too_many_values(text):
+                return await close(1009, _TOO_MANY_VALUES_CLOSE_REASON)
+            if not reset_seen and text is not None:
+                reset_seen = _is_reset(text)
             return message
 
         async def guarded_send(message: dict) -> None:
@@ -325,8 +347,8 @@ def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS
     Args:
         config: what every session plays (questions, databases, limits), e.g. `ServerConfig.from_dataset(...)`.
         max_sessions: most concurrent WebSocket sessions (default 64); one more gets a `CAPACITY_REACHED` error.
-        web: also mount OpenEnv's playground page at `/web` (default False). It plays one episode shared by
-            every visitor, as OpenEnv's environments do on a Space.
+        web: also serve SQLEnv's playground page at `/web/` (default False; `/` redirects there). Each visitor
+            plays a session of their own over `/ws`, under every limit below (`sqlenv.server.playground`).
         session_timeout_s: seconds a WebSocket may go without sending a message before the server closes it,
             and its session with it (default 600). A client that comes back later finds the connection closed
             and opens a new one (`RemoteSQLEnvironment` does so at its next reset).
@@ -361,15 +383,10 @@ def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS
     # No reaper (session_timeout=None): `_WebSocketGuard` closes silent connections, which ends their sessions.
     concurrency = ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=None)
     factory = functools.partial(SQLEnvServerEnvironment, config)
+    app = create_fastapi_app(factory, SQLAction, SQLObservation, concurrency_config=concurrency,
+                             env_name="sqlenv", state_cls=EpisodeState)
     if web:
-        from openenv.core.env_server.web_interface import create_web_interface_app
-
-        app = create_web_interface_app(factory, SQLAction, SQLObservation, env_name="sqlenv",
-                                       concurrency_config=concurrency, state_cls=EpisodeState,
-                                       title_override="SQLEnv")
-    else:
-        app = create_fastapi_app(factory, SQLAction, SQLObservation, concurrency_config=concurrency,
-                                 env_name="sqlenv", state_cls=EpisodeState)
+        add_playground(app)
     app.add_middleware(_HttpGuard, body_timeout_s=request_timeout_s)
     app.add_middleware(_WebSocketGuard, idle_s=session_timeout_s, reset_s=reset_timeout_s,
                        per_client=max_sessions_per_client, proxy_hops=proxy_hops)
@@ -410,7 +427,7 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, *,
         host: interface to bind (default 127.0.0.1; a container or Space binds 0.0.0.0).
         port: TCP port (default 8000).
         max_sessions: most concurrent WebSocket sessions (default 64).
-        web: mount the playground page at `/web` (default False).
+        web: serve the playground page at `/web/` (default False).
         log_level: uvicorn's log level (default "warning": one line per request would cost more than a step).
         session_timeout_s: seconds an idle session is kept (default 600).
         request_timeout_s: seconds a connection has to send each request head, and a POST its body (default 10).
