@@ -22,7 +22,8 @@ Who the owner is (`AccessPolicy.mode`, resolved once at start by `AccessPolicy.f
   start) that the browser keeps in localStorage (`gr.BrowserState`), so a reload stays logged in. Every owner
   event sends the token and the server checks it. Tokens die with the process (a restart logs the owner out),
   and "Log out" revokes the page's token for good (a copy of it kept elsewhere is refused from then on).
-  Wrong passwords are throttled per client address (`LoginThrottle`), so a guesser locks out only itself.
+  Wrong passwords are throttled per client (`LoginThrottle`, keyed by `AccessPolicy.client`: the address behind
+  the trusted proxies, an IPv6 one as its /64), so a guesser locks out only itself.
 - ``"oauth"``: on a HuggingFace Space with `hf_oauth: true` in the README front matter ("Sign in with Hugging
   Face", Gradio's `gr.LoginButton`). Owners are `SQLENV_ADMIN_USERS` (comma-separated Hub user or
   organization names), by default the Space's author (`SPACE_AUTHOR_NAME`). A member of an owner
@@ -48,7 +49,7 @@ from typing import Any, Callable, Mapping
 
 import gradio as gr
 
-from sqlenv.client_address import FORWARDED_ALLOW_IPS_ENV, client_address, proxy_hops_setting
+from sqlenv.client_address import FORWARDED_ALLOW_IPS_ENV, client_key, proxy_hops_setting
 
 MODES = ("open", "password", "oauth", "locked")
 PASSWORD_ENV = "SQLENV_ADMIN_PASSWORD"
@@ -99,7 +100,7 @@ class AccessPolicy:
         owners: Hub user or organization names allowed in oauth mode (lower case).
         reason: one sentence for the page saying why the mode is what it is.
         proxy_hops: reverse proxies in front of the app whose `X-Forwarded-For` entries are trusted (default 0:
-            the TCP peer is the client). Used only to tell clients apart for login throttling; set it (env
+            the TCP peer is the client). Used to tell clients apart (`client`: the login throttle, Play); set it (env
             `SQLENV_PROXY_HOPS`) to the number of proxies that append to that header, never more: a client can
             write any entries of its own to the left of theirs.
     """
@@ -182,12 +183,15 @@ class AccessPolicy:
             self._revoked[signature] = int(expires)
         return True
 
-    def client_address(self, peer: str | None, forwarded_for: str | None) -> str:
-        """The address a request comes from, for throttling: the `peer` uvicorn reports, or with `proxy_hops`
-        trusted proxies the `X-Forwarded-For` entry added by the outermost of them (entries further left are the
-        client's own words). "unknown" when there is neither. `peer` is the TCP peer as long as uvicorn trusts
-        no proxy (`trusted_proxies_setting`), else the client its operator-set FORWARDED_ALLOW_IPS resolved."""
-        return client_address(peer, forwarded_for, self.proxy_hops)
+    def client(self, request: Any) -> str:
+        """Who a Gradio event's caller is, for every per-client limit (the login throttle, Play): `client_key` of
+        the HTTP request behind `request` (a `gr.Request`), with `proxy_hops` trusted proxies' `X-Forwarded-For`
+        entries, every line of the header, and an IPv6 address as its /64: the rules the OpenEnv server's
+        sessions per client count by. The TCP peer is the one uvicorn reports, which is the TCP peer as long as it
+        trusts no proxy (`trusted_proxies_setting`), else the client its operator-set FORWARDED_ALLOW_IPS resolved.
+        "unknown" when there is no request."""
+        scope = getattr(getattr(request, "request", None), "scope", None)
+        return client_key(scope if isinstance(scope, dict) else {}, self.proxy_hops)
 
     # --- oauth mode -------------------------------------------------------------------------------------
     def profile_allowed(self, profile: Mapping[str, Any] | None) -> bool:
@@ -406,8 +410,7 @@ class OwnerGate:
             return
 
         def login(password, request: gr.Request):
-            client = policy.client_address(getattr(getattr(request, "client", None), "host", None),
-                                           (getattr(request, "headers", None) or {}).get("x-forwarded-for"))
+            client = policy.client(request)
             wait = self.throttle.wait_s(client)
             if wait > 0:
                 return ["", *self._page(False, f"Too many wrong passwords: try again in {wait:.0f} s.")]

@@ -86,15 +86,45 @@ def test_login_throttle_refuses_only_the_client_that_guessed():
     assert len(flood._failures) == 100 and flood.wait_s("10.0.3.231", now=1.0) > 0
 
 
+class _Request:
+    """What a queued event's `gr.Request` carries: the HTTP request behind it, as `.request.scope`."""
+
+    def __init__(self, peer, *forwarded_lines):
+        self.request = type("R", (), {"scope": {"client": (peer, 5000) if peer else None,
+                                                "headers": [(b"x-forwarded-for", line.encode())
+                                                            for line in forwarded_lines]}})()
+
+
 def test_client_address_trusts_only_the_configured_proxies():
     direct = AccessPolicy.from_env("0.0.0.0", env={"SQLENV_ADMIN_PASSWORD": "pw"})
-    assert direct.client_address("192.0.2.7", "203.0.113.1") == "192.0.2.7"  # no proxy: the header is words
+    assert direct.client(_Request("192.0.2.7", "203.0.113.1")) == "192.0.2.7"  # no proxy: the header is words
     proxied = AccessPolicy.from_env("0.0.0.0", env={"SQLENV_ADMIN_PASSWORD": "pw", "SQLENV_PROXY_HOPS": "1"})
-    assert proxied.client_address("10.0.0.1", "6.6.6.6, 203.0.113.1") == "203.0.113.1"  # the proxy's entry
-    assert proxied.client_address("10.0.0.1", None) == "10.0.0.1"
-    assert proxied.client_address(None, "") == "unknown"
+    assert proxied.client(_Request("10.0.0.1", "6.6.6.6, 203.0.113.1")) == "203.0.113.1"  # the proxy's entry
+    assert proxied.client(_Request("10.0.0.1")) == "10.0.0.1"
+    assert proxied.client(_Request(None, "")) == "unknown" and proxied.client(None) == "unknown"
     with pytest.raises(ValueError, match="SQLENV_PROXY_HOPS"):
         AccessPolicy.from_env("0.0.0.0", env={"SQLENV_ADMIN_PASSWORD": "pw", "SQLENV_PROXY_HOPS": "-1"})
+
+
+def test_one_client_identity_for_every_limit():
+    """Issue 43, finding 8: the throttle read the first X-Forwarded-For line (a client's own, when the proxy adds a
+    line of its own) and keyed on the full IPv6 address, while the server's session cap joined every line and
+    grouped IPv6 by /64. Both now count by `client_key`."""
+    from sqlenv.client_address import address_block, client_key
+
+    proxied = AccessPolicy.from_env("0.0.0.0", env={"SQLENV_ADMIN_PASSWORD": "pw", "SQLENV_PROXY_HOPS": "1"})
+    # The client's own line, then the proxy's: the proxy's entry, whatever the client wrote.
+    assert proxied.client(_Request("10.0.0.1", "6.6.6.6", "203.0.113.1")) == "203.0.113.1"
+    # A new address of one /64 each try is one client; another /64 is another.
+    tries = {proxied.client(_Request("10.0.0.1", f"2001:db8:1:2::{i:x}")) for i in range(1, 9)}
+    assert tries == {"2001:db8:1:2::/64"}
+    assert proxied.client(_Request("10.0.0.1", "2001:db8:1:3::1")) == "2001:db8:1:3::/64"
+    direct = AccessPolicy.from_env("0.0.0.0", env={"SQLENV_ADMIN_PASSWORD": "pw"})
+    assert direct.client(_Request("2001:db8::5")) == "2001:db8::/64"
+    assert direct.client(_Request("::ffff:192.0.2.7")) == "192.0.2.7"
+    scope = _Request("10.0.0.1", "6.6.6.6", "2001:db8:1:2::9").request.scope
+    assert client_key(scope, 1) == proxied.client(_Request("10.0.0.1", "6.6.6.6", "2001:db8:1:2::9"))
+    assert address_block("unknown") == "unknown" and address_block("[2001:db8::1]") == "2001:db8::/64"
 
 
 def test_a_revoked_token_is_refused_until_it_would_have_expired():

@@ -101,6 +101,14 @@ def test_wrong_passwords_lock_out_only_their_sender():
         welcome = call(app, event(config, "login"), [PASSWORD], headers=owner)
         assert welcome["output"][0] and 'data-owner="true"' in welcome["output"][1]
 
+        # Issue 43, finding 8: the same client in the two spellings that went unthrottled 8 times of 8. (a) A
+        # header line of the client's own, then the proxy's line; (b) a new IPv6 address of one /64 each try.
+        for spelling in (lambda i: [("X-Forwarded-For", f"6.6.6.{i}"), ("X-Forwarded-For", "203.0.113.20")],
+                         lambda i: {"X-Forwarded-For": f"2001:db8:43:8::{i + 1:x}"}):
+            answers = [call(app, event(config, "login"), ["guess"], headers=spelling(i))["output"][1]
+                       for i in range(6)]
+            assert all("Wrong password" in a for a in answers[:5]) and "Too many" in answers[5], answers
+
 
 def test_uploads_are_refused_and_nothing_can_be_read_back(password_app):
     """`POST /gradio_api/upload` took files (1 byte each, 1000 a request, unbounded) served back by /file=."""
