@@ -441,3 +441,39 @@ def test_a_local_client_cannot_choose_the_address_the_login_throttle_counts():
         assert "Too many" in call(app, event(config, "login"), [PASSWORD], headers=guesser)["output"][1]
         welcome = call(app, event(config, "login"), [PASSWORD], headers={"X-Forwarded-For": "198.51.100.1"})
         assert welcome["output"][0] and 'data-owner="true"' in welcome["output"][1]
+
+
+# ------------------------------------------------------------------------------ issue 43, finding 11
+def test_one_bad_run_directory_leaves_runs_and_compare_listing_the_others(password_app):
+    """A config.json nested 1,000,000 deep made the Runs and Compare tabs' load events fail (RecursionError) and
+    their lists came back empty for everyone; a 50 MB config was sent whole to each page that opened it. Now such
+    runs are listed as corrupt, say why, and send nothing of the file."""
+    config, runs = password_app["config"], password_app["runs"]
+    written = {"deep": "[" * 1_000_000 + "]" * 1_000_000, "deep-within-bound": '{"a":' * 20_000 + "1" + "}" * 20_000,
+               "huge": json.dumps({"model": "builtin:tiny", "pad": "x" * 50_000_000}), "good": None}
+    made = []
+    try:
+        for name, text in written.items():
+            run = RunDir.create(runs, f"bad-dir-{name}")
+            made.append(run.path)
+            run.write_config({"model": "builtin:tiny", "dataset": "builtin"})
+            run.write_status("completed", step=1, total_steps=1)
+            run.append("comparison", {"kind": "summary", "split": "eval", "n_episodes": 1,
+                                      "trained": {"success_rate": 1.0, "n_episodes": 1}})
+            if text is not None:
+                run.file("config.json").write_text(text)
+        session = "visitor-bad-runs"
+        listed = call(password_app, event(config, "refresh", "runs-table"), [None, []], session_hash=session)
+        assert listed["success"], listed
+        table = listed["output"][0]
+        statuses = {row[0]: row[1] for row in table["data"]}
+        assert statuses["bad-dir-good"] == "completed", statuses
+        assert all(statuses[f"bad-dir-{name}"] == "corrupt" for name in written if name != "good"), statuses
+        compare = call(password_app, event(config, "refresh_runs"), [None, []], session_hash=session)
+        assert compare["success"] and "bad-dir-good" in json.dumps(compare["output"][0]), compare
+        shown = call(password_app, event(config, "show", "runs-detail"), ["bad-dir-huge"], session_hash=session)
+        text = json.dumps(shown)
+        assert shown["success"] and "config.json unreadable" in text and len(text) < 200_000, len(text)
+    finally:
+        for path in made:
+            shutil.rmtree(path, ignore_errors=True)
