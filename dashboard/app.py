@@ -11,7 +11,7 @@ from pathlib import Path
 import gradio as gr
 from starlette.middleware import Middleware
 
-from dashboard import compare_tab, play_tab, runs_tab, train_tab
+from dashboard import compare_tab, play_episodes, play_tab, runs_tab, train_tab
 from dashboard.access import FORWARDED_ALLOW_IPS_ENV, AccessPolicy, OwnerGate, trusted_proxies_setting
 from dashboard.context import AppContext
 from dashboard.http_guard import RequestGuard, body_timeout_s
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2)
     try:
         access = AccessPolicy.from_env(args.host)
-        play_tab.limits_from_env()
+        play_episodes.limits_from_env()
         sessions_kept()
         body_timeout_s()
     except ValueError as exc:  # a malformed owner or Play setting (SQLENV_PROXY_HOPS, ...): one line, exit 2

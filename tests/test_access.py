@@ -328,7 +328,7 @@ def _opened(episodes, builtin, session=None):
 def test_play_episodes_are_bounded_in_number_and_idle_time_and_free_their_environments(builtin):
     import gc
 
-    from dashboard.play_tab import EpisodeBusy, PlayEpisodes
+    from dashboard.play_episodes import EpisodeBusy, PlayEpisodes
 
     now = [0.0]
     episodes = PlayEpisodes(capacity=2, idle_s=60, clock=lambda: now[0])
@@ -368,8 +368,51 @@ def test_play_episodes_are_bounded_in_number_and_idle_time_and_free_their_enviro
     assert len(episodes) == 0 and episodes.take(d) is None and episodes.take(None) is None
 
 
+class _Env:
+    closed = False
+
+    def close(self):
+        self.closed = True
+
+
+def test_play_episodes_close_the_opener_s_own_first():
+    """Issue 43, finding 10: 16 anonymous New episode calls closed an honest visitor's episode (the least recently
+    used of all went). A client's next episode past its own bound closes its own oldest; past the total, the
+    client holding the most loses its oldest."""
+    from dashboard.play_episodes import ClientSlots, PlayEpisodes
+
+    now = [0.0]
+    episodes = PlayEpisodes(capacity=4, idle_s=60, per_client=2, clock=lambda: now[0])
+    honest_env = _Env()
+    honest = episodes.open(honest_env, ("builtin", "eval", 5), "honest", client="198.51.100.1")
+    hostile = []
+    for i in range(16):
+        now[0] += 0.1
+        hostile.append(_Env())
+        episodes.open(hostile[-1], ("builtin", "eval", 5), f"anon-{i}", client="2001:db8:1:2::/64")
+    assert not honest_env.closed and len(episodes) == 3
+    assert [e.closed for e in hostile] == [True] * 14 + [False] * 2  # its own oldest, in order
+    others = [_Env() for _ in range(2)]
+    for i, env in enumerate(others):
+        now[0] += 0.1
+        episodes.open(env, ("builtin", "eval", 5), f"other-{i}", client=f"203.0.113.{i}")
+    # 5 open > 4: the client with the most (2) loses its oldest; the honest visitor, the oldest of all, stays.
+    assert not honest_env.closed and hostile[14].closed and not hostile[15].closed and len(episodes) == 4
+    episode = episodes.take(honest)
+    assert episode is not None and episode.env is honest_env
+    episodes.give_back(episode)
+
+    slots = ClientSlots(per_client=2)
+    assert slots.enter("a") and slots.enter("a") and not slots.enter("a") and slots.enter("b")
+    slots.leave("a")
+    assert slots.enter("a") and not slots.enter("a")
+    for client in ("a", "a", "b"):
+        slots.leave(client)
+    assert slots._running == {}  # only clients with a running event are remembered
+
+
 def test_play_limits_come_from_the_environment():
-    from dashboard.play_tab import IDLE_S, MAX_EPISODES, limits_from_env
+    from dashboard.play_episodes import IDLE_S, MAX_EPISODES, limits_from_env
 
     assert limits_from_env({}) == (MAX_EPISODES, IDLE_S)
     assert limits_from_env({"SQLENV_PLAY_MAX_EPISODES": "3", "SQLENV_PLAY_IDLE_S": "2.5"}) == (3, 2.5)

@@ -477,3 +477,50 @@ def test_one_bad_run_directory_leaves_runs_and_compare_listing_the_others(passwo
     finally:
         for path in made:
             shutil.rmtree(path, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------ issue 43, finding 10
+SLOW_SQL = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c"  # 5 s: stopped
+
+
+def test_play_keeps_an_honest_visitor_s_episode_and_step_beside_hostile_visitors(password_app):
+    """16 anonymous New episode calls in 2 s closed an honest visitor's episode, and 8 visitors running 5 s queries
+    made an honest step wait 7.8 s (one concurrency limit of 4 for every visitor's steps). Episodes are now bounded
+    per client (its own oldest closes first) and each client runs at most 2 Play events at once, with no limit
+    shared by all: the honest step is answered while every hostile query still runs. Other clients are other
+    loopback addresses (127.0.0.x)."""
+    import threading
+
+    config = password_app["config"]
+    new, step = event(config, "new_episode"), event(config, "do_step")
+    fresh = ["builtin", "eval", "random", 15, None]
+    honest = "honest-player"
+    assert 'data-budget="15"' in call(password_app, new, fresh, session_hash=honest)["output"][1]
+    for i in range(16):
+        call(password_app, new, fresh, session_hash=f"anon-new-{i}", source="127.0.0.2")
+    played = call(password_app, step, ["QUERY", "SELECT 1", None], session_hash=honest)
+    assert 'data-budget="14"' in played["output"][1], played  # still open
+
+    # Hostile visitors: 7 addresses with one session each, and one address with three (its third is refused).
+    visitors = [(f"127.0.0.{3 + i}", f"slow-{i}") for i in range(7)] + [("127.0.0.10", f"slow-many-{i}")
+                                                                         for i in range(3)]
+    for source, session in visitors:
+        assert call(password_app, new, fresh, session_hash=session, source=source)["success"]
+    results: dict[str, dict] = {}
+
+    def slow(source, session):
+        results[session] = call(password_app, step, ["QUERY", SLOW_SQL, None], session_hash=session, source=source)
+
+    threads = [threading.Thread(target=slow, args=visitor) for visitor in visitors]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.5)  # every hostile step joined the queue and started (or was refused)
+    played = call(password_app, step, ["QUERY", "SELECT 2", None], session_hash=honest)
+    finished_before = dict(results)
+    for thread in threads:
+        thread.join(60)
+    assert 'data-budget="13"' in played["output"][1], played
+    refused = [s for s, r in results.items() if 'id="play-slots"' in (r["output"] or [""] * 3)[2]]
+    assert set(finished_before) <= set(refused), finished_before  # the honest step did not wait for any query
+    assert len(refused) == 1 and refused[0].startswith("slow-many-"), results
+    assert all("timed out" in r["output"][2] for s, r in results.items() if s not in refused), results
