@@ -122,6 +122,12 @@ def test_one_client_identity_for_every_limit():
     direct = AccessPolicy.from_env("0.0.0.0", env={"SQLENV_ADMIN_PASSWORD": "pw"})
     assert direct.client(_Request("2001:db8::5")) == "2001:db8::/64"
     assert direct.client(_Request("::ffff:192.0.2.7")) == "192.0.2.7"
+    # On a Space every request comes through Hugging Face's proxy: one hop unless the operator says otherwise.
+    space = {"SPACE_ID": "someone/sqlenv", "SYSTEM": "spaces"}
+    assert AccessPolicy.from_env("0.0.0.0", env=space).proxy_hops == 1
+    assert AccessPolicy.from_env("0.0.0.0", env={**space, "SQLENV_PROXY_HOPS": "0"}).proxy_hops == 0
+    assert AccessPolicy.from_env("0.0.0.0", env={**space, "FORWARDED_ALLOW_IPS": "10.0.0.5"}).proxy_hops == 0
+    assert AccessPolicy.from_env("0.0.0.0", env={}).proxy_hops == 0
     scope = _Request("10.0.0.1", "6.6.6.6", "2001:db8:1:2::9").request.scope
     assert client_key(scope, 1) == proxied.client(_Request("10.0.0.1", "6.6.6.6", "2001:db8:1:2::9"))
     assert address_block("unknown") == "unknown" and address_block("[2001:db8::1]") == "2001:db8::/64"
