@@ -38,7 +38,8 @@ from openenv.core.env_server.types import ConcurrencyConfig
 from sqlenv.asgi_body import BodyTooLarge, read_body, replaying
 from sqlenv.client_address import FORWARDED_ALLOW_IPS_ENV, client_key, proxy_hops_setting
 from sqlenv.sandbox.native_memory import fix_mmap_threshold, malloc_trim
-from sqlenv.server.connections import http_protocol, listening_sockets
+from sqlenv.http_connections import http_protocol
+from sqlenv.server.connections import listening_sockets
 from sqlenv.server.environment import (PYTHON_SLOTS_ENV, PythonSlots, ResetArgumentError, ServerConfig,
                                       SQLEnvServerEnvironment, step_activity)
 from sqlenv.server.loop_probe import HealthTimer, probe_path, run_probe
