@@ -131,7 +131,7 @@ def test_request_heads_have_a_deadline_and_one_client_a_bounded_share_of_connect
     app now serves with the OpenEnv server's head deadline (here BODY_TIMEOUT_S) and bounds connections (one
     client holds at most CONNECTIONS_PER_CLIENT, the rest closed as they are accepted: tests/test_http_connections.py
     checks the bounds); another client (127.0.0.1) is answered meanwhile."""
-    import select
+    import selectors
 
     port = app["port"]
     socks = []
@@ -144,18 +144,19 @@ def test_request_heads_have_a_deadline_and_one_client_a_bounded_share_of_connect
             except (BrokenPipeError, ConnectionResetError):
                 pass  # closed as it was accepted
         assert httpx.get(app["url"], timeout=30).status_code == 200  # another client
-        open_ = list(socks)
+        watching = selectors.DefaultSelector()  # (select() cannot watch descriptors past 1,024)
+        for sock in socks:
+            watching.register(sock, selectors.EVENT_READ)
         deadline = time.monotonic() + BODY_TIMEOUT_S + 30
-        while open_ and time.monotonic() < deadline:  # each is closed: at once, or at the head deadline
-            readable, _, _ = select.select(open_, [], [], 1.0)
-            for sock in readable:
+        while watching.get_map() and time.monotonic() < deadline:  # each closed: at once, or at the head deadline
+            for key, _ in watching.select(1.0):
                 try:
-                    data = sock.recv(65536)
+                    data = key.fileobj.recv(65536)
                 except (ConnectionResetError, BrokenPipeError):
                     data = b""
                 assert data == b"", data[:200]  # closed without an answer
-                open_.remove(sock)
-        assert not open_, f"{len(open_)} partial heads still held"
+                watching.unregister(key.fileobj)
+        assert not watching.get_map(), f"{len(watching.get_map())} partial heads still held"
     finally:
         for sock in socks:
             sock.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import select
+import selectors
 import socket
 import threading
 import time
@@ -16,7 +16,7 @@ import uvicorn
 
 from sqlenv.http_connections import ConnectionLimits, http_protocol
 
-HEAD_TIMEOUT_S = 3.0  # long beside closing at once, so that the two are told apart without timing
+HEAD_TIMEOUT_S = 2.0  # long beside closing at once, so that the two are told apart without timing
 GRACE_S = 10.0  # how long a test waits for what should happen (a bound on the wait, not a timing claim)
 
 
@@ -27,7 +27,7 @@ async def _app(scope, receive, send):
         await send({"type": "lifespan.shutdown.complete"})
         return
     if scope["path"] == "/slow":
-        await asyncio.sleep(2.0)
+        await asyncio.sleep(1.0)
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
     await send({"type": "http.response.body", "body": b"ok"})
 
@@ -70,11 +70,15 @@ def _closed_now(socks: list[socket.socket]) -> list[socket.socket]:
     """The sockets of `socks` the server has closed, looking until a third of the head deadline has passed with no
     more of them closing (those it closes at the deadline are still open then)."""
     closed: list[socket.socket] = []
-    while True:
-        readable, _, _ = select.select([s for s in socks if s not in closed], [], [], HEAD_TIMEOUT_S / 3)
-        if not readable:
-            return [s for s in socks if s in closed]
-        closed += [s for s in readable if _closed(s, within_s=HEAD_TIMEOUT_S / 3)]
+    with selectors.DefaultSelector() as watching:  # (select() cannot watch descriptors past 1,024)
+        for sock in socks:
+            watching.register(sock, selectors.EVENT_READ)
+        while ready := watching.select(HEAD_TIMEOUT_S / 3):
+            for key, _ in ready:
+                watching.unregister(key.fileobj)
+                if _closed(key.fileobj, within_s=HEAD_TIMEOUT_S / 3):
+                    closed.append(key.fileobj)
+    return [s for s in socks if s in closed]
 
 
 def _get(port: int, path: str = "/", source: str = "127.0.0.1") -> bytes:

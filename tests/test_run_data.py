@@ -202,7 +202,7 @@ def test_a_malformed_or_huge_run_is_listed_as_unreadable_and_the_others_still_sh
         "deep-million": "[" * 1_000_000 + "]" * 1_000_000,  # over the size bound: never parsed
         "deep-parser": '{"a":' * 20_000 + "1" + "}" * 20_000,  # within it: Python's parser's RecursionError
         "deep-walk": "[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1),  # parses: deeper than the bound
-        "huge": json.dumps({"model": "builtin:tiny", "pad": "x" * 50_000_000}),
+        "huge": json.dumps({"model": "builtin:tiny", "pad": "x" * MAX_JSON_BYTES}),  # (the API test: 50 MB)
         "not-an-object": "[1, 2]",
     }
     for name, text in bad_configs.items():
