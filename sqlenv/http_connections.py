@@ -10,6 +10,9 @@ held at 65 s, and 20,000 filled the process's descriptors, so honest GETs were r
   when the server starts waiting for it (the connection opened, or the previous response ended), and is closed when
   it has not. The head is complete when uvicorn starts a new request cycle (or hands the connection to the WebSocket
   protocol), which both parsers do as soon as they have read it.
+- The head's size: at most `MAX_HEAD_BYTES`, else 431 and the connection closed. uvicorn's httptools parser keeps
+  a head whole however long it grows (h11 stops at 16 KiB): one header of 140 MB sent within the deadline grew the
+  server by 140 MB, and each megabyte took longer to parse than the one before.
 - The bounds (`ConnectionLimits`): at most `per_client` connections from one TCP peer (`address_block`: an IPv6
   peer's /64), the next closed as soon as it is accepted; at most `total` in all, the next closing the connection
   that has waited longest for a head (one that has sent nothing useful yet; a request being served is never cut),
@@ -27,7 +30,12 @@ from typing import Any
 
 from sqlenv.client_address import address_block
 
-__all__ = ["ConnectionLimits", "http_protocol"]
+__all__ = ["MAX_HEAD_BYTES", "ConnectionLimits", "http_protocol"]
+
+#: The largest request head read (bytes): a browser's is 1-8 KB with its cookies; nginx stops at 32 KB by default.
+MAX_HEAD_BYTES = 64 * 1024
+_HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain\r\n"
+                   b"content-length: 24\r\nconnection: close\r\n\r\nRequest head over 64 KiB")
 
 
 class ConnectionLimits:
@@ -90,10 +98,10 @@ class ConnectionLimits:
 
 def http_protocol(request_timeout_s: float, limits: ConnectionLimits | None = None) -> type:
     """uvicorn's HTTP/1.1 protocol class (httptools, else h11: the one uvicorn's "auto" picks) with a deadline on
-    request heads (see the module docstring), for `uvicorn.Config(http=...)`.
+    request heads and a bound on their size (see the module docstring), for `uvicorn.Config(http=...)`.
 
     Args:
-        request_timeout_s: seconds a connection has to complete each request head.
+        request_timeout_s: seconds a connection has to complete each request head (of at most `MAX_HEAD_BYTES`).
         limits: connections held per client and in all (default None: no bound). One `ConnectionLimits` per server:
             the class returned counts every connection it serves in it.
     """
@@ -102,6 +110,7 @@ def http_protocol(request_timeout_s: float, limits: ConnectionLimits | None = No
     class HeadDeadlineProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
         _sqlenv_head_timer: asyncio.TimerHandle | None = None
         _sqlenv_waiting_after: Any = None  # the request cycle before the head awaited (None: the first)
+        _sqlenv_head_bytes = 0  # received since the head was awaited
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
@@ -115,8 +124,16 @@ def http_protocol(request_timeout_s: float, limits: ConnectionLimits | None = No
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
-            if self._sqlenv_head_timer is not None and self.cycle is not self._sqlenv_waiting_after:
+            if self._sqlenv_head_timer is None:
+                return
+            if self.cycle is not self._sqlenv_waiting_after:
                 self._sqlenv_stop_timer()  # a head was read: uvicorn started its request cycle
+                return
+            self._sqlenv_head_bytes += len(data)  # all of it part of a head not yet complete
+            if self._sqlenv_head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
+                self._sqlenv_stop_timer()  # (the parser holds at most one read, 256 KiB, past the bound)
+                self.transport.write(_HEAD_TOO_LARGE)
+                self.transport.close()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
@@ -139,6 +156,7 @@ def http_protocol(request_timeout_s: float, limits: ConnectionLimits | None = No
         def _sqlenv_await_head(self) -> None:
             self._sqlenv_stop_timer()
             self._sqlenv_waiting_after = self.cycle
+            self._sqlenv_head_bytes = 0
             self._sqlenv_head_timer = self.loop.call_later(request_timeout_s, self._sqlenv_head_late)
             if limits is not None:
                 limits.awaiting_head(self, True)
