@@ -22,7 +22,8 @@ Who the owner is (`AccessPolicy.mode`, resolved once at start by `AccessPolicy.f
   start) that the browser keeps in localStorage (`gr.BrowserState`), so a reload stays logged in. Every owner
   event sends the token and the server checks it. Tokens die with the process (a restart logs the owner out),
   and "Log out" revokes the page's token for good (a copy of it kept elsewhere is refused from then on).
-  Wrong passwords are throttled per client address (`LoginThrottle`), so a guesser locks out only itself.
+  Wrong passwords are throttled per client (`LoginThrottle`, keyed by `AccessPolicy.client`: the address behind
+  the trusted proxies, an IPv6 one as its /64), so a guesser locks out only itself.
 - ``"oauth"``: on a HuggingFace Space with `hf_oauth: true` in the README front matter ("Sign in with Hugging
   Face", Gradio's `gr.LoginButton`). Owners are `SQLENV_ADMIN_USERS` (comma-separated Hub user or
   organization names), by default the Space's author (`SPACE_AUTHOR_NAME`). A member of an owner
@@ -48,7 +49,7 @@ from typing import Any, Callable, Mapping
 
 import gradio as gr
 
-from sqlenv.client_address import FORWARDED_ALLOW_IPS_ENV, client_address, proxy_hops_setting
+from sqlenv.client_address import FORWARDED_ALLOW_IPS_ENV, PROXY_HOPS_ENV, client_key, proxy_hops_setting
 
 MODES = ("open", "password", "oauth", "locked")
 PASSWORD_ENV = "SQLENV_ADMIN_PASSWORD"
@@ -99,9 +100,10 @@ class AccessPolicy:
         owners: Hub user or organization names allowed in oauth mode (lower case).
         reason: one sentence for the page saying why the mode is what it is.
         proxy_hops: reverse proxies in front of the app whose `X-Forwarded-For` entries are trusted (default 0:
-            the TCP peer is the client). Used only to tell clients apart for login throttling; set it (env
-            `SQLENV_PROXY_HOPS`) to the number of proxies that append to that header, never more: a client can
-            write any entries of its own to the left of theirs.
+            the TCP peer is the client). Used to tell clients apart (`client`: the login throttle, Play; the
+            connection bound per peer is off behind proxies); set it (env `SQLENV_PROXY_HOPS`; `from_env` takes 1
+            on a Space, as the Dockerfile does) to the number of proxies that append to that header, never more: a
+            client can write any entries of its own to the left of theirs.
     """
 
     mode: str = "open"
@@ -127,11 +129,17 @@ class AccessPolicy:
     def from_env(cls, host: str | None = "127.0.0.1", env: Mapping[str, str] | None = None) -> "AccessPolicy":
         """The policy for an app listening on `host`, from the environment (default `os.environ`):
         `SQLENV_ADMIN_PASSWORD`, `SQLENV_ADMIN_USERS`, and the Space's own `SPACE_ID`, `SPACE_AUTHOR_NAME`,
-        `SYSTEM` ("spaces") and `OAUTH_CLIENT_ID` (set when the Space has `hf_oauth: true`)."""
+        `SYSTEM` ("spaces") and `OAUTH_CLIENT_ID` (set when the Space has `hf_oauth: true`).
+
+        The proxies trusted: `SQLENV_PROXY_HOPS` or `FORWARDED_ALLOW_IPS` (`proxy_hops_setting`); with neither,
+        one on a Space (every request comes through Hugging Face's proxy, which appends the client to
+        `X-Forwarded-For`: with none, every visitor would be one client to the throttle and Play's bounds), none
+        elsewhere."""
         env = os.environ if env is None else env
         password = env.get(PASSWORD_ENV) or None
         space = env.get("SPACE_ID") or None
-        hops = proxy_hops_setting(env=env)
+        named = any((env.get(name) or "").strip() for name in (PROXY_HOPS_ENV, FORWARDED_ALLOW_IPS_ENV))
+        hops = proxy_hops_setting(env=env) if named or not space else 1
         if password:
             return cls("password", password=password, reason=f"{PASSWORD_ENV} is set: the owner logs in with it.",
                        proxy_hops=hops)
@@ -140,12 +148,16 @@ class AccessPolicy:
         if space and env.get("OAUTH_CLIENT_ID") and env.get("SYSTEM") == "spaces":
             owners = _names(env.get(USERS_ENV)) or _names(env.get("SPACE_AUTHOR_NAME") or space.split("/")[0])
             who = ", ".join(owners) or "nobody"
-            return cls("oauth", owners=owners, reason=f"Sign in with Hugging Face: the owners are {who}.")
+            return cls("oauth", owners=owners, reason=f"Sign in with Hugging Face: the owners are {who}.",
+                       proxy_hops=hops)
         if space:
-            return cls("locked", reason=f"This app runs as the Space {space} and no owner is configured.")
+            return cls("locked", reason=f"This app runs as the Space {space} and no owner is configured.",
+                       proxy_hops=hops)
         if is_loopback(host):
-            return cls("open", reason=f"Bound to {host}: only this machine can reach it, so it is open.")
-        return cls("locked", reason=f"Bound to {host or 'all interfaces'} and no owner is configured.")
+            return cls("open", reason=f"Bound to {host}: only this machine can reach it, so it is open.",
+                       proxy_hops=hops)
+        return cls("locked", reason=f"Bound to {host or 'all interfaces'} and no owner is configured.",
+                   proxy_hops=hops)
 
     # --- password mode ---------------------------------------------------------------------------------
     def password_matches(self, given: Any) -> bool:
@@ -182,12 +194,15 @@ class AccessPolicy:
             self._revoked[signature] = int(expires)
         return True
 
-    def client_address(self, peer: str | None, forwarded_for: str | None) -> str:
-        """The address a request comes from, for throttling: the `peer` uvicorn reports, or with `proxy_hops`
-        trusted proxies the `X-Forwarded-For` entry added by the outermost of them (entries further left are the
-        client's own words). "unknown" when there is neither. `peer` is the TCP peer as long as uvicorn trusts
-        no proxy (`trusted_proxies_setting`), else the client its operator-set FORWARDED_ALLOW_IPS resolved."""
-        return client_address(peer, forwarded_for, self.proxy_hops)
+    def client(self, request: Any) -> str:
+        """Who a Gradio event's caller is, for every per-client limit (the login throttle, Play): `client_key` of
+        the HTTP request behind `request` (a `gr.Request`), with `proxy_hops` trusted proxies' `X-Forwarded-For`
+        entries, every line of the header, and an IPv6 address as its /64: the rules the OpenEnv server's
+        sessions per client count by. The TCP peer is the one uvicorn reports, which is the TCP peer as long as it
+        trusts no proxy (`trusted_proxies_setting`), else the client its operator-set FORWARDED_ALLOW_IPS resolved.
+        "unknown" when there is no request."""
+        scope = getattr(getattr(request, "request", None), "scope", None)
+        return client_key(scope if isinstance(scope, dict) else {}, self.proxy_hops)
 
     # --- oauth mode -------------------------------------------------------------------------------------
     def profile_allowed(self, profile: Mapping[str, Any] | None) -> bool:
@@ -406,8 +421,7 @@ class OwnerGate:
             return
 
         def login(password, request: gr.Request):
-            client = policy.client_address(getattr(getattr(request, "client", None), "host", None),
-                                           (getattr(request, "headers", None) or {}).get("x-forwarded-for"))
+            client = policy.client(request)
             wait = self.throttle.wait_s(client)
             if wait > 0:
                 return ["", *self._page(False, f"Too many wrong passwords: try again in {wait:.0f} s.")]

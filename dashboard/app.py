@@ -5,19 +5,26 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import resource
+import socket
 import sys
+import threading
+import time
 from pathlib import Path
 
 import gradio as gr
+import uvicorn
+from fastapi import FastAPI
 from starlette.middleware import Middleware
 
-from dashboard import compare_tab, play_tab, runs_tab, train_tab
-from dashboard.access import FORWARDED_ALLOW_IPS_ENV, AccessPolicy, OwnerGate, trusted_proxies_setting
+from dashboard import compare_tab, play_episodes, play_tab, runs_tab, train_tab
+from dashboard.access import AccessPolicy, OwnerGate, trusted_proxies_setting
 from dashboard.context import AppContext
 from dashboard.http_guard import RequestGuard, body_timeout_s
 from dashboard.storage import choose_runs_root
 from dashboard.live_plot import plotly_js_path
 from dashboard.transcripts import CSS as TRANSCRIPT_CSS
+from sqlenv.http_connections import ConnectionLimits, http_protocol
 
 TITLE = "SQLEnv — teach a small model to answer questions about databases"
 CSS = TRANSCRIPT_CSS + """
@@ -133,21 +140,70 @@ def sessions_kept(env: dict[str, str] | None = None) -> int:
 GRADIO_QUEUE_ENV = {"GRADIO_ANALYTICS_MAX_EVENTS": "100", "GRADIO_ANALYTICS_CACHE_FREQUENCY": "1000"}
 
 
-def launch(demo: gr.Blocks, host: str, port: int, prevent_thread_lock: bool = False):
+# Connections the app holds at once (`sqlenv.http_connections.ConnectionLimits`): one client (TCP peer) at most
+# CONNECTIONS_PER_CLIENT (a browser opens at most 6 to a host; an office behind one address a few browsers), all
+# clients together at most MAX_CONNECTIONS and half the process's descriptors (the rest are for its databases, run
+# files, model files and the training process's pipes). 20,000 half-sent requests once took every descriptor.
+CONNECTIONS_PER_CLIENT = 32
+MAX_CONNECTIONS = 1024
+
+
+def connection_limits(behind_proxy: bool) -> ConnectionLimits:
+    """The app's bounds on connections. `behind_proxy`: clients come through trusted reverse proxies
+    (`SQLENV_PROXY_HOPS`, `FORWARDED_ALLOW_IPS`, a Space), so every connection's TCP peer is a proxy: no bound per
+    peer then (the proxy bounds its own clients' requests), the total only."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    total = MAX_CONNECTIONS if soft == resource.RLIM_INFINITY else max(1, min(MAX_CONNECTIONS, soft // 2))
+    return ConnectionLimits(total, per_client=None if behind_proxy else CONNECTIONS_PER_CLIENT)
+
+
+def launch(demo: gr.Blocks, host: str, port: int, prevent_thread_lock: bool = False,
+           proxy_hops: int = 0) -> uvicorn.Server:
+    """Serve `demo` on `host`:`port` until interrupted (Ctrl-C), or in a background thread with
+    `prevent_thread_lock`; returns the server. OSError when the port cannot be listened on.
+
+    Gradio's own `launch` starts uvicorn with its defaults, which wait for a request head for ever: here the Blocks
+    are mounted with `gr.mount_gradio_app` (the same settings `launch` would take) and served by uvicorn with
+    `sqlenv.http_connections.http_protocol`, so that a connection has `SQLENV_APP_BODY_TIMEOUT_S` (10 s) to send
+    each request head, as its body, and connections are bounded (`connection_limits`). `proxy_hops` (the access
+    policy's) says whether clients come through proxies. uvicorn trusts no proxy's `X-Forwarded-For` unless the
+    operator set `FORWARDED_ALLOW_IPS` (`trusted_proxies_setting`)."""
     for name, value in GRADIO_QUEUE_ENV.items():
         os.environ.setdefault(name, value)
-    # uvicorn reads its proxy trust from here when Gradio starts it: none unless the operator set it, so a
-    # request's client address is its TCP peer (or what SQLENV_PROXY_HOPS reads), never a loopback peer's header.
-    os.environ[FORWARDED_ALLOW_IPS_ENV] = trusted_proxies_setting()
     demo.queue(default_concurrency_limit=4, max_size=QUEUE_MAX_EVENTS)
     tune_queue(demo)
+    demo.state_session_capacity = sessions_kept()  # what `launch(state_session_capacity=...)` sets
     plotly_js = plotly_js_path()  # the live charts' plotly.js, served from the installed package (offline)
-    return demo.launch(
-        server_name=host, server_port=port, prevent_thread_lock=prevent_thread_lock, css=CSS,
-        theme=THEME, show_error=True, footer_links=[], allowed_paths=[str(plotly_js)] if plotly_js else None,
-        max_file_size=MAX_UPLOAD_BYTES, state_session_capacity=sessions_kept(),
+    # The parent app only mounts the page: none of FastAPI's own documentation routes.
+    app = gr.mount_gradio_app(
+        FastAPI(docs_url=None, redoc_url=None, openapi_url=None), demo, path="/", server_name=host,
+        server_port=port, css=CSS, theme=THEME, show_error=True, footer_links=[],
+        allowed_paths=[str(plotly_js)] if plotly_js else None, max_file_size=MAX_UPLOAD_BYTES,
+        root_path=os.environ.get("GRADIO_ROOT_PATH") or None,
         app_kwargs={"middleware": [Middleware(RequestGuard, blocks=demo)]},
     )
+    trusted = trusted_proxies_setting()
+    # Bound here, so that a port in use is an OSError for the caller (uvicorn would log it and exit).
+    sock = socket.create_server((host.strip("[]"), port), family=socket.AF_INET6 if ":" in host else socket.AF_INET,
+                                backlog=2048)
+    server = uvicorn.Server(uvicorn.Config(
+        app, log_level="warning", forwarded_allow_ips=trusted,
+        http=http_protocol(body_timeout_s(), connection_limits(bool(proxy_hops or trusted)))))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="dashboard-server", daemon=True)
+    thread.start()
+    while not server.started and thread.is_alive():
+        time.sleep(0.01)
+    if not server.started:
+        raise OSError(f"the server on {host}:{port} did not start")
+    print(f"[dashboard] serving on http://{host}:{sock.getsockname()[1]}", file=sys.stderr, flush=True)
+    if not prevent_thread_lock:
+        try:
+            while thread.is_alive():
+                thread.join(0.5)
+        except KeyboardInterrupt:
+            server.should_exit = True
+            thread.join(5)
+    return server
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -157,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2)
     try:
         access = AccessPolicy.from_env(args.host)
-        play_tab.limits_from_env()
+        play_episodes.limits_from_env()
         sessions_kept()
         body_timeout_s()
     except ValueError as exc:  # a malformed owner or Play setting (SQLENV_PROXY_HOPS, ...): one line, exit 2
@@ -169,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
                             hub_repo=os.environ.get("SQLENV_HUB_REPO") or None)
     demo = build_app(ctx)
     try:
-        launch(demo, args.host, args.port)
+        launch(demo, args.host, args.port, proxy_hops=access.proxy_hops)
     except OSError as exc:  # port taken, bad host: one line, exit 2
         print(f"app.py: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

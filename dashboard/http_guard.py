@@ -11,7 +11,8 @@ each time once kept +38 MB a call, for good. So `RequestGuard` answers, before G
 - a request body over `MAX_BODY_BYTES`, on any route: 413, unread when its `Content-Length` says so, else cut
   where the bytes received pass the bound (a chunked body);
 - a request body not all received within `SQLENV_APP_BODY_TIMEOUT_S` (10 s), on any route: 408 (a client sending
-  a byte at a time held a connection and a coroutine as long as it liked);
+  a byte at a time held a connection and a coroutine as long as it liked; the same deadline bounds each request
+  head, below any middleware: `dashboard.app.launch`);
 - an event call (`/gradio_api/queue/join`, `/run/...`, `/api/...`, `/call/...`, `/component_server`): 413 when
   a session hash is longer than `MAX_SESSION_HASH_CHARS`, its `event_data` larger than `MAX_EVENT_DATA_BYTES`,
   or one input value larger than its component needs (`dashboard.inputs.input_limit`), naming the input.
@@ -38,7 +39,8 @@ from dashboard.inputs import (MAX_EVENT_DATA_BYTES, MAX_SESSION_HASH_CHARS, MAX_
 #: with its row selection is the largest a page sends.
 MAX_BODY_BYTES = 1024 * 1024
 BODY_TIMEOUT_ENV = "SQLENV_APP_BODY_TIMEOUT_S"
-#: Seconds a request's whole body may take to arrive (as the OpenEnv server's `--request-timeout`).
+#: Seconds a request's head, and then its whole body, may take to arrive (as the OpenEnv server's
+#: `--request-timeout`).
 DEFAULT_BODY_TIMEOUT_S = 10.0
 # Gradio's routes that run an event (or a component's server function) on the caller's session.
 _EVENT_ROUTE = re.compile(r"/gradio_api/(?:queue/join|(?P<kind>run|api|call/v2|call)/(?P<api>[^/]+)"
@@ -51,7 +53,7 @@ def _label(component: Any, index: int) -> str:
 
 
 def body_timeout_s(env: dict[str, str] | None = None) -> float:
-    """`SQLENV_APP_BODY_TIMEOUT_S` (default 10): seconds a request's body may take to arrive."""
+    """`SQLENV_APP_BODY_TIMEOUT_S` (default 10): seconds a request's head, and then its body, may take to arrive."""
     text = ((os.environ if env is None else env).get(BODY_TIMEOUT_ENV) or str(DEFAULT_BODY_TIMEOUT_S)).strip()
     try:
         value = float(text)

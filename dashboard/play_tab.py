@@ -1,29 +1,23 @@
 """Play tab: a person plays one episode by hand.
 
 Each browser session plays its own `SQLEnvironment`, so two people playing at once never see each other's
-episode. Anyone may open one, and one holds database connections and its last QUERY result, so the app keeps
-them in one bounded `PlayEpisodes` (the session's `gr.State` holds only a handle): at most
-`SQLENV_PLAY_MAX_EPISODES` open (a new one closes the least recently used), each closed after
-`SQLENV_PLAY_IDLE_S` seconds without a step (Gradio expires the state) or when its page is closed (unload).
+episode. The app keeps the environments in one `dashboard.play_episodes.PlayEpisodes` (the session's `gr.State`
+holds only a handle), bounded in all and per client; an episode closes after `SQLENV_PLAY_IDLE_S` seconds without
+a step (Gradio expires the state) or when its page is closed (unload). Each client runs at most
+`STEPS_PER_CLIENT` Play events at once (`ClientSlots`), and Play's events share no other concurrency limit.
 Anyone may play: dataset names, splits, question ids and arguments are checked (dashboard.inputs) before
 anything is opened or run.
 """
 
 from __future__ import annotations
 
-import os
-import secrets
-import threading
-import time
-from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import gradio as gr
 
 from dashboard import inputs as checked
-from sqlenv.sandbox.native_memory import fix_mmap_threshold, malloc_trim
 from dashboard.context import AppContext, dataset_choices, dataset_splits
+from dashboard.play_episodes import ClientSlots, EpisodeBusy, PlayEpisodes, close_env, limits_from_env
 from dashboard.transcripts import esc, format_gold, layers_html, steps_table, transcript_html, verdict_badge
 
 RANDOM = "random"
@@ -34,161 +28,6 @@ PLACEHOLDERS = {
     "QUERY": "one SELECT statement, e.g. SELECT count(*) FROM singer",
     "ANSWER": "the answer: a value; a comma-separated list; table rows `a | b` one per line; [] for none",
 }
-
-
-MAX_EPISODES_ENV = "SQLENV_PLAY_MAX_EPISODES"
-IDLE_ENV = "SQLENV_PLAY_IDLE_S"
-# Each open episode holds its database connections and its last QUERY result (up to the sandbox's
-# max_result_bytes, 32 MB), and any visitor may open one: these bound how many and how long an abandoned one lives.
-MAX_EPISODES = 16
-IDLE_S = 600.0
-
-
-def limits_from_env(env: Mapping[str, str] | None = None) -> tuple[int, float]:
-    """(most open episodes, idle seconds) from `SQLENV_PLAY_MAX_EPISODES` / `SQLENV_PLAY_IDLE_S` (default 16, 600);
-    a malformed value raises ValueError naming the variable."""
-    env = os.environ if env is None else env
-    text = (env.get(MAX_EPISODES_ENV) or str(MAX_EPISODES)).strip()
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"{MAX_EPISODES_ENV} must be a whole number >= 1, got {text!r}")
-    idle_text = (env.get(IDLE_ENV) or str(IDLE_S)).strip()
-    try:
-        idle = float(idle_text)
-    except ValueError:
-        idle = -1.0
-    if not 0 < idle < float("inf"):
-        raise ValueError(f"{IDLE_ENV} must be a positive number of seconds, got {idle_text!r}")
-    return int(text), idle
-
-
-def _close_env(env: Any) -> None:
-    try:
-        env.close()
-    except Exception:  # closing a broken environment must not fail the visitor's event
-        pass
-
-
-# Episodes step on Gradio's worker threads, and glibc keeps what a thread's arena freed: without a trim a
-# closed episode's result stays in the app's RSS (measured: 8 episodes of 30 MB results, 243 -> 515 MB, and
-# still 515 MB after all of them closed).
-_TRIM = malloc_trim()
-
-
-@dataclass
-class Episode:
-    """One visitor's open environment in `PlayEpisodes`."""
-
-    env: Any
-    key: tuple  # (dataset, split, budget, questions mtime): a new episode on the same key reuses `env`
-    session: str | None  # the Gradio session that opened it (closed with its page)
-    used: float  # the clock at its last open or step
-    busy: bool = False  # a step is running on it
-    closed: bool = False  # dropped while busy: the step closes it when it ends
-
-
-class EpisodeBusy(Exception):
-    """A step of this episode is still running."""
-
-
-class PlayEpisodes:
-    """The Play environments the app keeps open, bounded in number and in idle time.
-
-    Args:
-        capacity: most episodes open at once; opening one more closes the least recently used.
-        idle_s: an episode with no step for this long is closed by `sweep` (which every `open` runs, and Gradio
-            runs through the state's delete callback once the page's state has been idle as long).
-        clock: seconds, monotonic (default `time.monotonic`).
-
-    A closed episode drops its environment (connections closed, its last result freed); its visitor's next step
-    is told to start a new episode. One step at a time per episode: a second one while the first runs is refused
-    (`EpisodeBusy`), and an episode dropped while a step runs is closed when that step ends.
-    """
-
-    def __init__(self, capacity: int = MAX_EPISODES, idle_s: float = IDLE_S,
-                 clock: Callable[[], float] = time.monotonic):
-        if capacity < 1 or idle_s <= 0:
-            raise ValueError(f"PlayEpisodes needs capacity >= 1 and idle_s > 0, got {capacity}, {idle_s}")
-        self.capacity, self.idle_s, self.clock = capacity, idle_s, clock
-        self._episodes: OrderedDict[str, Episode] = OrderedDict()  # least recently used first
-        self._lock = threading.Lock()
-        fix_mmap_threshold()  # a closed episode's big blocks go back to the system (see sqlenv.sandbox.native_memory)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._episodes)
-
-    def open(self, env: Any, key: tuple, session: str | None = None) -> str:
-        """Keep `env` open for a new episode; returns its handle (unguessable: the page's state holds it)."""
-        handle = secrets.token_urlsafe(16)
-        with self._lock:
-            self._episodes[handle] = Episode(env, key, session, self.clock())
-            dropped = self._expired()
-            while len(self._episodes) > self.capacity:
-                dropped.append(self._episodes.popitem(last=False)[1])
-        self._finish(dropped)
-        return handle
-
-    def take(self, handle: Any) -> Episode | None:
-        """The open episode `handle` names, marked busy for one step (give it back with `give_back`); None when
-        it is closed or never was. Raises EpisodeBusy while another step of it runs."""
-        with self._lock:
-            episode = self._episodes.get(handle) if isinstance(handle, str) else None
-            if episode is None:
-                return None
-            if episode.busy:
-                raise EpisodeBusy
-            episode.busy, episode.used = True, self.clock()
-            self._episodes.move_to_end(handle)
-            return episode
-
-    def give_back(self, episode: Episode) -> None:
-        """End the step that `take` began; an episode closed meanwhile is closed now."""
-        with self._lock:
-            episode.busy, episode.used = False, self.clock()
-            closing = episode.closed
-        if closing:
-            self._finish([episode])
-
-    def close(self, handle: Any) -> None:
-        """Close the episode `handle` names (no-op when it is not open)."""
-        with self._lock:
-            episode = self._episodes.pop(handle, None) if isinstance(handle, str) else None
-        self._finish([episode] if episode else [])
-
-    def close_session(self, session: str | None) -> None:
-        """Close every episode the Gradio session `session` opened (its page was closed)."""
-        if not session:
-            return
-        with self._lock:
-            handles = [h for h, e in self._episodes.items() if e.session == session]
-            dropped = [self._episodes.pop(h) for h in handles]
-        self._finish(dropped)
-
-    def sweep(self) -> None:
-        """Close the episodes idle for `idle_s` or more."""
-        with self._lock:
-            dropped = self._expired()
-        self._finish(dropped)
-
-    def _expired(self) -> list[Episode]:  # under the lock
-        now = self.clock()
-        handles = [h for h, e in self._episodes.items() if not e.busy and now - e.used >= self.idle_s]
-        return [self._episodes.pop(h) for h in handles]
-
-    def _finish(self, dropped: list[Episode]) -> None:
-        freed = False
-        for episode in dropped:
-            with self._lock:
-                if episode.busy:  # its step is running: that step closes it when it ends (give_back)
-                    episode.closed = True
-                    continue
-                env, episode.env = episode.env, None  # the last reference: its result is freed with it
-            if env is not None:
-                _close_env(env)
-                del env
-                freed = True
-        if freed and _TRIM is not None:
-            _TRIM(0)  # give what the environments held back to the system (a few ms)
 
 
 def _handle(state: Any) -> Any:
@@ -286,11 +125,15 @@ def build(ctx: AppContext) -> dict[str, Any]:
     gr.Markdown("#### Episode so far")
     history = gr.HTML("", elem_id="play-history")
     episodes = PlayEpisodes(*limits_from_env())
+    slots = ClientSlots()
     closed_html = (
         '<div class="sqe-err-box" id="play-closed">No episode is open: press <b>New episode</b> to start one. '
-        f"(An episode closes after {_duration(episodes.idle_s)} without a step, or sooner when more than "
-        f"{episodes.capacity} are open: the least recently played closes first.)</div>")
+        f"(An episode closes after {_duration(episodes.idle_s)} without a step, or sooner when you open more than "
+        f"{episodes.per_client}, or more than {episodes.capacity} are open: the least recently played of whoever "
+        "holds the most closes first.)</div>")
     busy_html = '<div class="sqe-err-box">Your last step is still running: wait for its result.</div>'
+    slots_html = (f'<div class="sqe-err-box" id="play-slots">You already have {slots.per_client} Play steps running '
+                  "(from this page or others at your address): wait for one of them to finish.</div>")
     # This session's {"episode": handle} in `episodes` ({} before New episode). Gradio deletes the value after
     # `idle_s` without an event, and the callback closes the episode (the state never holds the environment).
     state = gr.State({}, time_to_live=episodes.idle_s,
@@ -314,7 +157,26 @@ def build(ctx: AppContext) -> dict[str, Any]:
             return gr.update(choices=[RANDOM], value=RANDOM), f'<div class="sqe-err-box">{esc(err)}</div>'
         return gr.update(choices=choices, value=RANDOM), gr.skip()
 
+    def in_slot(request, current, event):
+        """`event(client)`, run only while its client has fewer than `slots.per_client` Play events running (else
+        its page is told so at once): a client's slow queries never hold up another client's step."""
+        client = ctx.access.client(request)
+        if not slots.enter(client):
+            return current, gr.skip(), slots_html, gr.skip()
+        try:
+            return event(client)
+        finally:
+            slots.leave(client)
+
     def new_episode(name, split, question, step_budget, current, request: gr.Request):
+        session = getattr(request, "session_hash", None)
+        return in_slot(request, current,
+                       lambda client: start_episode(name, split, question, step_budget, current, session, client))
+
+    def do_step(kind, arg, current, request: gr.Request):
+        return in_slot(request, current, lambda _client: step_episode(kind, arg, current))
+
+    def start_episode(name, split, question, step_budget, current, session, client):
         handle = _handle(current)
         try:
             source = checked.dataset_source(name, ctx.data_root)
@@ -342,7 +204,7 @@ def build(ctx: AppContext) -> dict[str, Any]:
             env.reset(question_id=question)
         except Exception as exc:
             if env is not None and (episode is None or env is not episode.env):
-                _close_env(env)
+                close_env(env)
             if episode is not None:
                 episodes.give_back(episode)
             episodes.close(handle)
@@ -352,10 +214,10 @@ def build(ctx: AppContext) -> dict[str, Any]:
             if env is episode.env and not episode.closed:
                 return current, episode_header(env), "", steps_table([])
             episodes.close(handle)  # (a reused environment dropped meanwhile is kept again below)
-        handle = episodes.open(env, key, getattr(request, "session_hash", None))
+        handle = episodes.open(env, key, session, client)
         return {"episode": handle}, episode_header(env), "", steps_table([])
 
-    def do_step(kind, arg, current):
+    def step_episode(kind, arg, current):
         try:
             episode = episodes.take(_handle(current))
         except EpisodeBusy:
@@ -391,9 +253,11 @@ def build(ctx: AppContext) -> dict[str, Any]:
 
     dataset_dd.change(on_dataset, inputs=[dataset_dd], outputs=[split_dd, question_dd, header])
     split_dd.input(on_split, inputs=[dataset_dd, split_dd], outputs=[question_dd, header])
+    # No shared concurrency limit: each client is bounded by `slots` (Gradio's 40 worker threads bound them all).
     new_btn.click(new_episode, inputs=[dataset_dd, split_dd, question_dd, budget, state],
-                  outputs=[state, header, observation, history])
-    step_btn.click(do_step, inputs=[action, argument, state], outputs=[state, header, observation, history])
+                  outputs=[state, header, observation, history], concurrency_limit=None)
+    step_btn.click(do_step, inputs=[action, argument, state],
+                   outputs=[state, header, observation, history], concurrency_limit=None)
     action.change(lambda k: gr.update(placeholder=PLACEHOLDERS.get(k, "")), inputs=[action], outputs=[argument])
 
     def on_load(name, split):

@@ -11,15 +11,14 @@ the runs folder.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from training.run_dir import (InvalidRunName, RunDir, default_runs_root, list_runs, live_status, redact_secrets,
-                              resolve_run)
+from training.run_dir import (InvalidRunName, RunDir, default_runs_root, list_runs, live_status, read_records,
+                              redact_secrets, resolve_run)
 from training.run_results import Measured, final_measure, last_eval_measure
 
 WATCHED = ("status.json", "config.json", "metrics.jsonl", "evals.jsonl", "transcripts.jsonl", "comparison.jsonl")
@@ -118,8 +117,6 @@ class RunCache:
             # Every page shows a run's config to anyone: a secret, named like one or shaped like one (a run
             # written before TrainConfig refused them, or by hand), is redacted here, once for every reader.
             config = redact_secrets(run.read_config())
-            if not isinstance(config, dict):
-                config, config_error = None, "config.json is not a JSON object"
         except FileNotFoundError:
             config_error = "config.json not found"
         except (OSError, ValueError) as exc:
@@ -142,10 +139,10 @@ class RunCache:
         return snap
 
     def read_jsonl(self, run: RunDir, kind: str) -> list[Any]:
-        """Every complete record of `<kind>.jsonl` (as `training.run_dir.read_jsonl` reads them: a torn last
-        line waits for its newline, a corrupt line is skipped), parsing only the bytes appended since this
-        cache last read the file. A file that shrank or was replaced is read again from its start. The list
-        returned is new whenever records were added (snapshots already handed out never change)."""
+        """Every complete record of `<kind>.jsonl` (as `training.run_dir.read_records` reads them: a torn last
+        line waits for its newline; a corrupt, overlong or too deep line is skipped), parsing only the bytes
+        appended since this cache last read the file. A file that shrank or was replaced is read again from its
+        start. The list returned is new whenever records were added (snapshots already handed out never change)."""
         key = (str(run.path), kind)
         try:
             f = open(run.file(f"{kind}.jsonl"), "rb")
@@ -158,17 +155,10 @@ class RunCache:
             if inode != st.st_ino or st.st_size < offset:
                 offset, records = 0, []
             f.seek(offset)
-            data = f.read()
-        end = data.rfind(b"\n") + 1
-        added = []
-        for line in data[:end].split(b"\n"):
-            try:
-                added.append(json.loads(line.decode("utf-8", errors="replace")))
-            except json.JSONDecodeError:
-                continue
+            added, read = read_records(f)
         if added:
             records = records + added
-        self._tails[key] = (st.st_ino, offset + end, records)
+        self._tails[key] = (st.st_ino, offset + read, records)
         return records
 
     def try_snapshot(self, name: str | None) -> tuple[RunSnapshot | None, str | None]:

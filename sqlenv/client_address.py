@@ -10,17 +10,23 @@ client address is the entry `proxy_hops` places from the right (the one the oute
 
 One setting says which proxies to trust: `SQLENV_PROXY_HOPS` (how many append to the header), or uvicorn's own
 `FORWARDED_ALLOW_IPS` (their addresses; uvicorn then rewrites the peer itself). Both at once are refused
-(`proxy_hops_setting`). Used by the OpenEnv server's per-client session limit and the dashboard's login
-throttle. Standard library only.
+(`proxy_hops_setting`).
+
+Every per-client limit counts by `client_key` (the address, an IPv6 one as its /64: the block one host is given,
+so a new address from it each try is still the same client): the OpenEnv server's sessions per client, and the
+dashboard's login throttle, Play episodes and steps, and connections (`address_block` of the TCP peer). One
+function, so a spelling that one limit reads as a new client no other limit does either. Standard library only.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Iterable, Mapping
+from typing import Any
 
-__all__ = ["PROXY_HOPS_ENV", "FORWARDED_ALLOW_IPS_ENV", "MAX_ADDRESS_CHARS", "client_address", "forwarded_for",
-           "proxy_hops_setting"]
+__all__ = ["PROXY_HOPS_ENV", "FORWARDED_ALLOW_IPS_ENV", "MAX_ADDRESS_CHARS", "address_block", "client_address",
+           "client_key", "forwarded_for", "proxy_hops_setting"]
 
 #: Reverse proxies in front of the server whose `X-Forwarded-For` entries are trusted (0: none, the TCP peer
 #: is the client).
@@ -55,6 +61,30 @@ def client_address(peer: str | None, forwarded_for: str | None, proxy_hops: int 
         if len(entries) >= proxy_hops:
             return entries[-proxy_hops][:MAX_ADDRESS_CHARS]
     return (peer or "unknown")[:MAX_ADDRESS_CHARS]
+
+
+def address_block(address: str) -> str:
+    """The block of addresses one client holds: an IPv6 address's /64 (a host is given a whole /64, and may take a
+    new address from it for every request), an IPv4-mapped IPv6 address's IPv4 address, any other address as it is
+    (text that is no address, such as "unknown", too)."""
+    try:
+        parsed = ipaddress.ip_address(address.strip("[]"))
+    except ValueError:
+        return address
+    if parsed.version == 6:
+        if parsed.ipv4_mapped is not None:
+            return str(parsed.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{parsed}/64", strict=False))
+    return str(parsed)
+
+
+def client_key(scope: Mapping[str, Any], proxy_hops: int = 0) -> str:
+    """Who an ASGI request or WebSocket (`scope`) comes from, for every per-client limit: `address_block` of
+    `client_address` of its TCP peer and, behind `proxy_hops` trusted proxies, of all its `X-Forwarded-For` lines
+    (`forwarded_for`: a client's own line and its proxy's read as one list)."""
+    peer = (scope.get("client") or (None, 0))[0]
+    header = forwarded_for(scope.get("headers") or ()) if proxy_hops else None
+    return address_block(client_address(peer, header, proxy_hops))
 
 
 def forwarded_for(headers: Iterable[tuple[bytes, bytes]]) -> str | None:

@@ -104,15 +104,17 @@ def default_inputs(config: dict[str, Any], dependency: dict[str, Any]) -> list[A
 
 
 def call_event(url: str, fn_index: int, data: list[Any], *, queued: bool = True, session_hash: str | None = None,
-               cookies: dict[str, str] | None = None, headers: dict[str, str] | None = None,
-               timeout: float = 60.0) -> dict[str, Any]:
-    """Send event `fn_index` with `data` (and extra request `headers`); returns {"success": bool, "output": ...,
-    "error": str | None}."""
+               cookies: dict[str, str] | None = None, headers: Any = None, timeout: float = 60.0,
+               source: str | None = None) -> dict[str, Any]:
+    """Send event `fn_index` with `data` (and extra request `headers`: a dict, or (name, value) pairs for a header
+    sent on several lines) from the address `source` (default: the system's choice; another 127.x.y.z address is
+    another client on this machine); returns {"success": bool, "output": ..., "error": str | None}."""
     session_hash = session_hash or secrets.token_hex(6)
     body = {"data": data, "fn_index": fn_index, "session_hash": session_hash, "event_data": None,
             "trigger_id": None}
     base = url.rstrip("/") + "/gradio_api"
-    with httpx.Client(cookies=cookies, headers=headers, timeout=timeout) as http:
+    transport = httpx.HTTPTransport(local_address=source) if source else None
+    with httpx.Client(cookies=cookies, headers=headers, timeout=timeout, transport=transport) as http:
         if not queued:
             r = http.post(f"{base}/run/predict", json=body)
             payload = r.json()

@@ -86,15 +86,51 @@ def test_login_throttle_refuses_only_the_client_that_guessed():
     assert len(flood._failures) == 100 and flood.wait_s("10.0.3.231", now=1.0) > 0
 
 
+class _Request:
+    """What a queued event's `gr.Request` carries: the HTTP request behind it, as `.request.scope`."""
+
+    def __init__(self, peer, *forwarded_lines):
+        self.request = type("R", (), {"scope": {"client": (peer, 5000) if peer else None,
+                                                "headers": [(b"x-forwarded-for", line.encode())
+                                                            for line in forwarded_lines]}})()
+
+
 def test_client_address_trusts_only_the_configured_proxies():
     direct = AccessPolicy.from_env("0.0.0.0", env={"SQLENV_ADMIN_PASSWORD": "pw"})
-    assert direct.client_address("192.0.2.7", "203.0.113.1") == "192.0.2.7"  # no proxy: the header is words
+    assert direct.client(_Request("192.0.2.7", "203.0.113.1")) == "192.0.2.7"  # no proxy: the header is words
     proxied = AccessPolicy.from_env("0.0.0.0", env={"SQLENV_ADMIN_PASSWORD": "pw", "SQLENV_PROXY_HOPS": "1"})
-    assert proxied.client_address("10.0.0.1", "6.6.6.6, 203.0.113.1") == "203.0.113.1"  # the proxy's entry
-    assert proxied.client_address("10.0.0.1", None) == "10.0.0.1"
-    assert proxied.client_address(None, "") == "unknown"
+    assert proxied.client(_Request("10.0.0.1", "6.6.6.6, 203.0.113.1")) == "203.0.113.1"  # the proxy's entry
+    assert proxied.client(_Request("10.0.0.1")) == "10.0.0.1"
+    assert proxied.client(_Request(None, "")) == "unknown" and proxied.client(None) == "unknown"
     with pytest.raises(ValueError, match="SQLENV_PROXY_HOPS"):
         AccessPolicy.from_env("0.0.0.0", env={"SQLENV_ADMIN_PASSWORD": "pw", "SQLENV_PROXY_HOPS": "-1"})
+
+
+def test_one_client_identity_for_every_limit():
+    """Issue 43, finding 8: the throttle read the first X-Forwarded-For line (a client's own, when the proxy adds a
+    line of its own) and keyed on the full IPv6 address, while the server's session cap joined every line and
+    grouped IPv6 by /64. Both now count by `client_key`."""
+    from sqlenv.client_address import address_block, client_key
+
+    proxied = AccessPolicy.from_env("0.0.0.0", env={"SQLENV_ADMIN_PASSWORD": "pw", "SQLENV_PROXY_HOPS": "1"})
+    # The client's own line, then the proxy's: the proxy's entry, whatever the client wrote.
+    assert proxied.client(_Request("10.0.0.1", "6.6.6.6", "203.0.113.1")) == "203.0.113.1"
+    # A new address of one /64 each try is one client; another /64 is another.
+    tries = {proxied.client(_Request("10.0.0.1", f"2001:db8:1:2::{i:x}")) for i in range(1, 9)}
+    assert tries == {"2001:db8:1:2::/64"}
+    assert proxied.client(_Request("10.0.0.1", "2001:db8:1:3::1")) == "2001:db8:1:3::/64"
+    direct = AccessPolicy.from_env("0.0.0.0", env={"SQLENV_ADMIN_PASSWORD": "pw"})
+    assert direct.client(_Request("2001:db8::5")) == "2001:db8::/64"
+    assert direct.client(_Request("::ffff:192.0.2.7")) == "192.0.2.7"
+    # On a Space every request comes through Hugging Face's proxy: one hop unless the operator says otherwise.
+    space = {"SPACE_ID": "someone/sqlenv", "SYSTEM": "spaces"}
+    assert AccessPolicy.from_env("0.0.0.0", env=space).proxy_hops == 1
+    assert AccessPolicy.from_env("0.0.0.0", env={**space, "SQLENV_PROXY_HOPS": "0"}).proxy_hops == 0
+    assert AccessPolicy.from_env("0.0.0.0", env={**space, "FORWARDED_ALLOW_IPS": "10.0.0.5"}).proxy_hops == 0
+    assert AccessPolicy.from_env("0.0.0.0", env={}).proxy_hops == 0
+    scope = _Request("10.0.0.1", "6.6.6.6", "2001:db8:1:2::9").request.scope
+    assert client_key(scope, 1) == proxied.client(_Request("10.0.0.1", "6.6.6.6", "2001:db8:1:2::9"))
+    assert address_block("unknown") == "unknown" and address_block("[2001:db8::1]") == "2001:db8::/64"
 
 
 def test_a_revoked_token_is_refused_until_it_would_have_expired():
@@ -298,7 +334,7 @@ def _opened(episodes, builtin, session=None):
 def test_play_episodes_are_bounded_in_number_and_idle_time_and_free_their_environments(builtin):
     import gc
 
-    from dashboard.play_tab import EpisodeBusy, PlayEpisodes
+    from dashboard.play_episodes import EpisodeBusy, PlayEpisodes
 
     now = [0.0]
     episodes = PlayEpisodes(capacity=2, idle_s=60, clock=lambda: now[0])
@@ -338,8 +374,51 @@ def test_play_episodes_are_bounded_in_number_and_idle_time_and_free_their_enviro
     assert len(episodes) == 0 and episodes.take(d) is None and episodes.take(None) is None
 
 
+class _Env:
+    closed = False
+
+    def close(self):
+        self.closed = True
+
+
+def test_play_episodes_close_the_opener_s_own_first():
+    """Issue 43, finding 10: 16 anonymous New episode calls closed an honest visitor's episode (the least recently
+    used of all went). A client's next episode past its own bound closes its own oldest; past the total, the
+    client holding the most loses its oldest."""
+    from dashboard.play_episodes import ClientSlots, PlayEpisodes
+
+    now = [0.0]
+    episodes = PlayEpisodes(capacity=4, idle_s=60, per_client=2, clock=lambda: now[0])
+    honest_env = _Env()
+    honest = episodes.open(honest_env, ("builtin", "eval", 5), "honest", client="198.51.100.1")
+    hostile = []
+    for i in range(16):
+        now[0] += 0.1
+        hostile.append(_Env())
+        episodes.open(hostile[-1], ("builtin", "eval", 5), f"anon-{i}", client="2001:db8:1:2::/64")
+    assert not honest_env.closed and len(episodes) == 3
+    assert [e.closed for e in hostile] == [True] * 14 + [False] * 2  # its own oldest, in order
+    others = [_Env() for _ in range(2)]
+    for i, env in enumerate(others):
+        now[0] += 0.1
+        episodes.open(env, ("builtin", "eval", 5), f"other-{i}", client=f"203.0.113.{i}")
+    # 5 open > 4: the client with the most (2) loses its oldest; the honest visitor, the oldest of all, stays.
+    assert not honest_env.closed and hostile[14].closed and not hostile[15].closed and len(episodes) == 4
+    episode = episodes.take(honest)
+    assert episode is not None and episode.env is honest_env
+    episodes.give_back(episode)
+
+    slots = ClientSlots(per_client=2)
+    assert slots.enter("a") and slots.enter("a") and not slots.enter("a") and slots.enter("b")
+    slots.leave("a")
+    assert slots.enter("a") and not slots.enter("a")
+    for client in ("a", "a", "b"):
+        slots.leave(client)
+    assert slots._running == {}  # only clients with a running event are remembered
+
+
 def test_play_limits_come_from_the_environment():
-    from dashboard.play_tab import IDLE_S, MAX_EPISODES, limits_from_env
+    from dashboard.play_episodes import IDLE_S, MAX_EPISODES, limits_from_env
 
     assert limits_from_env({}) == (MAX_EPISODES, IDLE_S)
     assert limits_from_env({"SQLENV_PLAY_MAX_EPISODES": "3", "SQLENV_PLAY_IDLE_S": "2.5"}) == (3, 2.5)

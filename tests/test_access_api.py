@@ -101,6 +101,14 @@ def test_wrong_passwords_lock_out_only_their_sender():
         welcome = call(app, event(config, "login"), [PASSWORD], headers=owner)
         assert welcome["output"][0] and 'data-owner="true"' in welcome["output"][1]
 
+        # Issue 43, finding 8: the same client in the two spellings that went unthrottled 8 times of 8. (a) A
+        # header line of the client's own, then the proxy's line; (b) a new IPv6 address of one /64 each try.
+        for spelling in (lambda i: [("X-Forwarded-For", f"6.6.6.{i}"), ("X-Forwarded-For", "203.0.113.20")],
+                         lambda i: {"X-Forwarded-For": f"2001:db8:43:8::{i + 1:x}"}):
+            answers = [call(app, event(config, "login"), ["guess"], headers=spelling(i))["output"][1]
+                       for i in range(6)]
+            assert all("Wrong password" in a for a in answers[:5]) and "Too many" in answers[5], answers
+
 
 def test_uploads_are_refused_and_nothing_can_be_read_back(password_app):
     """`POST /gradio_api/upload` took files (1 byte each, 1000 a request, unbounded) served back by /file=."""
@@ -433,3 +441,86 @@ def test_a_local_client_cannot_choose_the_address_the_login_throttle_counts():
         assert "Too many" in call(app, event(config, "login"), [PASSWORD], headers=guesser)["output"][1]
         welcome = call(app, event(config, "login"), [PASSWORD], headers={"X-Forwarded-For": "198.51.100.1"})
         assert welcome["output"][0] and 'data-owner="true"' in welcome["output"][1]
+
+
+# ------------------------------------------------------------------------------ issue 43, finding 11
+def test_one_bad_run_directory_leaves_runs_and_compare_listing_the_others(password_app):
+    """A config.json nested 1,000,000 deep made the Runs and Compare tabs' load events fail (RecursionError) and
+    their lists came back empty for everyone; a 50 MB config was sent whole to each page that opened it. Now such
+    runs are listed as corrupt, say why, and send nothing of the file."""
+    config, runs = password_app["config"], password_app["runs"]
+    written = {"deep": "[" * 1_000_000 + "]" * 1_000_000, "deep-within-bound": '{"a":' * 20_000 + "1" + "}" * 20_000,
+               "huge": json.dumps({"model": "builtin:tiny", "pad": "x" * 50_000_000}), "good": None}
+    made = []
+    try:
+        for name, text in written.items():
+            run = RunDir.create(runs, f"bad-dir-{name}")
+            made.append(run.path)
+            run.write_config({"model": "builtin:tiny", "dataset": "builtin"})
+            run.write_status("completed", step=1, total_steps=1)
+            run.append("comparison", {"kind": "summary", "split": "eval", "n_episodes": 1,
+                                      "trained": {"success_rate": 1.0, "n_episodes": 1}})
+            if text is not None:
+                run.file("config.json").write_text(text)
+        session = "visitor-bad-runs"
+        listed = call(password_app, event(config, "refresh", "runs-table"), [None, []], session_hash=session)
+        assert listed["success"], listed
+        table = listed["output"][0]
+        statuses = {row[0]: row[1] for row in table["data"]}
+        assert statuses["bad-dir-good"] == "completed", statuses
+        assert all(statuses[f"bad-dir-{name}"] == "corrupt" for name in written if name != "good"), statuses
+        compare = call(password_app, event(config, "refresh_runs"), [None, []], session_hash=session)
+        assert compare["success"] and "bad-dir-good" in json.dumps(compare["output"][0]), compare
+        shown = call(password_app, event(config, "show", "runs-detail"), ["bad-dir-huge"], session_hash=session)
+        text = json.dumps(shown)
+        assert shown["success"] and "config.json unreadable" in text and len(text) < 200_000, len(text)
+    finally:
+        for path in made:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------ issue 43, finding 10
+SLOW_SQL = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c"  # 5 s: stopped
+
+
+def test_play_keeps_an_honest_visitor_s_episode_and_step_beside_hostile_visitors(password_app):
+    """16 anonymous New episode calls in 2 s closed an honest visitor's episode, and 8 visitors running 5 s queries
+    made an honest step wait 7.8 s (one concurrency limit of 4 for every visitor's steps). Episodes are now bounded
+    per client (its own oldest closes first) and each client runs at most 2 Play events at once, with no limit
+    shared by all: the honest step is answered while every hostile query still runs. Other clients are other
+    loopback addresses (127.0.0.x)."""
+    import threading
+
+    config = password_app["config"]
+    new, step = event(config, "new_episode"), event(config, "do_step")
+    fresh = ["builtin", "eval", "random", 15, None]
+    honest = "honest-player"
+    assert 'data-budget="15"' in call(password_app, new, fresh, session_hash=honest)["output"][1]
+    for i in range(16):
+        call(password_app, new, fresh, session_hash=f"anon-new-{i}", source="127.0.0.2")
+    played = call(password_app, step, ["QUERY", "SELECT 1", None], session_hash=honest)
+    assert 'data-budget="14"' in played["output"][1], played  # still open
+
+    # Hostile visitors: 7 addresses with one session each, and one address with three (its third is refused).
+    visitors = [(f"127.0.0.{3 + i}", f"slow-{i}") for i in range(7)] + [("127.0.0.10", f"slow-many-{i}")
+                                                                         for i in range(3)]
+    for source, session in visitors:
+        assert call(password_app, new, fresh, session_hash=session, source=source)["success"]
+    results: dict[str, dict] = {}
+
+    def slow(source, session):
+        results[session] = call(password_app, step, ["QUERY", SLOW_SQL, None], session_hash=session, source=source)
+
+    threads = [threading.Thread(target=slow, args=visitor) for visitor in visitors]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.5)  # every hostile step joined the queue and started (or was refused)
+    played = call(password_app, step, ["QUERY", "SELECT 2", None], session_hash=honest)
+    finished_before = dict(results)
+    for thread in threads:
+        thread.join(60)
+    assert 'data-budget="13"' in played["output"][1], played
+    refused = [s for s, r in results.items() if 'id="play-slots"' in (r["output"] or [""] * 3)[2]]
+    assert set(finished_before) <= set(refused), finished_before  # the honest step did not wait for any query
+    assert len(refused) == 1 and refused[0].startswith("slow-many-"), results
+    assert all("timed out" in r["output"][2] for s, r in results.items() if s not in refused), results

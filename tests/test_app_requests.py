@@ -125,6 +125,44 @@ def test_a_body_that_does_not_arrive_in_time_is_dropped(app):
     assert app["proc"].poll() is None
 
 
+def test_request_heads_have_a_deadline_and_one_client_a_bounded_share_of_connections(app):
+    """Issue 43, finding 6: Gradio's own uvicorn waited for a request head for ever (300 partial heads were still
+    held at 65 s) and took any number of connections (20,000 took every descriptor; honest GETs were reset). The
+    app now serves with the OpenEnv server's head deadline (here BODY_TIMEOUT_S) and bounds connections (one
+    client holds at most CONNECTIONS_PER_CLIENT, the rest closed as they are accepted: tests/test_http_connections.py
+    checks the bounds); another client (127.0.0.1) is answered meanwhile."""
+    import selectors
+
+    port = app["port"]
+    socks = []
+    try:
+        for _ in range(300):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=30, source_address=("127.0.0.2", 0))
+            socks.append(sock)
+            try:
+                sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # closed as it was accepted
+        assert httpx.get(app["url"], timeout=30).status_code == 200  # another client
+        watching = selectors.DefaultSelector()  # (select() cannot watch descriptors past 1,024)
+        for sock in socks:
+            watching.register(sock, selectors.EVENT_READ)
+        deadline = time.monotonic() + BODY_TIMEOUT_S + 30
+        while watching.get_map() and time.monotonic() < deadline:  # each closed: at once, or at the head deadline
+            for key, _ in watching.select(1.0):
+                try:
+                    data = key.fileobj.recv(65536)
+                except (ConnectionResetError, BrokenPipeError):
+                    data = b""
+                assert data == b"", data[:200]  # closed without an answer
+                watching.unregister(key.fileobj)
+        assert not watching.get_map(), f"{len(watching.get_map())} partial heads still held"
+    finally:
+        for sock in socks:
+            sock.close()
+    assert httpx.get(app["url"], timeout=30).status_code == 200 and app["proc"].poll() is None
+
+
 def test_each_input_is_sized_before_gradio_keeps_it(app):
     """A value over what its component needs is refused naming the input; one within it reaches the handler's
     own check, whose message the page shows."""

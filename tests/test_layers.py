@@ -42,8 +42,8 @@ SUBPACKAGES: dict[str, set[str] | str] = {
     "agent": {"types"},  # what a model reads and writes: plain text
     "data": {"types"},
     "scoring": {"sandbox", "agent"},  # agent: only its code fences (an ANSWER may come in one)
-    "evaluation": {"types", "agent", "data", "scoring"},
-    "server": {"asgi_body", "client_address", "data", "environment", "protocol", "rewards", "sandbox", "transcript", "types"},
+    "evaluation": {"types", "agent", "data", "json_files", "scoring"},
+    "server": {"asgi_body", "client_address", "data", "http_connections", "environment", "protocol", "rewards", "sandbox", "transcript", "types"},
     "cli": ANY,  # the command line sits on top of the whole package
 }
 # Entry points over the rest of sqlenv, and the only units that may import them.

@@ -3,6 +3,7 @@ torn last lines, corrupt lines, files replaced or cut short."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -183,3 +184,58 @@ def test_resume_is_offered_for_stopped_failed_and_interrupted_runs_only(tmp_path
     assert offered == {"completed": False, "stopped": True, "failed": True, "running": False, "queued": False,
                        "dead": True, "no-config": False}
     assert cache.snapshot("dead").state == "interrupted"
+
+
+# ------------------------------------------------------------------------------ issue 43, finding 11
+def test_a_malformed_or_huge_run_is_listed_as_unreadable_and_the_others_still_show(tmp_path):
+    """A config.json nested 1,000,000 deep raised RecursionError (no ValueError) in the listing, and the Runs and
+    Compare lists came back empty for everyone; a 50 MB config was read and sent whole. Every run file is now read
+    with bounds (`sqlenv.json_files`): such a run is listed as corrupt, saying why, and the others as usual."""
+    from dashboard.compare_columns import source_choices
+    from dashboard.runs_tab import runs_table
+    from sqlenv.evaluation.saved import EVALUATIONS_FOLDER, load_evaluation
+    from sqlenv.json_files import MAX_JSON_DEPTH
+    from training.run_dir import MAX_JSON_BYTES, MAX_RECORD_BYTES, list_runs
+
+    good = finished_run(tmp_path, "good")
+    bad_configs = {
+        "deep-million": "[" * 1_000_000 + "]" * 1_000_000,  # over the size bound: never parsed
+        "deep-parser": '{"a":' * 20_000 + "1" + "}" * 20_000,  # within it: Python's parser's RecursionError
+        "deep-walk": "[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1),  # parses: deeper than the bound
+        "huge": json.dumps({"model": "builtin:tiny", "pad": "x" * MAX_JSON_BYTES}),  # (the API test: 50 MB)
+        "not-an-object": "[1, 2]",
+    }
+    for name, text in bad_configs.items():
+        run = finished_run(tmp_path, name)
+        run.file("config.json").write_text(text)
+    # Records of the good run around the bad kinds of line: each bad line is skipped, the next one read.
+    with open(good.file("metrics.jsonl"), "w") as f:
+        f.write('{"step": 1}\n' + "[" * 10_000 + "]" * 10_000 + '\n[1]\n{"pad": "' + "x" * (MAX_RECORD_BYTES + 10)
+                + '"}\n{"step": 2}\n')
+
+    rows = {r["run_id"]: r for r in list_runs(tmp_path)}
+    assert set(rows) == {"good", *bad_configs}
+    assert rows["good"]["status"] == "completed" and rows["good"]["final_success"] == 0.74
+    for name in bad_configs:
+        assert rows[name]["status"] == "corrupt" and "config.json unreadable" in rows[name]["error"], rows[name]
+    assert f"larger than {MAX_JSON_BYTES:,} bytes" in rows["huge"]["error"] and "deeper" in rows["deep-parser"]["error"]
+
+    cache = RunCache(tmp_path)
+    table = runs_table(cache.list(), cache).set_index("run")
+    assert table.loc["good", "success"] == "74%" and len(table) == len(bad_configs) + 1
+    assert [m["step"] for m in cache.snapshot("good").metrics] == [1, 2]
+    for name in bad_configs:
+        snap = cache.snapshot(name)
+        assert snap.config is None and "unreadable" in snap.config_error and snap.summary is not None
+    choices = [value for _, value in source_choices(cache)]
+    assert "run:good" in choices and "run:deep-parser" in choices  # Compare lists every run with a comparison
+
+    # A saved evaluation (Compare's other columns) is read with the same bounds.
+    for name, text in (("ok", '{"format": "sqlenv-evaluation/1", "name": "ok"}'),
+                       ("deep", '{"name":' * 50_000 + "1" + "}" * 50_000)):
+        folder = tmp_path / EVALUATIONS_FOLDER / name
+        folder.mkdir(parents=True)
+        (folder / "evaluation.json").write_text(text)
+        (folder / "episodes.jsonl").write_text('{"question_id": "q1"}\n' + "[" * 10_000 + "]" * 10_000 + "\n")
+    assert [value for _, value in source_choices(cache)][0] == "eval:ok"
+    assert [e["question_id"] for e in load_evaluation(tmp_path / EVALUATIONS_FOLDER / "ok").episodes] == ["q1"]

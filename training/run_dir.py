@@ -27,7 +27,10 @@ Layout of ``runs/<run_id>/``::
     final/             model + tokenizer, or with LoRA the adapter (adapter_config.json) and, on request, merged/
 
 JSON files are replaced atomically; JSONL lines are appended whole and flushed, and readers skip a torn
-last line, so a reader never crashes on a run that is being written. No torch import here.
+last line, so a reader never crashes on a run that is being written. Every read is bounded (`sqlenv.json_files`),
+because the dashboard shows any run directory to anyone: a JSON file over `MAX_JSON_BYTES`, a JSONL line over
+`MAX_RECORD_BYTES` and JSON nested deeper than `sqlenv.json_files.MAX_JSON_DEPTH` read as unreadable. No torch
+import here.
 """
 
 from __future__ import annotations
@@ -39,8 +42,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from sqlenv import json_files
 from training.run_results import final_measure
 
 STATUSES = ("queued", "running", "completed", "failed", "stopped")
@@ -54,6 +58,13 @@ HEARTBEAT_TIMEOUT = 90.0
 RESUMABLE_STATUSES = ("stopped", "failed", INTERRUPTED)
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 JSONL_FILES = ("metrics", "evals", "transcripts", "comparison")
+#: The largest config.json or status.json read (bytes): a resolved TrainConfig is ~3 KB, its TRL passthrough a few
+#: more; a larger file reads as unreadable (it is never parsed, nor sent to a page).
+MAX_JSON_BYTES = 256 * 1024
+#: The largest JSONL record read (bytes): a transcript line of a 100-step episode of bounded observations is well
+#: under it; a longer line is skipped as a corrupt one is (the lines after it are read).
+MAX_RECORD_BYTES = 4 * 1024 * 1024
+
 #: What readers show in place of a secret (see `is_secret_name`, `is_secret_value`).
 REDACTED = "<redacted>"
 # A run's config.json is shown to anyone on the dashboard's Runs tab and pushed with the run to the Hub, so no
@@ -138,8 +149,8 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 
 
 def read_json(path: Path) -> Any:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    """A run's JSON file (config.json, status.json): `sqlenv.json_files.read_json`, at most `MAX_JSON_BYTES`."""
+    return json_files.read_json(path, MAX_JSON_BYTES)
 
 
 def append_jsonl(path: Path, obj: Any) -> None:
@@ -150,21 +161,22 @@ def append_jsonl(path: Path, obj: Any) -> None:
         f.flush()
 
 
+def read_records(f: BinaryIO) -> tuple[list[dict[str, Any]], int]:
+    """The records of a run's JSONL file from `f`'s position on, and the bytes read up to the end of the last
+    complete line (`sqlenv.json_files.read_records`, lines of at most `MAX_RECORD_BYTES`): the one reader of JSONL
+    run files, for `read_jsonl` and the dashboard's incremental reads."""
+    return json_files.read_records(f, MAX_RECORD_BYTES)
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Every complete JSON line of `path`; a torn or corrupt line is skipped, a missing file reads as []."""
-    records: list[dict[str, Any]] = []
+    """Every complete JSON object line of `path` (`read_records`: a torn, corrupt, overlong or too deep line is
+    skipped);
+    a missing file reads as []."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if not line.endswith("\n"):
-                    break  # torn last line: the writer is mid-append
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
+        with open(path, "rb") as f:
+            return read_records(f)[0]
     except FileNotFoundError:
-        pass
-    return records
+        return []
 
 
 def _json_default(obj: Any) -> Any:
@@ -286,7 +298,11 @@ class RunDir:
         atomic_write_json(self.file("config.json"), _finite(config))
 
     def read_config(self) -> dict[str, Any]:
-        return read_json(self.file("config.json"))
+        """config.json (`read_json`'s bounds); ValueError when it is unreadable or not a JSON object."""
+        config = read_json(self.file("config.json"))
+        if not isinstance(config, dict):
+            raise ValueError("not a JSON object")
+        return config
 
     def write_status(self, status: str | None = None, **fields: Any) -> dict[str, Any]:
         """Merge `fields` into status.json (atomically) and stamp updated_at; a new `phase` stamps
@@ -387,7 +403,9 @@ def has_checkpoint(run_path: Path) -> bool:
 
 
 def list_runs(root: Path | None = None) -> list[dict[str, Any]]:
-    """A summary of every run under `root`, newest first; broken runs are listed with status missing/corrupt."""
+    """A summary of every run under `root`, newest first. A broken run is listed as such, and the others as usual:
+    status "missing" (no status.json) or "corrupt" (its status.json or config.json unreadable: malformed, too
+    large or too deep, see `read_json`), its `error` saying which file and why."""
     root = Path(root) if root is not None else default_runs_root()
     if not root.is_dir():
         return []
@@ -402,10 +420,11 @@ def list_runs(root: Path | None = None) -> list[dict[str, Any]]:
         status = run.read_live_status()
         try:
             config = run.read_config()
-        except (OSError, ValueError):
+        except FileNotFoundError:  # not written yet (a run being created), or never: nothing to show
             config = {}
-        if not isinstance(config, dict):
+        except (OSError, ValueError) as exc:
             config = {}
+            status = {**status, "status": "corrupt", "error": f"config.json unreadable: {exc}"}
         evals = run.read("evals")
         eval_split = config.get("eval_split", "eval")
         final_eval = next((e for e in reversed(evals) if e.get("split") == eval_split and not e.get("error")), None)

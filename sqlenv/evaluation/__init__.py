@@ -8,6 +8,7 @@
 - `saved`: the one on-disk format of an evaluation (`python -m sqlenv eval --out DIR`, the Compare tab).
 
 May import: the core's `types`, `sqlenv.agent` (what a model reads and writes), `sqlenv.scoring` (the oracle's
-answer text) and `sqlenv.data` (hardness levels, the atomic swap of a saved directory). Environments come in as
-arguments (anything with the `sqlenv.protocol.Environment` interface), never imported.
+answer text), `sqlenv.data` (hardness levels, the atomic swap of a saved directory) and the core's `json_files`
+(a saved evaluation's bounded reads). Environments come in as arguments (anything with the
+`sqlenv.protocol.Environment` interface), never imported.
 """

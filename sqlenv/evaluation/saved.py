@@ -11,7 +11,9 @@ Layout of ``DIR`` (by convention ``runs/evaluations/<name>/``, where the dashboa
 `question_order` says which questions were played: "all" is every question of the split once, in file order;
 "seeded" is episode i on `reset(seed=seed + i)`, the questions a training run's comparison with the same seed and
 split plays. The directory is written beside its target and renamed into place, so a reader never sees half of
-one; JSON lines are read as `training.run_dir` reads them (a torn or corrupt line is skipped).
+one. Both files are read with `sqlenv.json_files`' bounds, as a run's are: `evaluation.json` of at most
+`MAX_SUMMARY_BYTES`, episode lines of at most `MAX_EPISODE_BYTES` (a torn, corrupt, overlong or too deep line is
+skipped), so one bad folder under `runs/evaluations/` reads as unreadable and the others still list.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sqlenv.json_files import read_json, read_records
+
 __all__ = ["FORMAT", "SUMMARY_FILE", "EPISODES_FILE", "EVALUATIONS_FOLDER", "SavedEvaluation", "save_evaluation",
            "load_evaluation", "list_evaluations", "is_saved_evaluation"]
 
@@ -33,6 +37,10 @@ SUMMARY_FILE = "evaluation.json"
 EPISODES_FILE = "episodes.jsonl"
 #: The folder under the runs folder where the dashboard lists saved evaluations.
 EVALUATIONS_FOLDER = "evaluations"
+#: The largest `evaluation.json` read (bytes): its summary's breakdown over Spider's 20 dev databases is ~30 KB.
+MAX_SUMMARY_BYTES = 1024 * 1024
+#: The largest episode line read (bytes): one transcript, as `training.run_dir.MAX_RECORD_BYTES`.
+MAX_EPISODE_BYTES = 4 * 1024 * 1024
 
 
 class SavedEvaluationError(ValueError):
@@ -117,7 +125,7 @@ def load_evaluation(path: Path | str, with_episodes: bool = True) -> SavedEvalua
     """
     path = Path(path)
     try:
-        meta = json.loads((path / SUMMARY_FILE).read_text(encoding="utf-8"))
+        meta = read_json(path / SUMMARY_FILE, MAX_SUMMARY_BYTES)
     except FileNotFoundError:
         raise SavedEvaluationError(f"{path} is not a saved evaluation (no {SUMMARY_FILE})") from None
     except (OSError, ValueError) as err:
@@ -128,16 +136,8 @@ def load_evaluation(path: Path | str, with_episodes: bool = True) -> SavedEvalua
     if not with_episodes:
         return SavedEvaluation(path=path, meta=meta)
     try:
-        with open(path / EPISODES_FILE, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if not line.endswith("\n"):
-                    break
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(record, dict):
-                    episodes.append(record)
+        with open(path / EPISODES_FILE, "rb") as fh:
+            episodes = read_records(fh, MAX_EPISODE_BYTES)[0]
     except FileNotFoundError:
         pass
     return SavedEvaluation(path=path, meta=meta, episodes=episodes)

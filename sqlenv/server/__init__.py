@@ -13,8 +13,8 @@ Needs the `server` extra (`pip install "sqlenv[server]"`, which installs PyPI's 
 
 Run one with `python -m sqlenv serve --dataset builtin --host 127.0.0.1 --port 8000`.
 
-May import: the core (`types`, `protocol`, `environment`, `rewards`, `transcript`, `client_address`),
-`sqlenv.data` and `sqlenv.sandbox`; only `sqlenv.cli` imports it.
+May import: the core (`types`, `protocol`, `environment`, `rewards`, `transcript`, `client_address`, `asgi_body`,
+`http_connections`), `sqlenv.data` and `sqlenv.sandbox`; only `sqlenv.cli` imports it.
 """
 
 from __future__ import annotations

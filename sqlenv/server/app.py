@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import ipaddress
 import json
 import os
 from typing import Any
@@ -40,9 +39,10 @@ from openenv.core.env_server.http_server import create_fastapi_app
 from openenv.core.env_server.types import ConcurrencyConfig
 
 from sqlenv.asgi_body import BodyTooLarge, read_body, replaying
-from sqlenv.client_address import FORWARDED_ALLOW_IPS_ENV, client_address, forwarded_for, proxy_hops_setting
+from sqlenv.client_address import FORWARDED_ALLOW_IPS_ENV, client_key, proxy_hops_setting
 from sqlenv.sandbox.native_memory import fix_mmap_threshold, malloc_trim
-from sqlenv.server.connections import http_protocol, listening_sockets
+from sqlenv.http_connections import http_protocol
+from sqlenv.server.connections import listening_sockets
 from sqlenv.server.environment import (PYTHON_SLOTS_ENV, PythonSlots, ResetArgumentError, ServerConfig,
                                       SQLEnvServerEnvironment, step_activity)
 from sqlenv.server.json_values import MAX_JSON_VALUES, too_many_values
@@ -216,7 +216,7 @@ class _WebSocketGuard:
         if scope["type"] != "websocket":
             await self.app(scope, receive, send)
             return
-        client = _client_key(scope, self.proxy_hops)
+        client = client_key(scope, self.proxy_hops)
         if self._open.get(client, 0) >= self.per_client:
             await _refuse_websocket(receive, send, self.per_client)
             return
@@ -268,23 +268,6 @@ class _WebSocketGuard:
                 await send(message)
 
         await self.app(scope, timed_receive, guarded_send)
-
-
-def _client_key(scope: dict, proxy_hops: int = 0) -> str:
-    """The address a WebSocket comes from, for the per-client limit: the peer's IP, or behind `proxy_hops`
-    trusted proxies the one they appended to `X-Forwarded-For` (an IPv6 address: its /64, the block one host is
-    usually given)."""
-    peer = (scope.get("client") or (None, 0))[0]
-    host = client_address(peer, forwarded_for(scope.get("headers") or ()) if proxy_hops else None, proxy_hops)
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return host
-    if address.version == 6:
-        if address.ipv4_mapped is not None:
-            return str(address.ipv4_mapped)
-        return str(ipaddress.ip_network(f"{address}/64", strict=False))
-    return str(address)
 
 
 def _is_reset(text: Any) -> bool:

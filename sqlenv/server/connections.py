@@ -1,5 +1,5 @@
-"""How the server takes connections: its listening sockets, and uvicorn's HTTP protocol with a deadline on
-request heads.
+"""How the server takes connections: its listening sockets (uvicorn's HTTP protocol with a deadline on request
+heads is `sqlenv.http_connections.http_protocol`, which the dashboard uses too).
 
 Why several listening sockets: uvicorn's event loop (uvloop, over libuv) accepts one connection per listening
 socket per turn of the loop. Under load a turn takes 0.1-0.3 s on two cores (64 honest and 64 hostile
@@ -14,11 +14,9 @@ address and port), and the loop accepts from each of them every turn: the same s
 
 from __future__ import annotations
 
-import asyncio
 import socket
-from typing import Any
 
-__all__ = ["LISTENERS", "http_protocol", "listening_sockets"]
+__all__ = ["LISTENERS", "listening_sockets"]
 
 #: Listening sockets sharing the server's port (`listening_sockets`): the connections the loop can accept in one
 #: turn. 16 held `/health` under 1 s with 64 hostile sessions reconnecting; 64 did no better.
@@ -54,60 +52,3 @@ def listening_sockets(host: str, port: int, count: int = LISTENERS) -> list[sock
             sock.close()
         raise
     return sockets
-
-
-def http_protocol(request_timeout_s: float) -> type:
-    """uvicorn's HTTP/1.1 protocol class (httptools, else h11: the one uvicorn's "auto" picks) with a deadline on
-    request heads, for `uvicorn.Config(http=...)`.
-
-    uvicorn bounds only the silence between two requests of a kept-alive connection (`timeout_keep_alive`): a
-    connection that opens and sends part of a request head, or nothing, is kept for ever (400 such connections
-    were held open at once). Here a connection has `request_timeout_s` to complete each request head, counted
-    from when the server starts waiting for it (the connection opened, or the previous response ended), and is
-    closed when it has not. The head is complete when uvicorn starts a new request cycle (or hands the
-    connection to the WebSocket protocol), which both parsers do as soon as they have read it."""
-    from uvicorn.protocols.http.auto import AutoHTTPProtocol
-
-    class HeadDeadlineProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
-        _sqlenv_head_timer: asyncio.TimerHandle | None = None
-        _sqlenv_waiting_after: Any = None  # the request cycle before the head awaited (None: the first)
-
-        def connection_made(self, transport: Any) -> None:
-            super().connection_made(transport)
-            self._sqlenv_await_head()
-
-        def data_received(self, data: bytes) -> None:
-            super().data_received(data)
-            if self._sqlenv_head_timer is not None and self.cycle is not self._sqlenv_waiting_after:
-                self._sqlenv_stop_timer()  # a head was read: uvicorn started its request cycle
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            # Kept alive, and no pipelined request already read: the next head is awaited from now.
-            if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
-                self._sqlenv_await_head()
-
-        def handle_websocket_upgrade(self, *args: Any) -> None:
-            self._sqlenv_stop_timer()  # the WebSocket protocol takes the connection over
-            super().handle_websocket_upgrade(*args)
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._sqlenv_stop_timer()
-            super().connection_lost(exc)
-
-        def _sqlenv_await_head(self) -> None:
-            self._sqlenv_stop_timer()
-            self._sqlenv_waiting_after = self.cycle
-            self._sqlenv_head_timer = self.loop.call_later(request_timeout_s, self._sqlenv_head_late)
-
-        def _sqlenv_stop_timer(self) -> None:
-            if self._sqlenv_head_timer is not None:
-                self._sqlenv_head_timer.cancel()
-                self._sqlenv_head_timer = None
-
-        def _sqlenv_head_late(self) -> None:
-            self._sqlenv_head_timer = None
-            if not self.transport.is_closing():
-                self.transport.close()
-
-    return HeadDeadlineProtocol
