@@ -79,10 +79,18 @@ HOSTILE_ADDRESS = "127.0.0.2"
 HEALTH_EVERY_S = 0.25  # where the hostile sessions connect from (any of 127/8 reaches a loopback server)
 
 _A = "replace(hex(zeroblob({n})), '0', 'a')"
+
+
+def _row_of(call: str, n: int) -> str:
+    """`n` copies of `call` in one result row of at most 100 columns (the sandbox's `max_columns` is 128), summed."""
+    per = -(-n // 100)
+    return ", ".join("+".join([f"({call})"] * min(per, n - i)) for i in range(0, n, per))
+
+
 HOSTILE_SQL = [
     # Quadratic instr over the longest values allowed, many calls per row, row after row.
     "WITH s(a, b) AS (SELECT " + _A.format(n=3300) + ", " + _A.format(n=1600) + " || 'b'), "
-    "r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT " + ", ".join(["instr(a, b)"] * 300) + " FROM s, r",
+    "r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT " + _row_of("instr(a, b)", 300) + " FROM s, r",
     # The probe's finding: two instr calls over ~500 KB strings (now refused: too big).
     "SELECT instr(" + _A.format(n=250_000) + ", " + _A.format(n=125_000) + " || 'b'), instr("
     + _A.format(n=250_000) + ", " + _A.format(n=125_000) + " || 'b')",
@@ -105,9 +113,9 @@ HOSTILE_SQL = [
     # Issue 35: one row of calls whose cost is the product of their arguments' lengths, with no jump between
     # them (SQLite checks its interrupt there only): trim with a character set, GLOB with a character class.
     "WITH s(x, y) AS (SELECT " + _A.format(n=4500) + ", " + _A.format(n=410).replace("'a'", "'b'") + " || 'a') "
-    "SELECT " + ", ".join(["trim(x, y)"] * 800) + " FROM s",
+    "SELECT " + _row_of("trim(x, y)", 600) + " FROM s",
     "WITH s(x, p) AS (SELECT " + _A.format(n=4500) + ", '*[' || " + _A.format(n=240).replace("'a'", "'b'")
-    + " || 'a]c') SELECT " + ", ".join(["x GLOB p"] * 800) + " FROM s",
+    + " || 'a]c') SELECT " + _row_of("x GLOB p", 600) + " FROM s",
 ]
 #: Issue 35: cheap as sent (DISTINCT keeps each side at 3 rows), a 3000^3-row cross join once DISTINCT is removed,
 #: as the official EX does when it re-runs the last query after ANSWER.
