@@ -58,6 +58,11 @@ class SandboxSettings:
             statement (a select list of 1,990 columns was ~1 MB). Spider's widest table has 48 columns and its
             gold queries return at most a few. A table wider than this can still be queried by its columns,
             but not by `SELECT *` (nor sampled).
+        max_prepare_nodes: Most expression nodes SQLite may make when it prepares a statement by copying CTEs into
+            their references and flattened subqueries' expressions into their columns' uses, as bounded from the
+            text (default 100_000; `sqlenv.sandbox.prepare_cost`). SQLite checks no time limit while it prepares:
+            470 characters of nested subqueries took ~1.5 s and the whole heap (8.5 s on a loaded server). Spider's
+            8,034 gold queries are priced at most 197.
         max_expr_depth: SQLite's SQLITE_LIMIT_EXPR_DEPTH (default 100; Spider's gold SQL nests a few levels).
         max_compound_selects: SQLite's SQLITE_LIMIT_COMPOUND_SELECT (default 20): terms in one UNION/EXCEPT chain.
         max_function_args: SQLite's SQLITE_LIMIT_FUNCTION_ARG (default 32).
@@ -104,6 +109,7 @@ class SandboxSettings:
     max_program_ops: int = 4_000
     max_uninterruptible_s: float = 0.5
     max_columns: int = 128
+    max_prepare_nodes: int = 100_000
     max_expr_depth: int = 100
     max_compound_selects: int = 20
     max_function_args: int = 32
@@ -121,7 +127,7 @@ class SandboxSettings:
         for name in ("progress_interval", "max_display_rows", "sample_rows", "max_scoring_rows", "fetch_batch_rows",
                      "fetch_batch_bytes", "max_observation_chars", "max_cell_chars", "max_sql_chars", "max_name_chars",
                      "max_value_bytes", "max_result_bytes", "max_kept_result_bytes", "max_like_pattern_chars",
-                     "max_open_databases", "max_program_ops", "max_columns", "max_expr_depth", "max_compound_selects",
+                     "max_open_databases", "max_program_ops", "max_columns", "max_prepare_nodes", "max_expr_depth", "max_compound_selects",
                      "max_function_args", "max_heap_bytes"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"SandboxSettings.{name} must be >= 1, got {getattr(self, name)}")

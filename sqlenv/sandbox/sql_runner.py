@@ -15,7 +15,9 @@ of a statement's rows under the row and byte caps.
   fight over the interpreter lock), and a progress handler checks the clock too.
 - Those checks happen only at the jumps that close a loop: a statement whose function calls could together run
   longer than `max_uninterruptible_s` without one is refused before it runs (`sqlenv.sandbox.sql_costs`: its program is
-  priced, the verdict kept per connection for short texts).
+  priced, the verdict kept per connection for short texts). None run while SQLite prepares a statement: one
+  whose preparation could copy more than `max_prepare_nodes` expressions is refused from its text first
+  (`sqlenv.sandbox.prepare_cost`).
 - When a statement finds the heap already full of others' memory, idle connections (their prepared statements
   and caches) are closed, or the longest-running statement is stopped, and it runs once more within its own time
   limit (`sqlenv.sandbox.heap_room.make_room`).
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlenv.sandbox.heap_room import OPEN_CONNECTIONS, make_room
+from sqlenv.sandbox.prepare_cost import cached_expansion, expansion, may_copy, too_costly_to_prepare
 from sqlenv.sandbox.result_text import clean_for_display
 from sqlenv.sandbox.limits import SandboxSettings, connection_limits, lower_heap_limit
 from sqlenv.sandbox.sql_checks import (DATA_SCHEMA, SCHEMA_TABLE_REFUSAL, SandboxError, authorizer, cacheable_text,
@@ -177,8 +180,16 @@ class Database:
     PRICE_CACHE_SIZE = 256
 
     def check_cost(self, sql: str) -> None:
-        """Refuse `sql` (`SandboxError`) when its function calls could run longer than `max_uninterruptible_s`
-        without a time check (`sqlenv.sandbox.sql_costs`). Statements that name no costly function pass unpriced."""
+        """Refuse `sql` (`SandboxError`) when preparing it could copy more than `max_prepare_nodes` expressions
+        (`sqlenv.sandbox.prepare_cost`, from the text: SQLite checks no time while it prepares), or when its function
+        calls could run longer than `max_uninterruptible_s` without a time check (`sqlenv.sandbox.sql_costs`).
+        Statements with one SELECT and no WITH copy nothing, and those that name no costly function are not
+        priced for their calls."""
+        limit = self.settings.max_prepare_nodes
+        if may_copy(sql.lower(), limit):
+            nodes = cached_expansion(sql, limit) if cacheable_text(sql) else expansion(sql, limit)
+            if nodes > limit:
+                raise SandboxError(too_costly_to_prepare(nodes, limit))
         if not (self.schema_calls_costly or names_costly_function(sql, self.costly_names)):
             return
         verdict = self._prices.get(sql)
