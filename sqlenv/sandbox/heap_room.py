@@ -36,27 +36,23 @@ class OpenConnections:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._open: dict[int, weakref.ref] = {}
+        self._open: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()  # a dropped one leaves
 
     def add(self, db: Any) -> None:
         with self._lock:
-            self._open[id(db)] = weakref.ref(db)
+            self._open[id(db)] = db
 
     def remove(self, db: Any) -> None:
         with self._lock:
-            ref = self._open.get(id(db))
-            if ref is not None and ref() in (db, None):
+            if self._open.get(id(db)) is db:
                 del self._open[id(db)]
-
-    def __len__(self) -> int:
-        return len(self._open)
 
     def close_idle(self, keep: Any = None) -> int:
         """Close idle connections, least recently used first, until the heap is no longer mostly held; how many
         were closed. One whose owner's lock is held (a statement of its sandbox runs, or is about to) is left
         alone, and so is `keep` (the caller's own)."""
         with self._lock:
-            candidates = [db for ref in self._open.values() if (db := ref()) is not None and db is not keep]
+            candidates = [db for db in self._open.values() if db is not keep]
         closed = 0
         for db in sorted(candidates, key=lambda db: db.last_used):
             if not HEAP.mostly_held():

@@ -127,8 +127,8 @@ class SandboxSettings:
         for name in ("progress_interval", "max_display_rows", "sample_rows", "max_scoring_rows", "fetch_batch_rows",
                      "fetch_batch_bytes", "max_observation_chars", "max_cell_chars", "max_sql_chars", "max_name_chars",
                      "max_value_bytes", "max_result_bytes", "max_kept_result_bytes", "max_like_pattern_chars",
-                     "max_open_databases", "max_program_ops", "max_columns", "max_prepare_nodes", "max_expr_depth", "max_compound_selects",
-                     "max_function_args", "max_heap_bytes"):
+                     "max_open_databases", "max_program_ops", "max_columns", "max_prepare_nodes", "max_expr_depth",
+                     "max_compound_selects", "max_function_args", "max_heap_bytes"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"SandboxSettings.{name} must be >= 1, got {getattr(self, name)}")
 

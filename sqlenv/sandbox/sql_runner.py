@@ -127,7 +127,7 @@ class Database:
         in_memory_main = _memdb_vfs()
         uri = "file:sqlenv-sandbox?vfs=memdb" if in_memory_main else file_uri  # a private, empty main database
         conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None,
-                               cached_statements=max(0, settings.statement_cache_size))  # 0: see the setting
+                               cached_statements=max(0, settings.statement_cache_size))
         try:
             if in_memory_main:
                 # The file, read-only through the ordinary VFS (ATTACH would default to the main database's).
@@ -183,8 +183,8 @@ class Database:
         """Refuse `sql` (`SandboxError`) when preparing it could copy more than `max_prepare_nodes` expressions
         (`sqlenv.sandbox.prepare_cost`, from the text: SQLite checks no time while it prepares), or when its function
         calls could run longer than `max_uninterruptible_s` without a time check (`sqlenv.sandbox.sql_costs`).
-        Statements with one SELECT and no WITH copy nothing, and those that name no costly function are not
-        priced for their calls."""
+        Only the texts that could copy past the bound are priced for their preparation (`may_copy`), and only those
+        that name a costly function for their calls."""
         limit = self.settings.max_prepare_nodes
         if may_copy(sql.lower(), limit):
             nodes = cached_expansion(sql, limit) if cacheable_text(sql) else expansion(sql, limit)
