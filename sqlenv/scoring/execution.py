@@ -41,11 +41,10 @@ An episode scores EX once, on the thread that plays the step that ends it, withi
 cheap `count(DISTINCT j)` over a join can become an expensive one), so nothing that merely reads an episode (its
 transcript, a server's `state` reply on the event loop) may run it. A query EX must run starts only with its whole
 time limit left (`timeout_s`, less at most `max_uninterruptible_s`, what a statement may overrun it anyway), so
-that it is the official verdict under the sandbox's limits: SQLite checks no time limit while it prepares a
-statement (a 700-character WITH chain took 0.8 s and 356 MB a prepare, and a prediction may be prepared twice:
-priced, then run), and a step whose own query ran late left EX's query a fraction of a second that its prepare
-alone overran by seconds. With less time left, `execution_match` raises `ExecutionNotScored`: the episode's EX is
-unknown, and its transcript says why, rather than a prediction counted wrong for the step's lack of time.
+that its verdict is the sandbox's, not the step's: a step whose own query ran late used to leave EX's query a
+fraction of a second (which its preparation, with no time check, overran by seconds: preparing is priced in the
+sandbox now, `sqlenv.sandbox.prepare_cost`) and count the prediction wrong when it was stopped. With less time
+left, `execution_match` raises `ExecutionNotScored`: the episode's EX is unknown, and its transcript says why.
 """
 
 from __future__ import annotations
