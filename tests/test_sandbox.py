@@ -692,7 +692,8 @@ def _balanced(n: int, term: str) -> str:
 _ALIASED = f"SELECT {_balanced(1500, 'age')} AS a FROM singer WHERE {_balanced(1000, 'a')} > 0"
 
 
-@pytest.mark.parametrize("sql", [_nested(15), _chained(18), _ALIASED])
+@pytest.mark.parametrize("sql", [_nested(15), _chained(18), _ALIASED,
+                                 "SELECT " + "(SELECT " * 150 + "1" + ")" * 150])  # deeper than the pricing goes
 def test_a_statement_whose_preparation_copies_too_much_is_refused_unprepared(sandbox, sql):
     """Issue 43: SQLite checks no time limit while it prepares a statement, and it copies a CTE into every
     reference and a flattened subquery's expression into every use of its column: 470 characters of nested

@@ -33,7 +33,11 @@ import functools
 import math
 import re
 
-__all__ = ["expansion", "may_copy", "too_costly_to_prepare"]
+__all__ = ["expansion", "cached_expansion", "may_copy", "too_costly_to_prepare", "MAX_NESTING"]
+
+#: Most query blocks nested in one another that are priced (the pricing recurses through them); a deeper text is
+#: priced past any bound. SQLite's own parser refuses far less (17 levels of subqueries in FROM).
+MAX_NESTING = 100
 
 # Strings, quoted names, comments (dropped), words, numbers, parentheses, any other character. Each alternative
 # starts with a character the others do not (or is the last resort), so the scan is linear.
@@ -85,13 +89,15 @@ class _Block:
         self.item_size = 0
 
 
-def _parse(sql: str) -> tuple[_Block, dict[str, list[_Block]]]:
-    """The text's query blocks (the whole text first) and its CTEs: each name with the blocks that define it."""
+def _parse(sql: str) -> tuple[_Block, dict[str, list[_Block]], int]:
+    """The text's query blocks (the whole text first), its CTEs (each name with the blocks that define it) and how
+    deep its query blocks nest."""
     top = _Block()
     stack: list[_Block | None] = [top]  # None: a parenthesized expression inside the block below it
     ctes: dict[str, list[_Block]] = {}
     tokens = [token for token in _TOKEN.findall(sql) if token[:2] not in ("--", "/*")]
     block, item, previous = top, None, ""
+    depth = deepest = 1
     for i, token in enumerate(tokens):
         block.tokens += 1
         if item is not None:
@@ -115,8 +121,11 @@ def _parse(sql: str) -> tuple[_Block, dict[str, list[_Block]]]:
                         item.blocks.append(child)
                 stack.append(child)
                 block, item = child, None
+                depth += 1
+                deepest = max(deepest, depth)
         elif token == ")":
             if len(stack) > 1 and stack.pop() is not None:
+                depth -= 1
                 block = next(entry for entry in reversed(stack) if entry is not None)
                 item = block.items[-1] if block.part == "list" and block.items else None
         elif lowered == "," and block.part == "list" and stack[-1] is block:
@@ -156,7 +165,7 @@ def _parse(sql: str) -> tuple[_Block, dict[str, list[_Block]]]:
                     if item is not None:
                         item.columns += 1
         previous = lowered
-    return top, ctes
+    return top, ctes, deepest
 
 
 def _price(block: _Block, ctes: dict[str, list[_Block]], context: int, cap: int) -> int:
@@ -184,7 +193,8 @@ def _price(block: _Block, ctes: dict[str, list[_Block]], context: int, cap: int)
         total += _price(other, ctes, largest, cap)
     item_size, listed = 1, 0
     for item in block.items:
-        item_size = max(item_size, item.tokens + item.columns * largest + sum(b.size or 0 for b in item.blocks))
+        copied = sum(max(sub.size or 0, 0) for sub in item.blocks)  # a scalar subquery is copied with its item
+        item_size = max(item_size, item.tokens + item.columns * largest + copied)
         listed += item.columns
     # A use of a column may be replaced by a source's expression; outside the select list, by one of this block's
     # own too (an alias named in WHERE, GROUP BY, HAVING or ORDER BY is resolved by copying its expression).
@@ -197,8 +207,8 @@ def expansion(sql: str, cap: int) -> int:
     """An upper bound of the expression nodes SQLite can make when it prepares `sql`, copying CTEs into their
     references and flattened subqueries' expressions into their columns' uses (module docstring); at most
     `cap + 1` (the pricing stops there)."""
-    top, ctes = _parse(sql)
-    return _price(top, ctes, 0, cap)
+    top, ctes, deepest = _parse(sql)
+    return cap + 1 if deepest > MAX_NESTING else _price(top, ctes, 0, cap)
 
 
 def may_copy(lowered: str, limit: int) -> bool:
