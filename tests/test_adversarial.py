@@ -94,6 +94,21 @@ def _row_of(call: str, n: int) -> str:
 TRIM_ROW = STRAIGHT_LINE.format(calls=_row_of("trim(x, y)", 600))
 GLOB_ROW = STRAIGHT_LINE.format(calls=_row_of("x GLOB g", 300))
 
+
+
+def _copies(levels: int, uses: int, cte: bool) -> str:
+    """Issue 43: each level uses the one below `uses` times (nested subqueries in FROM, or chained CTEs): SQLite
+    copies it that many times while it prepares, with no time check."""
+    if cte:
+        defined = ["c0(v) AS (SELECT age FROM singer)"] + [
+            f"c{i}(v) AS (SELECT {'+'.join(['v'] * uses)} FROM c{i - 1})" for i in range(1, levels)]
+        return f"WITH {', '.join(defined)} SELECT v FROM c{levels - 1}"
+    sql = "SELECT age AS v FROM singer"
+    for _ in range(1, levels):
+        sql = f"SELECT {'+'.join(['v'] * uses)} AS v FROM ({sql})"
+    return sql
+
+
 HOSTILE_SQL = st.one_of(
     st.builds(lambda e, t: f"SELECT {e} FROM {t}", EXPR, TABLES),
     st.builds(lambda e, order: "WITH RECURSIVE r(n, b) AS (SELECT 1, " + e + " UNION ALL SELECT n + 1, " + e
@@ -105,6 +120,7 @@ HOSTILE_SQL = st.one_of(
               st.sampled_from(["trim(x, y)", "rtrim(x, g)", "x GLOB g", "x LIKE g", "instr(x, y)", "replace(x, y, g)",
                                "json_patch(x, y)", "y LIKE x"]), st.integers(1, 900)),
     st.builds(lambda d: "SELECT " + "(" * d + "1" + ")" * d, st.integers(1, 3000)),
+    st.builds(_copies, st.integers(1, 18), st.integers(1, 6), st.booleans()),
     st.builds(lambda d: "SELECT " + " + ".join(["1"] * d), st.integers(1, 2000)),
     st.sampled_from([
         "DELETE FROM singer", "DROP TABLE singer", "UPDATE singer SET age = 0", "INSERT INTO singer VALUES (1)",
