@@ -67,6 +67,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from serverproc import ServerProcess  # noqa: E402
+from sql_shapes import row_of  # noqa: E402
 
 from sqlenv.data.datasets import load_questions, resolve_dataset  # noqa: E402
 from sqlenv.evaluation.policies import OraclePolicy  # noqa: E402
@@ -84,16 +85,10 @@ HEALTH_EVERY_S = 0.25  # where the hostile sessions connect from (any of 127/8 r
 _A = "replace(hex(zeroblob({n})), '0', 'a')"
 
 
-def _row_of(call: str, n: int) -> str:
-    """`n` copies of `call` in one result row of at most 100 columns (the sandbox's `max_columns` is 128), summed."""
-    per = -(-n // 100)
-    return ", ".join("+".join([f"({call})"] * min(per, n - i)) for i in range(0, n, per))
-
-
 HOSTILE_SQL = [
     # Quadratic instr over the longest values allowed, many calls per row, row after row.
     "WITH s(a, b) AS (SELECT " + _A.format(n=3300) + ", " + _A.format(n=1600) + " || 'b'), "
-    "r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT " + _row_of("instr(a, b)", 300) + " FROM s, r",
+    "r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT " + row_of("instr(a, b)", 300) + " FROM s, r",
     # The probe's finding: two instr calls over ~500 KB strings (now refused: too big).
     "SELECT instr(" + _A.format(n=250_000) + ", " + _A.format(n=125_000) + " || 'b'), instr("
     + _A.format(n=250_000) + ", " + _A.format(n=125_000) + " || 'b')",
@@ -116,9 +111,9 @@ HOSTILE_SQL = [
     # Issue 35: one row of calls whose cost is the product of their arguments' lengths, with no jump between
     # them (SQLite checks its interrupt there only): trim with a character set, GLOB with a character class.
     "WITH s(x, y) AS (SELECT " + _A.format(n=4500) + ", " + _A.format(n=410).replace("'a'", "'b'") + " || 'a') "
-    "SELECT " + _row_of("trim(x, y)", 600) + " FROM s",
+    "SELECT " + row_of("trim(x, y)", 600) + " FROM s",
     "WITH s(x, p) AS (SELECT " + _A.format(n=4500) + ", '*[' || " + _A.format(n=240).replace("'a'", "'b'")
-    + " || 'a]c') SELECT " + _row_of("x GLOB p", 600) + " FROM s",
+    + " || 'a]c') SELECT " + row_of("x GLOB p", 600) + " FROM s",
 ]
 #: Issue 35: cheap as sent (DISTINCT keeps each side at 3 rows), a 3000^3-row cross join once DISTINCT is removed,
 #: as the official EX does when it re-runs the last query after ANSWER.

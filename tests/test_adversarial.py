@@ -27,6 +27,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from sql_shapes import row_of
 from sqlenv.environment import SQLEnvironment
 from sqlenv.sandbox.sandbox import Sandbox, SandboxError, SandboxSettings
 from sqlenv.types import SQLAction
@@ -85,15 +86,8 @@ STRAIGHT_LINE = ("WITH t(x, y, g) AS MATERIALIZED (SELECT replace(hex(zeroblob(4
                  "SELECT {calls} FROM t")
 
 
-def _row_of(call: str, n: int) -> str:
-    """`n` copies of `call` in at most 100 result columns (`max_columns` is 128), summed (`+` calls nothing)."""
-    per = -(-n // 100)
-    return ", ".join("+".join([f"({call})"] * min(per, n - i)) for i in range(0, n, per))
-
-
-TRIM_ROW = STRAIGHT_LINE.format(calls=_row_of("trim(x, y)", 600))
-GLOB_ROW = STRAIGHT_LINE.format(calls=_row_of("x GLOB g", 300))
-
+TRIM_ROW = STRAIGHT_LINE.format(calls=row_of("trim(x, y)", 600))
+GLOB_ROW = STRAIGHT_LINE.format(calls=row_of("x GLOB g", 300))
 
 
 def _copies(levels: int, uses: int, cte: bool) -> str:
@@ -116,7 +110,7 @@ HOSTILE_SQL = st.one_of(
               st.sampled_from(["", " ORDER BY b", " ORDER BY random()"])),
     st.builds(lambda e, n: "SELECT " + e + " FROM singer" + "".join(f" UNION ALL SELECT {e} FROM singer"
                                                                     for _ in range(n)), EXPR, st.integers(0, 40)),
-    st.builds(lambda e, n: STRAIGHT_LINE.format(calls=_row_of(e, n)),
+    st.builds(lambda e, n: STRAIGHT_LINE.format(calls=row_of(e, n)),
               st.sampled_from(["trim(x, y)", "rtrim(x, g)", "x GLOB g", "x LIKE g", "instr(x, y)", "replace(x, y, g)",
                                "json_patch(x, y)", "y LIKE x"]), st.integers(1, 900)),
     st.builds(lambda d: "SELECT " + "(" * d + "1" + ")" * d, st.integers(1, 3000)),

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sql_shapes import row_of
 from sqlenv.checker import build_toy_dataset
 from sqlenv.environment import SQLEnvironment
 from sqlenv.sandbox.sandbox import (TRUNCATION_MARKER, Sandbox, SandboxError, SandboxSettings, check_sql,
@@ -32,13 +33,6 @@ def sandbox(toy):
 def _digest(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def _row_of(call: str, n: int) -> str:
-    """A select list of `n` copies of `call` in at most 100 columns (`max_columns` is 128), summed: `+` is no
-    function call, so the program holds exactly `n` calls."""
-    per = -(-n // 100)
-    return ", ".join("+".join([f"({call})"] * min(per, n - i)) for i in range(0, n, per))
 
 
 @pytest.mark.parametrize("sql,fragment", [
@@ -316,7 +310,7 @@ def test_a_costly_function_cannot_outlast_the_time_limit(toy):
         sandbox.execute("music", f"SELECT instr({_LONG.format(n=250_000)}, {_LONG.format(n=125_000)} || 'b')")
     assert time.monotonic() - start < 1.0
     # As many costly calls per row as the program limit allows, over the longest strings allowed, row after row.
-    calls = _row_of("instr(a, b)", 300)
+    calls = row_of("instr(a, b)", 300)
     sql = (f"WITH s(a, b) AS (SELECT {_LONG.format(n=3300)}, {_LONG.format(n=1600)} || 'b'), "
            f"r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT {calls} FROM s, r")
     start = time.monotonic()
@@ -735,11 +729,11 @@ _GLOB_ROW = ("WITH t(x, g) AS MATERIALIZED (SELECT replace(hex(zeroblob(4900)), 
              "'*[' || replace(hex(zeroblob(46)), '0', 'b') || 'a]c') SELECT {calls} FROM t")
 
 
-@pytest.mark.parametrize("sql", [_TRIM_ROW.format(calls=_row_of("trim(x, y)", 300)),
-                                 _TRIM_ROW.format(calls=_row_of("ltrim(x, y)", 600)),
-                                 _GLOB_ROW.format(calls=_row_of("x GLOB g", 300)),
+@pytest.mark.parametrize("sql", [_TRIM_ROW.format(calls=row_of("trim(x, y)", 300)),
+                                 _TRIM_ROW.format(calls=row_of("ltrim(x, y)", 600)),
+                                 _GLOB_ROW.format(calls=row_of("x GLOB g", 300)),
                                  # one call in the text, hundreds in the program (the subquery is flattened)
-                                 "SELECT " + _row_of("a", 300) + " FROM (SELECT trim(x, y) AS a FROM ("
+                                 "SELECT " + row_of("a", 300) + " FROM (SELECT trim(x, y) AS a FROM ("
                                  + _TRIM_ROW.format(calls="x, y") + "))"])
 def test_straight_line_calls_cannot_outlast_the_time_limit(toy, sql):
     """SQLite checks the time limit only at the jumps that close a loop: one result row of 300 `trim(x, y)` calls
@@ -773,7 +767,7 @@ def test_a_statement_is_priced_by_the_calls_its_program_holds(toy):
     looped = ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 5000) "
               "SELECT count(*) FROM r WHERE trim(n, '1') LIKE '%2%'")
     assert sandbox.execute("music", looped).rows[0][0] > 0
-    cheap = "SELECT " + _row_of("upper(name) + length(name) + abs(age)", 300) + " FROM singer"
+    cheap = "SELECT " + row_of("upper(name) + length(name) + abs(age)", 300) + " FROM singer"
     assert sandbox.execute("music", cheap).n_rows == 30
 
 
@@ -792,7 +786,7 @@ def test_a_view_is_priced_for_what_it_calls(tmp_path):
     assert sandbox.execute("v", "SELECT length(a) FROM w").rows == [(0,)]
     start = time.monotonic()
     with pytest.raises(SandboxError, match="without a check of the time limit"):
-        sandbox.execute("v", "SELECT " + _row_of("a", 300) + " FROM w")
+        sandbox.execute("v", "SELECT " + row_of("a", 300) + " FROM w")
     assert time.monotonic() - start <= 2.0
 
 
