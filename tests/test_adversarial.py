@@ -84,8 +84,6 @@ TABLES = st.sampled_from(["singer", "concert", "stadium", "singer a, singer b, c
 STRAIGHT_LINE = ("WITH t(x, y, g) AS MATERIALIZED (SELECT replace(hex(zeroblob(4500)), '0', 'a'), "
                  "replace(hex(zeroblob(410)), '0', 'b') || 'a', '*[' || replace(hex(zeroblob(46)), '0', 'b') || 'a]c') "
                  "SELECT {calls} FROM t")
-
-
 TRIM_ROW = STRAIGHT_LINE.format(calls=row_of("trim(x, y)", 600))
 GLOB_ROW = STRAIGHT_LINE.format(calls=row_of("x GLOB g", 300))
 
