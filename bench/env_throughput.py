@@ -80,11 +80,12 @@ def _raw_pass(connections: dict, mix: list) -> dict[str, float]:
 
 
 def _clear_sql_cache() -> None:
-    """Forget every SQL text the sandbox has seen: its per-text caches (the full check, the normal form)."""
-    from sqlenv.sandbox import sandbox
+    """Forget every SQL text the sandbox has seen: its per-text caches (the full check, the normal form, the price
+    of preparing)."""
+    from sqlenv.sandbox import prepare_cost, sandbox
 
-    for name in ("check_sql", "normalize_sql"):
-        clear = getattr(getattr(sandbox, name, None), "cache_clear", None)
+    for owner, name in ((sandbox, "check_sql"), (sandbox, "normalize_sql"), (prepare_cost, "cached_expansion")):
+        clear = getattr(getattr(owner, name, None), "cache_clear", None)
         if clear is not None:
             clear()
 

@@ -12,12 +12,16 @@ UTF-16 or in a batch), oversized HTTP bodies, half-sent requests (part of a head
 then silence), resets with a 1 MB `question_id`, idle pauses; and issue 35's shapes: a query cheap with DISTINCT
 and costly without it, then ANSWER, then `state` (EX re-runs the query without DISTINCT); an ANSWER of a code
 fence and ~28,000 newlines; one row of `trim(x, y)` calls and of GLOB character classes over the longest
-values; WebSockets that connect and never send anything; and issue 43's: a WebSocket handshake to OpenEnv's UI socket
-`/ws/ui` and a session that asks for ~30 MB of replies, neither ever read (`no-read`), uploads and 1 MB steps to
-OpenEnv's web routes under `/web` (`web-routes`), messages of 1 MiB and 16 MiB of `{}`s (`many-values`). `--web`
-starts the server as the Dockerfile does, with its page. The hostile sessions connect from 127.0.0.2, the
-honest ones from 127.0.0.1, so the server's per-client limit holds the attackers to their share. A watcher asks
-`/health` every 0.25 s (its longest wait is a figure) and samples the server's RSS.
+values; WebSockets that connect and never send anything; and issue 43's: distinct wide select lists on three
+databases, then idle (prepared statements held on SQLite's shared heap: `statement-fill`); rows as wide and long as
+the limits allow, and the issue's 1,990 columns (`wide-rows`); a query that takes seconds to prepare, and an episode
+whose last step runs to its time limit after a query cheap only with DISTINCT (EX's rerun left no time:
+`prepare-ex`); a WebSocket handshake to OpenEnv's UI socket `/ws/ui` and a session that asks for ~30 MB of replies,
+neither ever read (`no-read`), uploads and 1 MB steps to OpenEnv's web routes under `/web` (`web-routes`), messages
+of 1 MiB and 16 MiB of `{}`s (`many-values`). `--web` starts the server as the Dockerfile does, with its page. The
+hostile sessions connect from 127.0.0.2, the honest ones from 127.0.0.1, so the server's per-client limit holds the
+attackers to their share. A watcher asks `/health` every 0.25 s (its longest wait is a figure) and samples the
+server's RSS.
 
 Prints, last line one JSON object: requests (steps and calls sent), honest_errors (exceptions, error frames and
 oracle episodes not correct in honest sessions: must be 0), hostile_errors (exceptions a hostile session met;
@@ -69,6 +73,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from serverproc import ServerProcess  # noqa: E402
+from sql_shapes import row_of  # noqa: E402
 
 from sqlenv.data.datasets import load_questions, resolve_dataset  # noqa: E402
 from sqlenv.evaluation.policies import OraclePolicy  # noqa: E402
@@ -84,10 +89,12 @@ HOSTILE_ADDRESS = "127.0.0.2"
 HEALTH_EVERY_S = 0.25  # where the hostile sessions connect from (any of 127/8 reaches a loopback server)
 
 _A = "replace(hex(zeroblob({n})), '0', 'a')"
+
+
 HOSTILE_SQL = [
     # Quadratic instr over the longest values allowed, many calls per row, row after row.
     "WITH s(a, b) AS (SELECT " + _A.format(n=3300) + ", " + _A.format(n=1600) + " || 'b'), "
-    "r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT " + ", ".join(["instr(a, b)"] * 300) + " FROM s, r",
+    "r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT " + row_of("instr(a, b)", 300) + " FROM s, r",
     # The probe's finding: two instr calls over ~500 KB strings (now refused: too big).
     "SELECT instr(" + _A.format(n=250_000) + ", " + _A.format(n=125_000) + " || 'b'), instr("
     + _A.format(n=250_000) + ", " + _A.format(n=125_000) + " || 'b')",
@@ -110,9 +117,9 @@ HOSTILE_SQL = [
     # Issue 35: one row of calls whose cost is the product of their arguments' lengths, with no jump between
     # them (SQLite checks its interrupt there only): trim with a character set, GLOB with a character class.
     "WITH s(x, y) AS (SELECT " + _A.format(n=4500) + ", " + _A.format(n=410).replace("'a'", "'b'") + " || 'a') "
-    "SELECT " + ", ".join(["trim(x, y)"] * 800) + " FROM s",
+    "SELECT " + row_of("trim(x, y)", 600) + " FROM s",
     "WITH s(x, p) AS (SELECT " + _A.format(n=4500) + ", '*[' || " + _A.format(n=240).replace("'a'", "'b'")
-    + " || 'a]c') SELECT " + ", ".join(["x GLOB p"] * 800) + " FROM s",
+    + " || 'a]c') SELECT " + row_of("x GLOB p", 600) + " FROM s",
 ]
 #: Issue 35: cheap as sent (DISTINCT keeps each side at 3 rows), a 3000^3-row cross join once DISTINCT is removed,
 #: as the official EX does when it re-runs the last query after ANSWER.
@@ -121,6 +128,24 @@ DISTINCT_EX_SQL = ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM
                    f"SELECT count(DISTINCT a.j) FROM {_THREES} a, {_THREES} b, {_THREES} c")
 #: Issue 35: a code fence and ~28 KB of newlines, which a backtracking answer pattern took 17 s over.
 FENCE_ANSWER = "```" + "\n" * 28_000
+#: Issue 43: a distinct select list of 120 long-named columns (~100 KB prepared, which Python's sqlite3 keeps per
+#: connection: 64 of them); a session sends 64 after each of 6 resets (the built-in data's 6 databases, when drawn),
+#: then sits idle holding them: up to ~38 MB a session.
+FILL_DATABASES, FILL_STATEMENTS = 6, 64
+WIDE_LIST_SQL = "SELECT {nonce}, " + ", ".join(f'{j} AS "{"c" * 140}{j}"' for j in range(120))
+#: Issue 43: rows as wide and as long as the limits allow (128 values of ~10 KB), counted past the 32 MB cap until
+#: the time limit; and the issue's own shape, 1,990 columns (refused: too many columns).
+_LONGEST = "s(v) AS (SELECT " + _A.format(n=4990) + ")"
+WIDE_ROWS_SQL = ["WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r), " + _LONGEST + " SELECT "
+                 + ", ".join(["v"] * 128) + " FROM r, s",
+                 "WITH " + _LONGEST + " SELECT " + ", ".join(["v"] * 1990) + " FROM s, (SELECT 1 UNION ALL SELECT 2)"]
+#: Issue 43: SQLite checks no time while it prepares, and copies every level's expression into its three uses:
+#: 3^14 copies, seconds until the heap is full (now priced from the text and refused unprepared). Then the EX
+#: rerun left no time: a query cheap with DISTINCT, then the budget's last step runs to its time limit.
+PREPARE_BOMB_SQL = "SELECT 1 AS c0"
+for _level in range(1, 15):
+    PREPARE_BOMB_SQL = f"SELECT {'+'.join([f'c{_level - 1}'] * 3)} AS c{_level} FROM ({PREPARE_BOMB_SQL})"
+RUNAWAY_SQL = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r"
 #: `openenv/session/create` as OpenEnv reads it (JSON-parsed) but not as the bytes read: each must be refused.
 _CREATE = {"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create", "params": {}}
 SESSION_CREATE_BODIES = [
@@ -138,8 +163,10 @@ HALF_SENT = [b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ", b"",
 #: ("session") resets, then sends 1-8 actions drawn from the enabled ones of costly-sql, trim-glob, garbage and idle,
 #: and drops its TCP connection without a close frame 30% of the time when abort is enabled.
 ROUND_SHAPES = {"http-create": 0.05, "half-sent": 0.02, "never-reset": 0.03, "huge-id": 0.02, "distinct-ex": 0.05,
-                "fence-answer": 0.04, "no-read": 0.02, "web-routes": 0.02, "many-values": 0.03}
-SESSION_ACTIONS = {"costly-sql": 0.6 * 14 / 16, "trim-glob": 0.6 * 2 / 16, "garbage": 0.3, "idle": 0.1}
+                "fence-answer": 0.04, "no-read": 0.02, "web-routes": 0.02, "many-values": 0.03,
+                "statement-fill": 0.03, "prepare-ex": 0.03}
+SESSION_ACTIONS = {"costly-sql": 0.6 * 14 / 16, "trim-glob": 0.6 * 2 / 16, "garbage": 0.3, "idle": 0.1,
+                   "wide-rows": 0.05}
 SHAPES = [*ROUND_SHAPES, *SESSION_ACTIONS, "abort"]
 #: Issue 43: a WebSocket handshake to OpenEnv's web interface's UI socket (answered 101 there, which then awaited it
 #: inside every `/web/step`).
@@ -420,6 +447,25 @@ async def hostile(url: str, port: int, index: int, deadline: float, budget: "Bud
                         await timed(json.dumps({"type": "state"}), "state after the DISTINCT query's ANSWER", "")
                 elif attack == "fence-answer":  # a code fence and ~28 KB of newlines
                     await timed(_step("ANSWER", FENCE_ANSWER), "ANSWER ``` + 28,000 newlines", attack)
+                elif attack == "prepare-ex":  # a costly prepare; then a last step that leaves EX's rerun no time
+                    with tally.doing(attack):
+                        await ws.send(json.dumps({"type": "reset", "data": {"step_budget": 3}}))
+                        await asyncio.wait_for(ws.recv(), 60)
+                        tally.requests += 1
+                        await timed(_step("QUERY", PREPARE_BOMB_SQL), "QUERY of 3^14 copies to prepare", "")
+                        await timed(_step("QUERY", DISTINCT_EX_SQL), "QUERY cheap with DISTINCT", "")
+                        await timed(_step("QUERY", RUNAWAY_SQL), "the budget's last QUERY, to its time limit", "")
+                elif attack == "statement-fill":  # distinct wide statements on several databases, then idle
+                    with tally.doing(attack):
+                        for database in range(FILL_DATABASES):
+                            if database:
+                                await ws.send(json.dumps({"type": "reset", "data": {"seed": rng.randrange(2**31)}}))
+                                await asyncio.wait_for(ws.recv(), 60)
+                                tally.requests += 1
+                            for _ in range(FILL_STATEMENTS):
+                                sql = WIDE_LIST_SQL.format(nonce=rng.randrange(2**62))
+                                await timed(_step("QUERY", sql), "QUERY of a distinct wide select list", "")
+                        await asyncio.sleep(rng.uniform(3.0, 8.0))  # idle, holding what they prepared
                 for _ in range(rng.randint(1, 8) if attack == "session" and actions else 0):
                     if time.monotonic() > deadline:
                         break
@@ -428,6 +474,8 @@ async def hostile(url: str, port: int, index: int, deadline: float, budget: "Bud
                         sql = rng.choice(HOSTILE_SQL[:-2])
                     elif kind == "trim-glob":
                         sql = rng.choice(HOSTILE_SQL[-2:])
+                    elif kind == "wide-rows":
+                        sql = rng.choice(WIDE_ROWS_SQL)
                     elif kind == "garbage":
                         sql = rng.choice(GARBAGE_FRAMES)
                     else:

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 from sqlenv.data.dataset_dir import load_questions
 from sqlenv.data.datasets import resolve_dataset
-from sqlenv.scoring.execution import execution_match, gold_result
+from sqlenv.scoring.execution import ExecutionNotScored, execution_match, gold_result
 from sqlenv.kept_results import KEPT_RESULTS, Kept
 from sqlenv.rewards import GoldProfile, RewardConfig, progress_score
 from sqlenv.sandbox.result_text import clean_for_display as _clean_for_display
@@ -123,6 +123,7 @@ class SQLEnvironment:
         self._kept: Kept | None = None
         self._last_sql: str | None = None
         self._execution_match: bool | None = None
+        self._execution_note: str | None = None  # why a finished episode's EX is unknown
         self._tables: list[str] = []
         self._gold: GoldProfile | None = None
         self._gold_ordered = False
@@ -348,14 +349,18 @@ class SQLEnvironment:
                                      obs.budget_remaining, done, terminated=terminated, truncated=truncated))
         self.last_observation = obs
         if done:
-            self._execution_match = self._score_execution(deadline)
+            try:
+                self._execution_match = self._score_execution(deadline)
+            except ExecutionNotScored as err:  # the step's own work left EX's query too little time: unknown
+                self._execution_match, self._execution_note = None, str(err)
         return obs
 
     def _score_execution(self, deadline: float) -> bool:
         """The episode's EX (`sqlenv.scoring.execution`), scored once by the step that ends it, on that step's thread
         and within its `deadline`: the official text of the last QUERY (DISTINCT dropped) is another query than the one
-        the step ran, and may be slow; a query stopped by the deadline counts as failed, as in `execution_match`.
-        A gold that failed at reset (no profile) scores every prediction wrong without running anything."""
+        the step ran, and may be slow. It starts only with its whole time limit left (else `ExecutionNotScored`);
+        stopped at the deadline, it counts as failed, as in `execution_match`. A gold that failed at reset (no
+        profile) scores every prediction wrong without running anything."""
         q, kept = self.question, self._kept
         self._kept = None  # scored: the result is no longer needed
         result = kept.result if kept is not None else None  # None when dropped: EX runs the query again
@@ -418,11 +423,20 @@ class SQLEnvironment:
     def execution_match(self) -> bool | None:
         """The episode's execution accuracy (`sqlenv.scoring.execution`): whether its last successful QUERY matches the
         gold query under test-suite-sql-eval's `eval_exec_match` (the official Spider EX). None until the episode is
-        over (it would tell the agent whether its query is the gold one); scored once, by the step that ended the
-        episode: reading it runs nothing, so any thread may (a server's event loop builds `state` from it)."""
+        over (it would tell the agent whether its query is the gold one), or when the step that ended the episode left
+        too little time to score it (`execution_note` says so); scored once, by that step: reading it runs nothing, so
+        any thread may (a server's event loop builds `state` from it)."""
         if not self.state.done or self.question is None:
             return None
         return self._execution_match
+
+    @property
+    def execution_note(self) -> str | None:
+        """Why a finished episode's `execution_match` is None (the step that ended it left EX's query too little
+        time), or None."""
+        if not self.state.done or self.question is None:
+            return None
+        return self._execution_note
 
     @property
     def best_progress(self) -> float:
@@ -435,7 +449,7 @@ class SQLEnvironment:
         None until the episode is over, then the value its last step scored (nothing runs here)."""
         return make_transcript(self.question, policy=policy, seed=self._seed, steps=self._steps, answer=self._answer,
                                correct=self._correct, outcome=self._outcome, reward_breakdown=self.reward_breakdown,
-                               execution_match=self.execution_match)
+                               execution_match=self.execution_match, execution_note=self.execution_note)
 
     def close(self) -> None:
         """Close the database connections and let go of the kept result."""

@@ -19,10 +19,12 @@ existed still validate: `STEP_KEYS` lists what every transcript has.
 `execution_match` is the episode's execution accuracy (`sqlenv.scoring.execution`): whether the agent's last successful
 QUERY matches the gold query under test-suite-sql-eval's `eval_exec_match` (the official Spider EX). It is null
 while the episode runs, and absent from transcripts written before it existed (readers treat both as unknown).
-Transcripts written before issue 27 scored it with a more lenient comparison (docs/EXPERIMENTS.md, "Official EX").
+A finished episode's is null too when the step that ended it left too little time for the query EX must run; the
+optional "execution_note" then says so. Transcripts written before issue 27 scored it with a more lenient
+comparison (docs/EXPERIMENTS.md, "Official EX").
 
-Optional keys: "error" and "traceback" (outcome "error"); "wall_s" (seconds the episode took) and, for policies
-that count it (`sqlenv.evaluation.openai_policy.OpenAIPolicy`), "usage":
+Optional keys: "execution_note" (above); "error" and "traceback" (outcome "error"); "wall_s" (seconds the episode
+took) and, for policies that count it (`sqlenv.evaluation.openai_policy.OpenAIPolicy`), "usage":
 {"requests","prompt_tokens","completion_tokens","total_tokens","tool_calls","text_turns","latency_s"}, both added by
 `sqlenv.evaluation.concurrent`.
 """
@@ -51,12 +53,13 @@ def make_step(step: int, action_type: str, argument: str, observation: str, erro
 
 def make_transcript(question: Any, *, policy: str | None, seed: int | None, steps: list[dict[str, Any]],
                     answer: str | None, correct: bool, outcome: str, reward_breakdown: Any,
-                    execution_match: bool | None = None) -> dict[str, Any]:
+                    execution_match: bool | None = None, execution_note: str | None = None) -> dict[str, Any]:
     """One episode's transcript: `question` (a `sqlenv.types.Question`, or None when unknown) and the step records
     (`make_step`; copied, so the transcript does not change with them). `reward_breakdown` has `to_dict()`;
-    `execution_match` is the episode's EX (None: unknown, e.g. the episode still runs)."""
+    `execution_match` is the episode's EX (None: unknown, e.g. the episode still runs), and `execution_note` why a
+    finished episode's is unknown (the key only when given)."""
     q = question
-    return {
+    transcript = {
         "question_id": q.question_id if q else None,
         "question": q.question_text if q else None,
         "database": q.database_name if q else None,
@@ -75,6 +78,9 @@ def make_transcript(question: Any, *, policy: str | None, seed: int | None, step
         "n_steps": len(steps),
         "execution_match": execution_match,
     }
+    if execution_note is not None:
+        transcript["execution_note"] = execution_note
+    return transcript
 
 
 def validate_transcript(transcript: dict[str, Any]) -> None:

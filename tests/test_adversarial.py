@@ -27,6 +27,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from sql_shapes import row_of
 from sqlenv.environment import SQLEnvironment
 from sqlenv.sandbox.sandbox import Sandbox, SandboxError, SandboxSettings
 from sqlenv.types import SQLAction
@@ -83,8 +84,22 @@ TABLES = st.sampled_from(["singer", "concert", "stadium", "singer a, singer b, c
 STRAIGHT_LINE = ("WITH t(x, y, g) AS MATERIALIZED (SELECT replace(hex(zeroblob(4500)), '0', 'a'), "
                  "replace(hex(zeroblob(410)), '0', 'b') || 'a', '*[' || replace(hex(zeroblob(46)), '0', 'b') || 'a]c') "
                  "SELECT {calls} FROM t")
-TRIM_ROW = STRAIGHT_LINE.format(calls=", ".join(["trim(x, y)"] * 800))
-GLOB_ROW = STRAIGHT_LINE.format(calls=", ".join(["x GLOB g"] * 300))
+TRIM_ROW = STRAIGHT_LINE.format(calls=row_of("trim(x, y)", 600))
+GLOB_ROW = STRAIGHT_LINE.format(calls=row_of("x GLOB g", 300))
+
+
+def _copies(levels: int, uses: int, cte: bool) -> str:
+    """Issue 43: each level uses the one below `uses` times (nested subqueries in FROM, or chained CTEs): SQLite
+    copies it that many times while it prepares, with no time check."""
+    if cte:
+        defined = ["c0(v) AS (SELECT age FROM singer)"] + [
+            f"c{i}(v) AS (SELECT {'+'.join(['v'] * uses)} FROM c{i - 1})" for i in range(1, levels)]
+        return f"WITH {', '.join(defined)} SELECT v FROM c{levels - 1}"
+    sql = "SELECT age AS v FROM singer"
+    for _ in range(1, levels):
+        sql = f"SELECT {'+'.join(['v'] * uses)} AS v FROM ({sql})"
+    return sql
+
 
 HOSTILE_SQL = st.one_of(
     st.builds(lambda e, t: f"SELECT {e} FROM {t}", EXPR, TABLES),
@@ -93,10 +108,11 @@ HOSTILE_SQL = st.one_of(
               st.sampled_from(["", " ORDER BY b", " ORDER BY random()"])),
     st.builds(lambda e, n: "SELECT " + e + " FROM singer" + "".join(f" UNION ALL SELECT {e} FROM singer"
                                                                     for _ in range(n)), EXPR, st.integers(0, 40)),
-    st.builds(lambda e, n: STRAIGHT_LINE.format(calls=", ".join([e] * n)),
+    st.builds(lambda e, n: STRAIGHT_LINE.format(calls=row_of(e, n)),
               st.sampled_from(["trim(x, y)", "rtrim(x, g)", "x GLOB g", "x LIKE g", "instr(x, y)", "replace(x, y, g)",
                                "json_patch(x, y)", "y LIKE x"]), st.integers(1, 900)),
     st.builds(lambda d: "SELECT " + "(" * d + "1" + ")" * d, st.integers(1, 3000)),
+    st.builds(_copies, st.integers(1, 18), st.integers(1, 6), st.booleans()),
     st.builds(lambda d: "SELECT " + " + ".join(["1"] * d), st.integers(1, 2000)),
     st.sampled_from([
         "DELETE FROM singer", "DROP TABLE singer", "UPDATE singer SET age = 0", "INSERT INTO singer VALUES (1)",

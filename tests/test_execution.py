@@ -14,7 +14,8 @@ import pytest
 from official_eval import official_label
 from sqlenv.environment import SQLEnvironment
 from sqlenv.evaluation.evaluate import evaluate
-from sqlenv.scoring.execution import execution_match, official_sql, order_matters, replace_cur_year
+from sqlenv.scoring.execution import (ExecutionNotScored, execution_match, official_sql, order_matters,
+                                     replace_cur_year)
 from sqlenv.evaluation.policies import OraclePolicy, RandomPolicy
 from sqlenv.scoring.result_eq import results_match
 from sqlenv.sandbox.sandbox import Sandbox, SandboxSettings
@@ -263,6 +264,42 @@ def test_ex_is_scored_by_the_step_that_ends_the_episode_and_only_read_after(shop
         assert time.monotonic() - start < timeout / 2  # nothing runs: the official text alone would take `timeout`
         # The official text was stopped at the time limit: a prediction that fails, as before.
         assert transcript["execution_match"] is False and env.execution_match is False
+
+
+def test_ex_runs_no_query_without_its_whole_time_limit(shop):
+    """Issue 43: EX's query started with whatever time the step had left, and SQLite checks no time limit while it
+    prepares a statement: an official text that took seconds to prepare ran the step 0.5-1.8 s past its limit. It
+    starts only with its whole time limit left now (within `max_uninterruptible_s`); with less, nothing runs and EX
+    is unknown (`ExecutionNotScored`), not a wrong prediction."""
+    root, sandbox = shop
+    pred, gold = "SELECT DISTINCT name FROM people", "SELECT name FROM people"  # the official text differs: run
+    result = sandbox.execute("shop", pred)
+    with pytest.raises(ExecutionNotScored, match="left 0.[0-9]+ s of the 5 s"):
+        execution_match(sandbox, "shop", pred, gold, result, deadline=time.monotonic() + 0.3)
+    assert execution_match(sandbox, "shop", pred, gold, result, deadline=time.monotonic() + 5.0) is True
+    # A prediction the official rules leave unchanged is compared from its stored result: nothing to run.
+    assert execution_match(sandbox, "shop", gold, gold, sandbox.execute("shop", gold),
+                           deadline=time.monotonic() + 0.3) is True
+
+
+def test_an_episode_whose_last_step_left_ex_no_time_says_so(shop):
+    """The budget's last step is a QUERY that runs to its time limit: the previous QUERY's official text (DISTINCT
+    dropped) is what EX must run, with no time left. EX used to count it wrong ("No time left for this query");
+    the transcript says now that it is unknown, and why."""
+    root, _ = shop
+    runaway = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r"
+    with SQLEnvironment(_questions(), root, sandbox=SandboxSettings(timeout_s=1.0)) as env:
+        env.reset(question_id="q2", step_budget=2)
+        assert env.step(SQLAction("QUERY", "SELECT DISTINCT name FROM people")).error == ""
+        obs = env.step(SQLAction("QUERY", runaway))
+        assert obs.done and "timed out" in obs.error
+        transcript = env.transcript()
+        assert transcript["execution_match"] is None and env.execution_match is None
+        assert transcript["execution_note"].startswith("EX not scored: the step that ended the episode left")
+        env.reset(question_id="q2", step_budget=2)  # a new episode: no note
+        env.step(SQLAction("QUERY", "SELECT DISTINCT name FROM people"))
+        env.step(SQLAction("ANSWER", "Ann, Bob, Cid"))
+        assert env.execution_match is True and "execution_note" not in env.transcript()
 
 
 def test_oracle_scores_full_ex_and_random_does_not(builtin):

@@ -3,7 +3,10 @@
 - `sandbox`: `Sandbox`, the one door (schema, samples, queries) built from the modules below;
 - `sql_checks`: what SQL may run (text checks, the connection's authorizer, database paths);
 - `sql_costs`: the price of every SQL function allowed between two time checks;
+- `prepare_cost`: the price of preparing a statement (the copies SQLite makes of CTEs and subqueries);
 - `sql_runner`: the read-only connection, the time limit and the capped fetch of rows;
+- `watchdog`: the thread that interrupts every statement at its deadline;
+- `heap_room`: room in SQLite's shared heap (idle connections closed, the longest statement stopped);
 - `limits`: `SandboxSettings` (every number that bounds time, memory or text) and SQLite's heap limit;
 - `result_text`: result tables and cells as observation text, cut to bounded lengths;
 - `native_memory`: giving freed memory back to the system (glibc).

@@ -27,7 +27,12 @@ class SandboxSettings:
             Rows past this are counted (while the time limit allows) but not kept.
         count_rows_past_cap: Keep counting rows beyond `max_scoring_rows` so "(N more rows)" is exact
             (default True). Counting holds no rows; the time limit still applies.
-        fetch_batch_rows: Rows fetched per `fetchmany` call (default 256).
+        fetch_batch_rows: Most rows fetched per `fetchmany` call (default 256); fewer where they could exceed
+            `fetch_batch_bytes`.
+        fetch_batch_bytes: Most bytes one `fetchmany` call may build in Python before they are counted (default
+            16_000_000): a batch has at most as many rows as fit in it at their largest (each of the statement's
+            columns a value of `max_value_bytes`), and at least one. A batch of 256 rows of 2,000 values of 10 KB
+            was 4.4 GB before the byte cap saw any of it.
         max_observation_chars: Longest observation text (default 2000); longer text is cut with a marker.
         max_cell_chars: Longest single value shown in a result cell (default 80).
         max_sql_chars: Longest SQL text accepted (default 20_000); longer arguments get an error. It is also the
@@ -47,6 +52,17 @@ class SandboxSettings:
             whose program's calls, priced at their worst time per call under these limits (`sqlenv.sandbox.sql_costs`),
             add up to more is refused before it runs (one row of 800 `trim(x, y)` calls ran 19-22 s against 5 s).
             A statement that runs ends within `timeout_s` plus about this much on an idle core.
+        max_columns: SQLite's SQLITE_LIMIT_COLUMN (default 128; SQLite's own default is 2,000): most columns in
+            a result (a `*` counts each column it stands for), a GROUP BY or an ORDER BY. It bounds the widest row
+            a fetch can build (`max_columns` values of `max_value_bytes`: ~5 MB) and the size of a prepared
+            statement (a select list of 1,990 columns was ~1 MB). Spider's widest table has 48 columns and its
+            gold queries return at most a few. A table wider than this can still be queried by its columns,
+            but not by `SELECT *` (nor sampled).
+        max_prepare_nodes: Most expression nodes SQLite may make when it prepares a statement by copying CTEs into
+            their references and flattened subqueries' expressions into their columns' uses, as bounded from the
+            text (default 100_000; `sqlenv.sandbox.prepare_cost`). SQLite checks no time limit while it prepares:
+            470 characters of nested subqueries took ~1.5 s and the whole heap (8.5 s on a loaded server). Spider's
+            8,034 gold queries are priced at most 197.
         max_expr_depth: SQLite's SQLITE_LIMIT_EXPR_DEPTH (default 100; Spider's gold SQL nests a few levels).
         max_compound_selects: SQLite's SQLITE_LIMIT_COMPOUND_SELECT (default 20): terms in one UNION/EXCEPT chain.
         max_function_args: SQLite's SQLITE_LIMIT_FUNCTION_ARG (default 32).
@@ -69,8 +85,12 @@ class SandboxSettings:
             dropped (`sqlenv.kept_results`); such an episode's EX runs its query again when it ends.
         max_open_databases: Connections kept open per sandbox (default 64, least recently used closed). A
             reopened connection starts with cold caches, so keep this above the number of databases in use.
-        statement_cache_size: Prepared statements cached per connection (default 256): repeated queries
-            skip SQLite's prepare step.
+        statement_cache_size: Prepared statements Python's `sqlite3` keeps per connection (`cached_statements`,
+            default 64): a repeated query skips SQLite's prepare step (~50 us of a ~110 us QUERY step on
+            spider10's gold mix, `bench/env_throughput.py`). They live on SQLite's shared heap, up to ~0.1 MB each
+            (`max_columns`, `max_program_ops`), and an idle connection keeps them: when a statement or an opening
+            needs that memory, idle connections are closed, least recently used first, whichever session owns
+            them (`sqlenv.sandbox.heap_room`). 0 finalizes each statement when its cursor closes.
     """
 
     timeout_s: float = 5.0
@@ -80,6 +100,7 @@ class SandboxSettings:
     max_scoring_rows: int = 10_000
     count_rows_past_cap: bool = True
     fetch_batch_rows: int = 256
+    fetch_batch_bytes: int = 16_000_000
     max_observation_chars: int = 2000
     max_cell_chars: int = 80
     max_sql_chars: int = 20_000
@@ -87,6 +108,8 @@ class SandboxSettings:
     max_value_bytes: int = 10_000
     max_program_ops: int = 4_000
     max_uninterruptible_s: float = 0.5
+    max_columns: int = 128
+    max_prepare_nodes: int = 100_000
     max_expr_depth: int = 100
     max_compound_selects: int = 20
     max_function_args: int = 32
@@ -95,16 +118,17 @@ class SandboxSettings:
     max_kept_result_bytes: int = 256_000_000
     max_like_pattern_chars: int = 100
     max_open_databases: int = 64
-    statement_cache_size: int = 256
+    statement_cache_size: int = 64
 
     def __post_init__(self) -> None:
         for name in ("timeout_s", "max_uninterruptible_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"SandboxSettings.{name} must be > 0, got {getattr(self, name)}")
         for name in ("progress_interval", "max_display_rows", "sample_rows", "max_scoring_rows", "fetch_batch_rows",
-                     "max_observation_chars", "max_cell_chars", "max_sql_chars", "max_name_chars", "max_value_bytes",
-                     "max_result_bytes", "max_kept_result_bytes", "max_like_pattern_chars", "max_open_databases",
-                     "max_program_ops", "max_expr_depth", "max_compound_selects", "max_function_args", "max_heap_bytes"):
+                     "fetch_batch_bytes", "max_observation_chars", "max_cell_chars", "max_sql_chars", "max_name_chars",
+                     "max_value_bytes", "max_result_bytes", "max_kept_result_bytes", "max_like_pattern_chars",
+                     "max_open_databases", "max_program_ops", "max_columns", "max_prepare_nodes", "max_expr_depth",
+                     "max_compound_selects", "max_function_args", "max_heap_bytes"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"SandboxSettings.{name} must be >= 1, got {getattr(self, name)}")
 
@@ -115,6 +139,7 @@ def connection_limits(settings: SandboxSettings) -> dict[int, int]:
         sqlite3.SQLITE_LIMIT_LENGTH: settings.max_value_bytes,
         sqlite3.SQLITE_LIMIT_SQL_LENGTH: 4 * settings.max_sql_chars + 64,  # UTF-8 bytes of the longest SQL text
         sqlite3.SQLITE_LIMIT_VDBE_OP: settings.max_program_ops,
+        sqlite3.SQLITE_LIMIT_COLUMN: settings.max_columns,
         sqlite3.SQLITE_LIMIT_EXPR_DEPTH: settings.max_expr_depth,
         sqlite3.SQLITE_LIMIT_COMPOUND_SELECT: settings.max_compound_selects,
         sqlite3.SQLITE_LIMIT_FUNCTION_ARG: settings.max_function_args,

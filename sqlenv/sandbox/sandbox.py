@@ -26,11 +26,12 @@ and `sqlenv.sandbox.result_text` writes the observation text. Model-written SQL 
    step by step, where one whole sort in memory was a single step of many seconds.
 7. Temporary tables, sorts and CTE queues live in SQLite's in-memory files, under its process-wide hard heap
    limit: a query writes no temporary file, and one that needs too much memory fails alone. When a statement
-   finds the heap already full of other statements' memory, the longest-running of those is stopped to make
-   room and the statement runs once more within its own time limit: a small query is not failed by a big one
-   next to it.
-8. Rows are fetched in batches and at most `max_scoring_rows` rows and `max_result_bytes` bytes (measured on
-   every row) are held; values and texts are cut.
+   (or an opening) finds the heap already full of others' memory, idle connections are closed (what they keep:
+   prepared statements, page caches), then the longest-running statement is stopped, and it runs once more
+   within its own time limit: a small query is not failed by a big one next to it, nor by idle sessions.
+8. Rows are fetched in batches no bigger than `fetch_batch_bytes` even at their widest (`max_columns` values of
+   `max_value_bytes`), and at most `max_scoring_rows` rows and `max_result_bytes` bytes (measured on every
+   row) are held; values and texts are cut.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ from sqlenv.sandbox.result_text import TRUNCATION_MARKER, clean_for_display, cut
 from sqlenv.sandbox.limits import HEAP, SandboxSettings
 from sqlenv.sandbox.sql_checks import (SandboxError, SQLCheck, check_sql, has_top_level_order_by, normalize_sql,
                                quick_check, resolve_database_path, table_name_too_long)
-from sqlenv.sandbox.sql_runner import Database, QueryResult, TableInfo, make_room, run_statement
+from sqlenv.sandbox.heap_room import make_room
+from sqlenv.sandbox.sql_runner import Database, QueryResult, TableInfo, run_statement
 
 # Names other modules (and tests) import from here: the sandbox's public surface, wherever each is defined.
 _clean_for_display = clean_for_display  # the environment's import (older name)
@@ -75,20 +77,21 @@ class Sandbox:
     def database(self, name: str) -> Database:
         with self._lock:
             db = self._dbs.get(name)
-            if db is not None:
+            if db is not None and not db.closed:
                 self._dbs.move_to_end(name)
                 return db
+            self._dbs.pop(name, None)  # closed while idle, to give its memory to another session's statement
             path = resolve_database_path(self.db_dir, name)
             deadline = time.monotonic() + self.settings.timeout_s
             while True:
                 try:
-                    db = Database(path, self.settings)
+                    db = Database(path, self.settings, owner_lock=self._lock)
                     break
                 except MemoryError:
                     # Opening needs little memory (the attach and the schema): the process-wide heap was full of
-                    # other sessions' statements, which grow and end all the time. Unlike a statement, which may be
-                    # too big by itself and so makes room once, an opening tries until its own time limit:
-                    # stopping the statement that has run longest, or waiting for the heap to move.
+                    # other sessions' statements and idle connections. Unlike a statement, which may be too big
+                    # by itself and so makes room once, an opening tries until its own time limit: closing idle
+                    # connections, stopping the statement that has run longest, or waiting for the heap to move.
                     if not make_room(deadline):
                         time.sleep(OPEN_RETRY_S)
                     if time.monotonic() >= deadline:

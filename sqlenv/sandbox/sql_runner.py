@@ -10,37 +10,42 @@ of a statement's rows under the row and byte caps.
   interrupt nor the progress handler reaches: 8 million random integers took 9 s past the end of their feed.
   Where the `memdb` VFS is missing (SQLite before 3.36), the file is the main database with `temp_store =
   MEMORY`, as before: sorts are then out of the time limit's reach.
-- A statement that runs past `timeout_s` is interrupted: a watchdog thread calls `Connection.interrupt()` at its
-  deadline (SQLite stops at its next jump, even while this process's threads fight over the interpreter lock),
-  and a progress handler checks the clock too.
+- A statement that runs past `timeout_s` is interrupted: a watchdog thread (`sqlenv.sandbox.watchdog`) calls
+  `Connection.interrupt()` at its deadline (SQLite stops at its next jump, even while this process's threads
+  fight over the interpreter lock), and a progress handler checks the clock too.
 - Those checks happen only at the jumps that close a loop: a statement whose function calls could together run
   longer than `max_uninterruptible_s` without one is refused before it runs (`sqlenv.sandbox.sql_costs`: its program is
-  priced, the verdict kept per connection for short texts).
-- When a statement finds the heap already full of other statements' memory, the longest-running of those is
-  stopped to make room and the statement runs once more within its own time limit (`make_room`).
-- Rows are fetched in batches; at most `max_scoring_rows` rows and `max_result_bytes` bytes (measured on every
-  row kept) are held.
+  priced, the verdict kept per connection for short texts). None run while SQLite prepares a statement: one
+  whose preparation could copy more than `max_prepare_nodes` expressions is refused from its text first
+  (`sqlenv.sandbox.prepare_cost`).
+- When a statement finds the heap already full of others' memory, idle connections (their prepared statements
+  and caches) are closed, or the longest-running statement is stopped, and it runs once more within its own time
+  limit (`sqlenv.sandbox.heap_room.make_room`).
+- Rows are fetched in batches of at most `fetch_batch_bytes` at their largest (a row has at most `max_columns`
+  values of at most `max_value_bytes`); at most `max_scoring_rows` rows and `max_result_bytes` bytes (measured
+  on every row kept) are held.
 """
 
 from __future__ import annotations
 
-import heapq
 import os
 import sqlite3
 import sys
 import threading
 import time
-import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sqlenv.sandbox.heap_room import OPEN_CONNECTIONS, make_room
+from sqlenv.sandbox.prepare_cost import cached_expansion, expansion, may_copy, too_costly_to_prepare
 from sqlenv.sandbox.result_text import clean_for_display
-from sqlenv.sandbox.limits import HEAP, SandboxSettings, connection_limits, lower_heap_limit
+from sqlenv.sandbox.limits import SandboxSettings, connection_limits, lower_heap_limit
 from sqlenv.sandbox.sql_checks import (DATA_SCHEMA, SCHEMA_TABLE_REFUSAL, SandboxError, authorizer, cacheable_text,
                                function_allowed, function_refusal, is_schema_read, refusal_message)
 from sqlenv.sandbox.sql_costs import costly_names, names_costly_function, program_price, too_costly
+from sqlenv.sandbox.watchdog import WATCHDOG
 
 
 @dataclass(slots=True)
@@ -77,89 +82,6 @@ class TableInfo:
     foreign_keys: dict[str, str] = field(default_factory=dict)
 
 
-# ------------------------------------------------------------------------------------------- the watchdog
-
-class Watchdog:
-    """One daemon thread per process that interrupts statements at their deadlines (`sqlite3_interrupt`).
-
-    The progress handler alone checks the clock only when SQLite calls back into Python, which needs the
-    interpreter lock: with many sessions' statements running at once (each releases the lock inside SQLite)
-    those checks were late by seconds on a loaded machine. The interrupt flag is read by SQLite itself at
-    every jump, with no lock to take."""
-
-    def __init__(self) -> None:
-        self._reset()
-
-    def _reset(self) -> None:
-        """Empty and threadless: at start, and in a forked child (which inherits no threads)."""
-        self._heap: list[tuple[float, int, Any]] = []
-        self._count = 0
-        self._wake = threading.Condition()
-        self._thread: threading.Thread | None = None
-
-    def watch(self, db: "Database", deadline: float) -> None:
-        with self._wake:
-            self._count += 1
-            heapq.heappush(self._heap, (deadline, self._count, weakref.ref(db)))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="sqlenv-sandbox-watchdog", daemon=True)
-                self._thread.start()
-            if self._heap[0][1] == self._count:  # a new earliest deadline: wake up sooner
-                self._wake.notify()
-
-    # Deadlines due within this many seconds are handled in one wake-up: thousands of short statements a second
-    # cost a few dozen wake-ups, not one each (a late interrupt is late by at most this much).
-    GRANULARITY_S = 0.05
-
-    def _run(self) -> None:
-        while True:
-            with self._wake:
-                while not self._heap or self._heap[0][0] > time.monotonic():
-                    self._wake.wait(None if not self._heap
-                                    else self._heap[0][0] - time.monotonic() + self.GRANULARITY_S)
-                due = []
-                now = time.monotonic()
-                while self._heap and self._heap[0][0] <= now:
-                    deadline, _, ref = heapq.heappop(self._heap)
-                    due.append((deadline, ref))
-            for deadline, ref in due:  # statements that ended long ago have another deadline (or none): skipped
-                db = ref()
-                if db is not None and db.deadline == deadline:
-                    db.interrupt_if_due(deadline)
-
-    def stop_oldest(self, before: float) -> bool:
-        """Interrupt, to free its memory, the running statement with the earliest deadline earlier than `before`
-        (the one that has run longest, when time limits are alike); False when there is none."""
-        with self._wake:
-            running = [(deadline, db) for deadline, _, ref in self._heap
-                       if deadline < before and (db := ref()) is not None and db.deadline == deadline]
-        for deadline, db in sorted(running, key=lambda item: item[0]):
-            if db.interrupt_if_due(deadline, for_memory=True):
-                return True
-        return False
-
-
-WATCHDOG = Watchdog()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=WATCHDOG._reset)
-
-
-def make_room(deadline: float, settle_s: float = 0.5, poll_s: float = 0.01) -> bool:
-    """After a statement (or a connection being opened) ran out of SQLite's shared heap and gave back what it
-    held: whether to try it once more. When the heap is still mostly held by others, the running statement that has
-    run longest (its deadline before `deadline`) is stopped, and this waits for its memory to come back (at most
-    `settle_s`). No when the statement was too big by itself, when no older statement runs, or when time is up.
-
-    Callers make room once per statement: SQLite reports a program past `max_program_ops` as out of memory too,
-    and such a statement, sent while the heap is full, must not stop one statement after another."""
-    if not HEAP.mostly_held() or not WATCHDOG.stop_oldest(before=deadline):
-        return False
-    settled = min(deadline, time.monotonic() + settle_s)
-    while HEAP.mostly_held() and time.monotonic() < settled:
-        time.sleep(poll_s)
-    return time.monotonic() < deadline
-
-
 # ----------------------------------------------------------------------------------------- the connection
 
 #: Largest sort run SQLite holds before writing it (sorted) to a temporary in-memory file: the main database's
@@ -188,9 +110,13 @@ def _lenient_text(data: bytes) -> str:
 
 
 class Database:
-    """One read-only connection to a question's database plus its schema, owned by one `Sandbox`."""
+    """One read-only connection to a question's database plus its schema, owned by one `Sandbox`.
 
-    def __init__(self, path: Path, settings: SandboxSettings):
+    With `owner_lock` (the lock its owner holds while it uses the connection) the connection may be closed by
+    another sandbox's statement that needs the memory it holds while idle (`sqlenv.sandbox.heap_room`); its owner
+    then sees `closed` and opens it again."""
+
+    def __init__(self, path: Path, settings: SandboxSettings, owner_lock: Any = None):
         self.path = path
         self.settings = settings
         stat = path.stat()
@@ -235,6 +161,11 @@ class Database:
         conn.set_progress_handler(self._on_progress, max(1, settings.progress_interval))
         self.row_counts: dict[str, int] = {}
         self._prices: OrderedDict[str, tuple[float, dict[str, int]]] = OrderedDict()
+        self.last_used = time.monotonic()
+        self.closed = False
+        self.owner_lock = owner_lock
+        if owner_lock is not None:
+            OPEN_CONNECTIONS.add(self)
 
     def _authorize(self, action: int, arg1: Any, arg2: Any, db_name: Any, source: Any) -> int:
         verdict = authorizer(action, arg1, arg2, db_name, source)
@@ -249,8 +180,16 @@ class Database:
     PRICE_CACHE_SIZE = 256
 
     def check_cost(self, sql: str) -> None:
-        """Refuse `sql` (`SandboxError`) when its function calls could run longer than `max_uninterruptible_s`
-        without a time check (`sqlenv.sandbox.sql_costs`). Statements that name no costly function pass unpriced."""
+        """Refuse `sql` (`SandboxError`) when preparing it could copy more than `max_prepare_nodes` expressions
+        (`sqlenv.sandbox.prepare_cost`, from the text: SQLite checks no time while it prepares), or when its function
+        calls could run longer than `max_uninterruptible_s` without a time check (`sqlenv.sandbox.sql_costs`).
+        Only the texts that could copy past the bound are priced for their preparation (`may_copy`), and only those
+        that name a costly function for their calls."""
+        limit = self.settings.max_prepare_nodes
+        if may_copy(sql.lower(), limit):
+            nodes = cached_expansion(sql, limit) if cacheable_text(sql) else expansion(sql, limit)
+            if nodes > limit:
+                raise SandboxError(too_costly_to_prepare(nodes, limit))
         if not (self.schema_calls_costly or names_costly_function(sql, self.costly_names)):
             return
         verdict = self._prices.get(sql)
@@ -277,7 +216,8 @@ class Database:
         self.read_schema_table = False
         self.refused_function = None
         WATCHDOG.watch(self, deadline)
-        return time.monotonic()
+        self.last_used = time.monotonic()
+        return self.last_used
 
     def end_statement(self) -> None:
         with self.deadline_lock:
@@ -313,6 +253,9 @@ class Database:
         return tables
 
     def close(self) -> None:
+        """Close the connection (its prepared statements and caches go back to SQLite's heap)."""
+        self.closed = True
+        OPEN_CONNECTIONS.remove(self)
         try:
             self.conn.close()
         except Exception:
@@ -393,7 +336,7 @@ def run_statement(db: Database, sql: str, max_rows: int, settings: SandboxSettin
             # (slower, so only where needed) and run again.
             db.conn.text_factory = _lenient_text
         except _OutOfMemory:  # SQLITE_NOMEM: the heap limit, or a program past max_program_ops
-            if made_room or not make_room(deadline):
+            if made_room or not make_room(deadline, keep=db):
                 raise SandboxError(
                     f"Query too large or needs too much memory (limits: {settings.max_program_ops} SQLite "
                     f"instructions, {settings.max_heap_bytes // 2**20} MiB shared by all sessions); simplify "
@@ -411,11 +354,12 @@ def _run_once(db: Database, sql: str, max_rows: int, deadline: float, settings: 
         rows: list[tuple] = []
         n_rows = 0
         truncated = False
-        batch = max(1, settings.fetch_batch_rows)
         held_bytes, byte_cap = 0, settings.max_result_bytes
         # An upper bound of one row's size: a short last batch whose bound fits needs no measuring (the common
-        # case: counts, names, short lists).
+        # case: counts, names, short lists). A batch is built whole before any of it is measured: so many rows
+        # that even at their largest they fit in `fetch_batch_bytes`.
         row_bound = _row_bound(len(columns), settings.max_value_bytes)
+        batch = max(1, min(settings.fetch_batch_rows, settings.fetch_batch_bytes // row_bound))
         measured = None  # where unmeasured rows start (none so far)
         while True:
             chunk = cursor.fetchmany(batch)
@@ -448,6 +392,7 @@ def _run_once(db: Database, sql: str, max_rows: int, deadline: float, settings: 
                     break
             if len(chunk) < batch:
                 break  # a short batch is the last one: skip the empty fetch
+            chunk = taken = None  # dropped before the next batch is built, not after: one batch at a time
         return QueryResult(columns, rows, n_rows, truncated and not settings.count_rows_past_cap,
                            time.monotonic() - start, held_bytes, len(rows) if measured is None else measured,
                            settings.max_value_bytes)

@@ -36,10 +36,15 @@ rows than `max_result_bytes` holds) the prediction counts as wrong, as a failed 
 code would wait for it. A gold query that cannot run, or whose rows do not fit in `max_result_bytes`, scores
 every prediction wrong.
 
-An episode scores EX once, on the thread that plays the step that ends it, within what is left of that step's time
-limit (`deadline`): the official text of a prediction is another query than the one the step ran (DISTINCT
-dropped: a cheap `count(DISTINCT j)` over a join can become an expensive one), so nothing that merely reads an
-episode (its transcript, a server's `state` reply on the event loop) may run it.
+An episode scores EX once, on the thread that plays the step that ends it, within that step's time limit
+(`deadline`): the official text of a prediction is another query than the one the step ran (DISTINCT dropped: a
+cheap `count(DISTINCT j)` over a join can become an expensive one), so nothing that merely reads an episode (its
+transcript, a server's `state` reply on the event loop) may run it. A query EX must run starts only with its whole
+time limit left (`timeout_s`, less at most `max_uninterruptible_s`, what a statement may overrun it anyway), so
+that its verdict is the sandbox's, not the step's: a step whose own query ran late used to leave EX's query a
+fraction of a second (which its preparation, with no time check, overran by seconds: preparing is priced in the
+sandbox now, `sqlenv.sandbox.prepare_cost`) and count the prediction wrong when it was stopped. With less time
+left, `execution_match` raises `ExecutionNotScored`: the episode's EX is unknown, and its transcript says why.
 """
 
 from __future__ import annotations
@@ -55,8 +60,8 @@ from sqlenv.scoring.result_eq import MAX_SEARCH_CELLS, quick_rejects, results_ma
 from sqlenv.sandbox.sandbox import Sandbox, SandboxError, SandboxSettings
 from sqlenv.sandbox.sql_runner import QueryResult
 
-__all__ = ["execution_match", "official_sql", "order_matters", "replace_cur_year", "gold_result", "OfficialGold",
-           "results_match", "quick_rejects", "MAX_SEARCH_CELLS"]
+__all__ = ["execution_match", "ExecutionNotScored", "official_sql", "order_matters", "replace_cur_year",
+           "gold_result", "OfficialGold", "results_match", "quick_rejects", "MAX_SEARCH_CELLS"]
 
 _CUR_YEAR = re.compile(r"YEAR\s*\(\s*CURDATE\s*\(\s*\)\s*\)\s*", flags=re.IGNORECASE)
 
@@ -99,15 +104,24 @@ def _official_text(data: bytes) -> str:
     return data.decode(errors="ignore")
 
 
+class ExecutionNotScored(Exception):
+    """EX could not be scored within the deadline it was given: too little of the step's time was left for a query
+    it must run (module docstring). The message says how much; the episode's EX is unknown, not wrong."""
+
+
 def _run(sandbox: Sandbox, db_name: str, sql: str, max_rows: int, settings: SandboxSettings,
          deadline: float | None = None) -> QueryResult:
     """Run `sql` in the sandbox (its text checks, authorizer, time and memory limits) with TEXT decoded as the
-    official code decodes it, stopped at `deadline` (`time.monotonic()`) when that comes before its own time limit;
-    raises `SandboxError` when the sandbox refuses or stops it."""
+    official code decodes it, stopped at `deadline` (`time.monotonic()`) when that comes before its own time limit.
+    Raises `SandboxError` when the sandbox refuses or stops it, and `ExecutionNotScored`, running nothing, when
+    `deadline` leaves less than the time limit (within `max_uninterruptible_s`)."""
     if deadline is not None:
         left = deadline - time.monotonic()
-        if left <= 0:
-            raise SandboxError("No time left for this query.")
+        if left < settings.timeout_s - settings.max_uninterruptible_s:
+            raise ExecutionNotScored(
+                f"EX not scored: the step that ended the episode left {max(left, 0.0):.2f} s of the "
+                f"{settings.timeout_s:g} s time limit of the query EX must run (the official text of the last "
+                "QUERY, or the gold query).")
         if left < settings.timeout_s:
             settings = dataclasses.replace(settings, timeout_s=left)
     return sandbox.execute(db_name, sql, max_rows, settings=settings, text_factory=_official_text)
@@ -159,8 +173,9 @@ _GOLD_CACHE = GoldCache()
 def gold_result(sandbox: Sandbox, db_name: str, gold_sql: str, deadline: float | None = None) -> OfficialGold | None:
     """The gold result as the official rules compute it (`official_sql`, `replace_cur_year`, every row), once per
     database file, gold text and sandbox limits in this process; None when it cannot be had (the gold fails in
-    the sandbox, or its rows do not fit in `max_result_bytes`, or it runs past `deadline`). Failures are not
-    cached: a gold stopped by a busy moment runs again next time."""
+    the sandbox, or its rows do not fit in `max_result_bytes`). Raises `ExecutionNotScored` when it must run and
+    `deadline` leaves less than its time limit. Failures are not cached: a gold stopped by a busy moment runs again
+    next time."""
     try:
         identity = sandbox.database(db_name).identity
     except SandboxError:
@@ -204,6 +219,9 @@ def execution_match(sandbox: Sandbox, db_name: str, pred_sql: str | None, gold_s
     """Whether `pred_sql` matches `gold_sql` on database `db_name` under test-suite-sql-eval's `eval_exec_match`
     with its default settings (module docstring).
 
+    Raises `ExecutionNotScored` when `deadline` leaves a query it must run less than its time limit: nothing is
+    run, and the match is unknown.
+
     Args:
         sandbox: the sandbox both queries run in.
         db_name: the question's database.
@@ -212,7 +230,8 @@ def execution_match(sandbox: Sandbox, db_name: str, pred_sql: str | None, gold_s
         pred_result: the sandbox's result of `pred_sql` when it already ran (the episode's QUERY): reused when the
             official rules leave its text unchanged and it holds every row; otherwise the official text runs.
         deadline: a `time.monotonic()` time by which any query this runs is stopped (default None: each runs
-            within the sandbox's own time limit). A query stopped by it counts as failed: no match.
+            within the sandbox's own time limit). A query starts only with its time limit left, within
+            `max_uninterruptible_s` (else `ExecutionNotScored`); one stopped at it counts as failed: no match.
     """
     if not pred_sql:
         return False
