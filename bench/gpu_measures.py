@@ -2,7 +2,7 @@
 
 - `decode_rate`: the kept-cache decoder (`MultiTurnDecoder`) generating a fixed number of tokens for N rows.
 - `SamplingTap`: what the decoder sampled in a real rollout, with the log-probability of each drawn token under the
-  distribution it was drawn from (the `torch.multinomial` input), row by row.
+  distribution it was drawn from (as the decoder recorded it), row by row.
 - `trainer_logprobs` / `logprob_gap`: the same tokens' log-probabilities from the trainer's own forward (its model,
   its autocast, TRL's fused LM head at the run's temperature) and the gap between the two.
 - `memory_probe`: forward and backward of full-length rows through the trainer's model, per micro-batch size.
@@ -108,79 +108,64 @@ class TapError(RuntimeError):
 
 
 class SamplingTap:
-    """Records what the kept-cache decoder samples while it is entered (a measurement tap, not a code path).
+    """Records what the kept-cache decoders sample while it is entered (a measurement tap, not a code path).
 
-    `MultiTurnDecoder` draws each step's tokens with `torch.multinomial(softmax(logits / T))`; the tap wraps both that
-    call (keeping, per step, the drawn tokens and the log of the probability each was drawn with) and
-    `MultiTurnDecoder.generate` (keeping each call's rows in order, how long each row's sequence was, and what they
-    returned). A row that ends its turn leaves the batch, so at step s the live rows are those that returned more than
-    s tokens, in the call's order: that is how each step's values go back to their rows, and every token is checked
-    against the one returned. `per_row()` then gives, for each row, its drawn tokens with their positions in the row's
-    sequence and their log-probabilities.
+    It wraps `generate` of both kept-cache decoders (`MultiTurnDecoder`, `GraphDecoder`), keeping each call's rows in
+    order, how long each row's sequence was, what they returned and the log-probability the decoder recorded for each
+    drawn token (`last_logprobs`: under the distribution it drew from). `per_row()` then gives, for each row, its drawn
+    tokens with their positions in the row's sequence and their log-probabilities.
     """
 
     def __init__(self):
-        self.calls: list[tuple[dict, dict, list]] = []
-        self._steps: list | None = None
+        self.calls: list[tuple[dict, dict, dict]] = []
 
     def __enter__(self) -> "SamplingTap":
-        import torch
-
+        from training.generation.graph_decoder import GraphDecoder
         from training.generation.multi_turn import MultiTurnDecoder
 
-        self._torch, self._decoder_class = torch, MultiTurnDecoder
-        self._multinomial, self._generate = torch.multinomial, MultiTurnDecoder.generate
+        self._originals = {cls: cls.generate for cls in (MultiTurnDecoder, GraphDecoder)}
         tap = self
 
-        def multinomial(probs, num_samples, *args, **kwargs):
-            out = tap._multinomial(probs, num_samples, *args, **kwargs)
-            if tap._steps is not None and out.dim() == 2 and out.shape[1] == 1:
-                tap._steps.append((out[:, 0], probs.gather(1, out)[:, 0].float().log()))
-            return out
+        def wrap(original):
+            def generate(decoder, sequences, max_new_tokens, **kwargs):
+                results = original(decoder, sequences, max_new_tokens, **kwargs)
+                lengths = {key: len(ids) for key, ids in sequences.items()}
+                tap.calls.append((lengths, results, dict(decoder.last_logprobs)))
+                return results
 
-        def generate(decoder, sequences, max_new_tokens, **kwargs):
-            tap._steps = []
-            try:
-                results = tap._generate(decoder, sequences, max_new_tokens, **kwargs)
-            finally:
-                steps, tap._steps = tap._steps, None
-            lengths = {key: len(ids) for key, ids in sequences.items()}
-            tap.calls.append((lengths, results, [(t.tolist(), lp.tolist()) for t, lp in steps]))
-            return results
+            return generate
 
-        torch.multinomial, MultiTurnDecoder.generate = multinomial, generate
+        for cls, original in self._originals.items():
+            cls.generate = wrap(original)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._torch.multinomial, self._decoder_class.generate = self._multinomial, self._generate
+        for cls, original in self._originals.items():
+            cls.generate = original
 
     def first_keys(self) -> list[Hashable]:
         """The rows of the first `generate` call, in order (a rollout's first turn: every episode, in order)."""
         if not self.calls:
-            raise TapError("the decoder was never called: the rollout did not use the kept-cache decoder")
+            raise TapError("the decoder was never called: the rollout did not use a kept-cache decoder")
         lengths, results, _ = self.calls[0]
         return [k for k in lengths if results.get(k)]
 
     def generated(self) -> int:
-        """Tokens the decoder returned while the tap was entered."""
+        """Tokens the decoders returned while the tap was entered."""
         return sum(len(tokens) for _, results, _ in self.calls for tokens in results.values())
 
     def per_row(self) -> dict[Hashable, list[tuple[int, int, float]]]:
         """Per row: (position in the row's sequence, token, log-probability it was drawn with), in order."""
         rows: dict[Hashable, list[tuple[int, int, float]]] = defaultdict(list)
-        for lengths, results, steps in self.calls:
-            order = [k for k in lengths if results.get(k)]
-            longest = max((len(results[k]) for k in order), default=0)
-            if len(steps) != longest:
-                raise TapError(f"{len(steps)} sampling steps recorded for a turn of {longest} tokens")
-            for s, (tokens, logps) in enumerate(steps):
-                live = [k for k in order if len(results[k]) > s]
-                if len(live) != len(tokens):
-                    raise TapError(f"step {s}: {len(tokens)} tokens drawn for {len(live)} live rows")
-                for key, token, logp in zip(live, tokens, logps):
-                    if results[key][s] != token:
-                        raise TapError(f"step {s}: a drawn token is not the one the decoder returned")
-                    rows[key].append((lengths[key] + s, token, logp))
+        for lengths, results, logprobs in self.calls:
+            for key, tokens in results.items():
+                if not tokens:
+                    continue
+                drawn = logprobs.get(key)
+                if drawn is None or len(drawn) != len(tokens):
+                    raise TapError(f"{len(drawn or [])} log-probabilities recorded for a turn of {len(tokens)} "
+                                   "tokens (was it sampled?)")
+                rows[key] += [(lengths[key] + s, token, logp) for s, (token, logp) in enumerate(zip(tokens, drawn))]
         return rows
 
 

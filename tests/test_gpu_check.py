@@ -79,27 +79,35 @@ def test_bad_arguments_exit_2(args, tmp_path):
     assert "error:" in done.stderr.strip().splitlines()[-1]
 
 
-def test_sampling_tap_follows_rows_that_leave_the_batch():
+@pytest.mark.parametrize("kind", ["kept", "graph"])
+def test_sampling_tap_follows_rows_that_leave_the_batch(kind):
     """Rows end their turns at different steps (half the vocabulary ends a turn) over two turns, the second reusing
     each row's cache: every drawn token goes back to its row, and its recorded log-probability is the one a full fp32
-    forward of the row's sequence gives at the sampling temperature."""
+    forward of the row's sequence gives at the sampling temperature; for both kept-cache decoders (the graph
+    decoder as a GPU batches its rows: padding rows, a check every 4 steps)."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
+    from training.generation.graph_decoder import GraphDecoder
     from training.generation.multi_turn import MultiTurnDecoder
 
     torch.manual_seed(0)
     config = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                          num_key_value_heads=2, head_dim=8, max_position_embeddings=256)
     model = Qwen3ForCausalLM(config).eval()
-    decoder = MultiTurnDecoder(model, pad_id=0, eos_ids=set(range(32, 64)), min_shared_prefix=4)
+    originals = (MultiTurnDecoder.generate, GraphDecoder.generate)
+    if kind == "kept":
+        decoder = MultiTurnDecoder(model, pad_id=0, eos_ids=set(range(32, 64)), min_shared_prefix=4)
+    else:
+        decoder = GraphDecoder(model, pad_id=0, eos_ids=set(range(32, 64)), min_shared_prefix=4, buckets=True,
+                               sync_every=4)
     prompts = {f"row{i}": [1, 2, 3, 4, 5] + [6 + i] * (i + 1) for i in range(6)}
     temperature = 0.7
     with gpu_measures.SamplingTap() as tap:
         first = decoder.generate(prompts, 12, sample=True, temperature=temperature)
         second = decoder.generate({k: prompts[k] + first[k] + [7, 8, 9] for k in prompts}, 12, sample=True,
                                   temperature=temperature)
-    assert MultiTurnDecoder.generate is not None and torch.multinomial.__module__ == "torch"  # restored
+    assert (MultiTurnDecoder.generate, GraphDecoder.generate) == originals  # restored
     assert len({len(v) for v in first.values()}) > 1  # rows left the first turn at different steps
     rows = tap.per_row()
     assert tap.first_keys() == list(prompts) and tap.generated() == sum(map(len, first.values())) + sum(

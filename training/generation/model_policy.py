@@ -19,7 +19,7 @@ from sqlenv.agent.model_output import message_actions
 from training.generation.chat import ChatRenderer
 from training.generation.decoding import generate_new_tokens
 from training.generation.episodes import Episode, play_batched
-from training.generation.multi_turn import MultiTurnDecoder
+from training.generation.decoders import kept_cache_decoder
 from sqlenv.agent.prompts import format_tool_result, initial_messages
 
 __all__ = ["ModelPolicy", "evaluate_model", "play_model_episodes"]
@@ -61,9 +61,9 @@ class ModelPolicy:
         self._pending: list[tuple[str, SQLAction]] = []  # further tool calls of the current turn
         self._awaiting: list[str] = []  # tool names whose results the next observations carry
         self._results: list[dict[str, Any]] = []  # tool messages of the current turn
-        #: The `MultiTurnDecoder` that keeps the conversation's KV cache from turn to turn (None before the first
-        #: turn, or when the model's cache cannot be kept: then every turn re-reads the conversation).
-        self.decoder: MultiTurnDecoder | None = None
+        #: The decoder that keeps the conversation's KV cache from turn to turn (`kept_cache_decoder`; None before
+        #: the first turn, or when the model's cache cannot be kept: then every turn re-reads the conversation).
+        self.decoder: Any = None
 
     def reset(self, env: Any, observation: SQLObservation) -> None:
         self.messages = initial_messages(observation, self.prompt)
@@ -99,8 +99,8 @@ class ModelPolicy:
         was_training = getattr(self.model, "training", False)
         self.model.eval()
         eos = set(self.renderer.eos_token_ids)
-        if self.decoder is None and eos and MultiTurnDecoder.supports(self.model):
-            self.decoder = MultiTurnDecoder(self.model, pad, eos)
+        if self.decoder is None and eos:
+            self.decoder = kept_cache_decoder(self.model, pad, eos)
         try:
             if self.decoder is not None:
                 new = self.decoder.generate({0: self._ids}, self.max_turn_tokens, sample=self.temperature > 0,

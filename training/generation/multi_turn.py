@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Hashable
 
-__all__ = ["MultiTurnDecoder", "DecodeStats"]
+__all__ = ["MultiTurnDecoder", "DecodeStats", "common_prefix"]
 
 
 @dataclass
@@ -49,7 +49,7 @@ class _Row:
     layers: list[tuple[Any, Any]] = field(default_factory=list)
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
+def common_prefix(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:
@@ -75,6 +75,9 @@ class MultiTurnDecoder:
         self.eos_ids = set(eos_ids)
         self.min_shared_prefix = min_shared_prefix
         self.stats = DecodeStats()
+        #: Per key of the last `generate` call that sampled: the log-probability of each token it drew, under the
+        #: distribution it drew it from (softmax(logits / temperature)).
+        self.last_logprobs: dict[Hashable, list[float]] = {}
         self._rows: dict[Hashable, _Row] = {}
 
     @staticmethod
@@ -120,6 +123,7 @@ class MultiTurnDecoder:
         budgets = {k: (max_new_tokens[k] if isinstance(max_new_tokens, dict) else max_new_tokens) for k in keys}
         keys = [k for k in keys if budgets[k] > 0]
         results: dict[Hashable, list[int]] = {k: [] for k in sequences}
+        self.last_logprobs = {k: [] for k in keys} if sample else {}
         if not keys:
             return results
         try:
@@ -139,7 +143,7 @@ class MultiTurnDecoder:
         for key in keys:
             ids = sequences[key]
             row = self._rows.get(key)
-            keep = min(_common_prefix(row.ids, ids), len(ids) - 1) if row is not None else 0
+            keep = min(common_prefix(row.ids, ids), len(ids) - 1) if row is not None else 0
             if keep <= 0:
                 self._rows.pop(key, None)
                 fresh.append(key)
@@ -152,7 +156,7 @@ class MultiTurnDecoder:
             shared = min(len(sequences[k]) - 1 for k in fresh)
             first = sequences[fresh[0]]
             for key in fresh[1:]:
-                shared = min(shared, _common_prefix(first, sequences[key]))
+                shared = min(shared, common_prefix(first, sequences[key]))
             if shared >= self.min_shared_prefix:
                 layers = self._prefill_alone(first[:shared])
                 for key in fresh:
@@ -241,9 +245,16 @@ class MultiTurnDecoder:
             if sample:
                 probs = torch.softmax(logits.float() / temperature, dim=-1)
                 token = torch.multinomial(probs, 1).squeeze(1)
+                # one read back for the tokens and their log-probabilities (ids are exact in float64)
+                drawn = torch.stack([token.double(), probs.gather(1, token[:, None]).squeeze(1).log().double()])
+                values, logps = drawn.tolist()
+                for i, logp in zip(live, logps):
+                    self.last_logprobs[keys[i]].append(logp)
+                values = [int(v) for v in values]
             else:
                 token = logits.argmax(dim=-1)
-            for i, value in zip(live, token.tolist()):
+                values = token.tolist()
+            for i, value in zip(live, values):
                 results[keys[i]].append(value)
             self.stats.generated += len(live)
             step += 1

@@ -54,7 +54,11 @@ class BatchedRollout:
         renderer: the `ChatRenderer` to play with; default: built from the trainer on the first call (same template,
             template kwargs and end-of-turn ids as GRPOTrainer).
         keep_cache: each episode keeps its KV cache from turn to turn (default True; see `play_batched`); False
-            re-reads every conversation each turn (the older decoder, for comparison).
+            re-reads every conversation each turn (the older decoder, for comparison). The kept-cache decoder
+            (`kept_cache_decoder`: on a GPU the graph decoder) lives as long as the rollout, so the graphs it captures
+            and its slots serve every step; under the trainer's bf16 (fp16) autocast it decodes as that autocast
+            computes (bf16 linear layers and attention over the fp32 weights, the LM head in fp32 with TRL's
+            `cast_lm_head_to_fp32`), so the episodes are sampled from the distribution the loss scores.
         prompt: the prompt the dataset's rows start with (`rollout_rows(source, prompt)`;
             `sqlenv.agent.prompts.PROMPTS`, default `"full"`): the default renderer renders the tool schemas for it or
     not. """
@@ -68,6 +72,7 @@ class BatchedRollout:
         self.keep_cache = keep_cache
         self._pool: list[Any] = []
         self._lock = threading.Lock()
+        self._decoder: Any = None
 
     def environments(self, n: int) -> list[Any]:
         """The first `n` environments of the pool (one `SQLEnvTRL` per episode of a batch), created as needed."""
@@ -77,6 +82,22 @@ class BatchedRollout:
             while len(self._pool) < n:
                 self._pool.append(SQLEnvTRL(self.source))
             return self._pool[:n]
+
+    def decoder(self, model: Any, trainer: Any) -> Any:
+        """The kept-cache decoder of `model` (made on the first call, again if the trainer's model changes), decoding
+        at the trainer's precision; None when the model's cache cannot be kept."""
+        if self._decoder is None or self._decoder.model is not model:
+            import torch
+
+            from training.generation.decoders import kept_cache_decoder
+
+            tokenizer = self.renderer.tokenizer
+            pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+            args = trainer.args
+            compute = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else None
+            self._decoder = kept_cache_decoder(model, pad, set(self.renderer.eos_token_ids), compute_dtype=compute,
+                                               lm_head_fp32=bool(getattr(args, "cast_lm_head_to_fp32", False)))
+        return self._decoder
 
     def __call__(self, prompts: list, trainer: Any) -> dict[str, list]:
         """Play one episode per prompt, batched, and return the training record (see the module docstring).
@@ -110,7 +131,8 @@ class BatchedRollout:
         with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
             play_batched(model, renderer, episodes, max_turn_tokens=self.max_turn_tokens,
                          max_completion_tokens=trainer.max_completion_length, max_turns=max_turns,
-                         generation_config=trainer.generation_config, keep_cache=self.keep_cache)
+                         generation_config=trainer.generation_config, keep_cache=self.keep_cache,
+                         decoder=self.decoder(model, trainer) if self.keep_cache else None)
         breakdowns = [env.breakdown for env in envs]
         # An episode cut by max_completion_length has no outcome to learn from: with TRL's mask_truncated_completions
         # it leaves the loss. TRL spots a cut row by its last token (not an end of turn), which misses an episode cut
