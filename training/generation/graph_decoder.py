@@ -45,6 +45,8 @@ __all__ = ["GraphDecoder"]
 
 #: Query x key positions one prefill forward may attend over (rows x new tokens x window): bounds its memory.
 PREFILL_ELEMENTS = 1 << 24
+#: With buckets, slots come in multiples of this (decoding batches are powers of two up to the slots).
+SLOT_STEP = 8
 
 
 @dataclass
@@ -195,7 +197,7 @@ class GraphDecoder:
         n = len(keys)
         columns = max(budgets[k] for k in keys)
         length = max(len(sequences[k]) + budgets[k] for k in keys) + 1  # + the scratch column
-        self._ensure(max(self._bucket(n), len(set(self._rows) | set(keys))), length, columns)
+        self._ensure(len(set(self._rows) | set(keys)), length, columns)
         self._place(keys)
         keys = sorted(keys, key=lambda k: self._rows[k].slot)  # the i-th sits in slot i
         self.slots.refresh()
@@ -246,7 +248,8 @@ class GraphDecoder:
         return keep
 
     def _bucket(self, n: int) -> int:
-        return _power_of_two(n) if self.buckets else n
+        """The decoding batch for n rows: with buckets the next power of two, or every slot when that is fewer."""
+        return min(_power_of_two(n), self._cache.rows) if self.buckets else n
 
     def _ensure(self, slots: int, length: int, columns: int) -> None:
         """At least `slots` slots of `length` positions and `columns` output columns; a cache short of positions
@@ -258,7 +261,10 @@ class GraphDecoder:
             positions = length
             if cache is not None:
                 positions = cache.length if cache.length >= length else max(length, cache.length * 3 // 2)
-            grown = SlotCache(self.slots, self._bucket(rows), -(-positions // self.window_step) * self.window_step)
+            rows = -(-rows // SLOT_STEP) * SLOT_STEP if self.buckets else rows
+            positions = -(-positions // self.window_step) * self.window_step
+            self._check_memory(rows, positions)
+            grown = SlotCache(self.slots, rows, positions)
             if cache is not None:
                 grown.copy_from(cache)
             self._cache = cache = grown
@@ -268,6 +274,20 @@ class GraphDecoder:
             self._state = _State(cache.rows, max(columns, state.columns if state else 0), self.slots.device,
                                  sorted(self.eos_ids))
             self._graphs.clear()
+
+    def _check_memory(self, rows: int, positions: int) -> None:
+        """On a GPU, refuse a slot cache that cannot fit (a clear error where torch would fail mid-allocation)."""
+        if self.slots.device.type != "cuda":
+            return
+        import torch
+
+        need = SlotCache.bytes_for(self.slots, rows, positions)
+        free, _ = torch.cuda.mem_get_info(self.slots.device)
+        have = free + (self._cache.bytes() if self._cache is not None else 0)
+        if need > have:
+            raise MemoryError(f"the decoder's KV slots for {rows} rows x {positions} positions need "
+                              f"{need / 2**30:.1f} GiB, {have / 2**30:.1f} GiB free: play fewer episodes at once "
+                              "or shorter ones")
 
     def _place(self, keys: list[Hashable]) -> None:
         """Put the turn's rows in slots 0 .. n-1 (a batch of the first slots is a view: what a graph reads), moving
@@ -452,7 +472,7 @@ class GraphDecoder:
                 step()
             torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool):
+            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
                 step()
         finally:
             state.active[:batch] = saved

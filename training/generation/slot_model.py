@@ -67,6 +67,14 @@ class SlotCache:
     def bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
 
+    @staticmethod
+    def bytes_for(model: "SlotModel", rows: int, length: int) -> int:
+        """Bytes of a cache of `rows` x `length` for `model`."""
+        import torch
+
+        size = torch.tensor([], dtype=model.kv_dtype).element_size()
+        return 2 * model.n_layers * rows * model.kv_heads * length * model.head_dim * size
+
     def copy_from(self, other: "SlotCache") -> None:
         """Take `other`'s contents (a smaller cache): its slots and positions, scratch column excluded."""
         rows, length = min(self.rows, other.rows), min(self.length, other.length) - 1
@@ -222,6 +230,15 @@ class SlotModel:
         its slot's keys at positions <= it within `[0, window)`. Padding tokens and rows that must leave no trace take
         `cache.scratch` as their position. Returns the logits `[n, vocab]` of each row's token `last[i]` (default: the
         last column). Nothing here reads a value back to the host, so the call can be captured in a CUDA graph."""
+        import contextlib
+
+        # On CUDA, attention by the kernels known to capture in graphs (not cuDNN's): flash where it applies, else
+        # memory-efficient, else math.
+        kernels = _sdpa_kernels() if ids.device.type == "cuda" else contextlib.nullcontext()
+        with kernels:
+            return self._forward(cache, rows, ids, positions, window, last)
+
+    def _forward(self, cache: SlotCache, rows: slice, ids: Any, positions: Any, window: int, last: Any):
         import torch
         import torch.nn.functional as F
 
@@ -263,6 +280,12 @@ class SlotModel:
         else:
             hidden = hidden[torch.arange(n, device=hidden.device), last]
         return self._logits(self.norm(hidden))
+
+
+def _sdpa_kernels():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
 def _rotate_half(x: Any) -> Any:
