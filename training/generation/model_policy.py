@@ -124,10 +124,10 @@ class ModelPolicy:
 def play_model_episodes(model: Any, tokenizer: Any, envs: list[Any], observations: list[SQLObservation], *,
                         max_turn_tokens: int = 256, temperature: float = 0.0, enable_thinking: bool = False,
                         renderer: ChatRenderer | None = None, keep_cache: bool = True,
-                        prompt: str | None = None) -> list[Episode]:
+                        prompt: str | None = None, decoder: Any = None) -> list[Episode]:
     """Play one episode per environment (already reset, with its first observation) to the end, batched
-    (`keep_cache`: each episode keeps its KV cache across turns, see `play_batched`). `prompt`
-    (`sqlenv.agent.prompts.PROMPTS`) defaults to the renderer's, else `"full"`."""
+    (`keep_cache`: each episode keeps its KV cache across turns, see `play_batched`; `decoder` passes the kept-cache
+    decoder in). `prompt` (`sqlenv.agent.prompts.PROMPTS`) defaults to the renderer's, else `"full"`."""
     prompt = prompt or (renderer.prompt if renderer is not None else "full")
     renderer = renderer or ChatRenderer(tokenizer, chat_template_kwargs={"enable_thinking": enable_thinking},
                                         prompt=prompt)
@@ -149,7 +149,8 @@ def play_model_episodes(model: Any, tokenizer: Any, envs: list[Any], observation
     try:
         play_batched(model, renderer, episodes, max_turn_tokens=max_turn_tokens,
                      max_context_tokens=_context_limit(model, max_turn_tokens), max_turns=budget + 2,
-                     sample=temperature > 0, temperature=temperature or 1.0, keep_cache=keep_cache)
+                     sample=temperature > 0, temperature=temperature or 1.0, keep_cache=keep_cache,
+                     decoder=decoder)
     finally:
         if was_training:
             model.train()
