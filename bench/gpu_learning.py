@@ -1,4 +1,4 @@
-"""Item 5 of `bench/gpu_check.py`: the recipe run end to end, its GRPO sized to the seconds left, and its figures.
+"""The learning item of `bench/gpu_check.py`: a recipe run end to end, its GRPO sized to the seconds left, its figures.
 
 `run_learning` plays `training.train.run_training` (the dashboard's Start, the CLI) on the recipe with GRPO's
 `max_steps` from `plan_learning`: the rates the check measured before (load, decoding, a GRPO step, training
@@ -21,9 +21,10 @@ from typing import Any, Callable
 
 import gpu_measures as measures
 
-__all__ = ["plan_learning", "run_learning", "learning_figures", "copy_run_files"]
+__all__ = ["TARGETS", "targets_for", "plan_learning", "run_learning", "learning_figures", "copy_run_files"]
 
-TARGETS = {"after_grpo": 0.30, "gain_over_warm_start": 0.05}
+#: Per dataset: success after GRPO (at least), and its gain over the warm start (points, at least) on the eval questions.
+TARGETS = {"builtin": {"gain_over_warm_start": 0.10}, "spider10": {"after_grpo": 0.30, "gain_over_warm_start": 0.05}}
 #: Seconds past the planned end at which GRPO is stopped (the run must end before the command's own limit).
 GRACE_S = 30.0
 
@@ -47,7 +48,8 @@ def plan_learning(config: Any, *, budget_s: float, n_eval: int, n_train: int, de
     turns = config.step_budget
     eval_s = (math.ceil(n_eval / rows) * turns * config.max_turn_tokens * eval_step_s * 1.1
               + n_eval * turns * 0.002)
-    evals = 1 + bool(config.compare_base) + bool(config.compare_base and sft.enabled and not config.is_builtin_model)
+    evals = 1 + bool(config.compare_base) + bool(config.compare_base and sft.enabled and not config.is_builtin_model
+                                                  and config.resolved_zero_shot_episodes() > 0)
     sft_s = 0.0
     if sft.enabled:
         episodes = sft.episodes or n_train
@@ -76,11 +78,17 @@ def sized_overrides(config: Any, steps: int, n_eval: int) -> dict:
     return overrides
 
 
+def targets_for(dataset: str) -> dict:
+    """The targets of a learning run on `dataset` (a name, or a prepared folder named after it)."""
+    return TARGETS.get(Path(str(dataset)).name, TARGETS["spider10"])
+
+
 def run_learning(config: Any, budget_s: float, rates: dict, *, out: Path, update: Callable[..., None],
-                 log: Callable[[str], None]) -> dict:
-    """Run `config` with GRPO sized to `budget_s` seconds (`plan_learning` over `rates`, what items 1-3 measured:
-    `load_s`, `decode` (the fp32 `decode_rate` results), `prompt_tokens`, `grpo_step_s`, `train_tokens_per_s`;
-    conservative defaults for any missing). `update(**fields)` records progress (the plan, each phase's seconds);
+                 log: Callable[[str], None], prefix: str = "run_") -> dict:
+    """Run `config` with GRPO sized to `budget_s` seconds (`plan_learning` over `rates`, what the items before
+    measured: `load_s`, `decode` (the evals' decoder's rates, `gpu_decoders.compare`), `prompt_tokens`, `grpo_step_s`,
+    `train_tokens_per_s`; conservative defaults for any missing). Its comparison plays `comparison_episodes` eval
+    questions (at most the split's). `update(**fields)` records progress (the plan, each phase's seconds);
     `log` prints a line. Returns the run's figures (`learning_figures`) with the phases' seconds, peak GPU memory, the
     rollouts' generated tokens/s and the files copied to `out`."""
     from training.cli import progress_listener
@@ -89,7 +97,7 @@ def run_learning(config: Any, budget_s: float, rates: dict, *, out: Path, update
     from training.train import run_training
 
     plan = RunPlan.resolve(config)
-    n_eval = len(plan.dataset.load(config.eval_split))
+    n_eval = min(len(plan.dataset.load(config.eval_split)), config.comparison_episodes)
     n_train = len(plan.dataset.load(config.train_split))
     sizing = plan_learning(
         config, budget_s=budget_s, n_eval=n_eval, n_train=n_train, device=plan.device,
@@ -136,7 +144,7 @@ def run_learning(config: Any, budget_s: float, rates: dict, *, out: Path, update
     figures.update(phase_seconds=phases, peak_gib=measures.peak_gib(), stopped_at_deadline=stop.is_set(),
                    rollout_generated_tokens=meter.tokens if meter else None,
                    rollout_tokens_per_s=round(meter.tokens / meter.seconds, 1) if meter and meter.seconds else None,
-                   targets=TARGETS, files=copy_run_files(run, out))
+                   targets=targets_for(config.dataset), files=copy_run_files(run, out, prefix))
     return figures
 
 
@@ -182,18 +190,18 @@ def learning_figures(run: Any) -> dict:
     return figures
 
 
-def copy_run_files(run: Any, out: Path) -> list[str]:
-    """The run's config, status and metrics, and its comparison (gzipped: 203 episodes of four policies), into
-    `out` as `run_*` (at most 8 files come back from the device, 16 MiB each)."""
+def copy_run_files(run: Any, out: Path, prefix: str = "run_") -> list[str]:
+    """The run's config, status and metrics, and its comparison (gzipped: ~200 episodes of four policies), into
+    `out` as `<prefix>*` (files come back from the device within its limits on size and count)."""
     copied = []
     for name in ("config.json", "status.json", "metrics.jsonl"):
         source = run.file(name)
         if source.is_file():
-            shutil.copyfile(source, out / f"run_{name}")
-            copied.append(f"run_{name}")
+            shutil.copyfile(source, out / f"{prefix}{name}")
+            copied.append(f"{prefix}{name}")
     source = run.file("comparison.jsonl")
     if source.is_file():
-        with open(source, "rb") as src, gzip.open(out / "run_comparison.jsonl.gz", "wb") as dst:
+        with open(source, "rb") as src, gzip.open(out / f"{prefix}comparison.jsonl.gz", "wb") as dst:
             shutil.copyfileobj(src, dst)
-        copied.append("run_comparison.jsonl.gz")
+        copied.append(f"{prefix}comparison.jsonl.gz")
     return copied

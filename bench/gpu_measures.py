@@ -1,12 +1,12 @@
 """The measurements `bench/gpu_check.py` takes, each a function of a model or a trainer it is handed.
 
-- `decode_rate`: the kept-cache decoder (`MultiTurnDecoder`) generating a fixed number of tokens for N rows.
 - `SamplingTap`: what the decoder sampled in a real rollout, with the log-probability of each drawn token under the
   distribution it was drawn from (as the decoder recorded it), row by row.
 - `trainer_logprobs` / `logprob_gap`: the same tokens' log-probabilities from the trainer's own forward (its model,
   its autocast, TRL's fused LM head at the run's temperature) and the gap between the two.
 - `memory_probe`: forward and backward of full-length rows through the trainer's model, per micro-batch size.
-- `plan_learning`: how many GRPO steps a learning run can afford in the seconds left, from the rates measured.
+- `step_seconds`: a decoding step's seconds at N rows, from the rates item 2 measured (what `gpu_learning` plans
+  evals with).
 
 None of them imports anything at module level beyond the standard library, so the check can report a missing
 package as a finding rather than die on import.
@@ -20,11 +20,8 @@ import time
 from collections import defaultdict
 from typing import Any, Hashable
 
-__all__ = ["sync", "peak_gib", "reset_peak", "decode_rate", "SamplingTap", "TapError", "trainer_logprobs",
+__all__ = ["sync", "peak_gib", "reset_peak", "SamplingTap", "TapError", "trainer_logprobs",
            "decoder_logprobs", "logprob_gap", "memory_probe", "step_seconds", "TimedRollout", "step_timer"]
-
-#: A token id no model emits: the decoder's rows then never end their turn early, so each decodes exactly N tokens.
-NEVER = -1
 
 
 def sync() -> None:
@@ -47,49 +44,10 @@ def reset_peak() -> None:
         torch.cuda.reset_peak_memory_stats()
 
 
-# --------------------------------------------------------------------------------------------------- item 2
-def decode_rate(model: Any, prompts: list[list[int]], tokens: int, pad_id: int, *, autocast: bool = False,
-                temperature: float = 1.0) -> dict:
-    """Generate `tokens` sampled tokens for every prompt at once with the kept-cache decoder, end-of-turn disabled.
-
-    Args:
-        model: the model, in the dtype to measure.
-        prompts: one prompt per row (rows that share a prefix read it once, as in a rollout).
-        tokens: tokens generated per row.
-        pad_id: the tokenizer's pad id.
-        autocast: run under bf16 autocast (fp32 weights, bf16 matmuls: what a trainer's mixed precision does).
-        temperature: the sampling temperature.
-
-    Returns:
-        rows, generated tokens, seconds (prefill included), tokens/s, seconds per decoding step, tokens fed to the
-        model, peak GPU memory.
-    """
-    import contextlib
-
-    import torch
-
-    from training.generation.multi_turn import MultiTurnDecoder
-
-    device = next(model.parameters()).device
-    decoder = MultiTurnDecoder(model, pad_id, {NEVER})
-    context = torch.autocast(device.type, dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
-    reset_peak()
-    sync()
-    start = time.perf_counter()
-    with context:
-        out = decoder.generate({i: p for i, p in enumerate(prompts)}, tokens, sample=True, temperature=temperature)
-    sync()
-    seconds = time.perf_counter() - start
-    generated = sum(len(v) for v in out.values())
-    return {"rows": len(prompts), "generated": generated, "seconds": round(seconds, 3),
-            "tokens_per_s": round(generated / max(seconds, 1e-9), 1),
-            "seconds_per_step": round(seconds / max(tokens, 1), 5), "fed": decoder.stats.fed,
-            "peak_gib": peak_gib()}
-
-
+# ------------------------------------------------------------------------------------------- decoding rates
 def step_seconds(rates: list[dict], rows: int) -> float | None:
-    """Seconds per decoding step at `rows` rows, interpolated (linearly in rows) from `decode_rate` results of one
-    dtype; beyond the measured rows, the last segment's slope."""
+    """Seconds per decoding step at `rows` rows, interpolated (linearly in rows) from one decoder's measurements at
+    one precision (`gpu_decoders.compare`'s rates); beyond the measured rows, the last segment's slope."""
     points = sorted({r["rows"]: r["seconds_per_step"] for r in rates if r.get("seconds_per_step")}.items())
     if not points:
         return None
@@ -102,7 +60,7 @@ def step_seconds(rates: list[dict], rows: int) -> float | None:
     return s1 + max(0.0, (s1 - s0) / (r1 - r0)) * (rows - r1)
 
 
-# --------------------------------------------------------------------------------------------------- item 4
+# ------------------------------------------------------------------------------------------- log-prob gap
 class TapError(RuntimeError):
     """What the tap recorded does not line up with what the decoder returned."""
 
@@ -232,10 +190,10 @@ def logprob_gap(decoder: list[list[float]], trainer: list[list[float]]) -> dict:
             "ratio_min": round(min(ratios), 4), "ratio_max": round(max(ratios), 4)}
 
 
-# --------------------------------------------------------------------------------------------------- item 3
+# ---------------------------------------------------------------------------------------------- GRPO step
 class TimedRollout:
     """Wraps a trainer's `rollout_func`: times each call and its peak GPU memory; the first call's record, what the
-    decoder sampled in it (`SamplingTap`) and the weights it sampled with are kept for item 4."""
+    decoder sampled in it (`SamplingTap`) and the weights it sampled with are kept for the log-prob gap."""
 
     def __init__(self, trainer: Any):
         self.inner, self.trainer = trainer.rollout_func, trainer

@@ -24,54 +24,67 @@ import gpu_measures  # noqa: E402
 @pytest.mark.slow
 def test_dry_run_reports_every_item(tmp_path):
     out = tmp_path / "out"
-    env = {k: v for k, v in os.environ.items() if k not in ("OUT", "SQLENV_RUNS_DIR", "SQLENV_DATA_DIR")}
-    done = subprocess.run([sys.executable, "bench/gpu_check.py", "--dry-run", "--out", str(out)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
+    state = tmp_path / "state.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("OUT", "SQLENV_RUNS_DIR", "SQLENV_DATA_DIR",
+                                                            "SQLENV_DECODER")}
+    done = subprocess.run([sys.executable, "bench/gpu_check.py", "--dry-run", "--out", str(out), "--state",
+                           str(state)], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["dry_run"] is True
-    assert summary["status"] == {item: "ok" for item in ("imports", "decoder", "grpo_step", "logprob_gap",
-                                                          "learning")}, done.stdout[-3000:]
+    assert summary["status"] == {item: "ok" for item in ("imports", "decoders", "exactness", "grpo_step",
+                                                          "logprob_gap", "bf16_step", "learning")}, done.stdout[-3000:]
     report = json.loads((out / "gpu_check.json").read_text())
     assert report["summary"] == summary
     items = report["items"]
 
     assert items["imports"]["import_errors"] == {} and items["imports"]["versions"]["trl"]
-    assert items["imports"]["transformers_takes_cache_kwarg"] is True
 
-    rates = items["decoder"]["rates"]
-    assert {(r["variant"], r["rows"]) for r in rates} == {(v, n) for v in ("fp32", "bf16", "fp32+bf16 autocast")
-                                                          for n in (2, 4, 8)}
+    # Item 2: every decoder at every precision and rows, timed, today's decoder's greedy tokens reproduced in fp32.
+    rates = items["decoders"]["rates"]
+    measured = {(r["decoder"], r["precision"], r["rows"]) for r in rates}
+    assert measured == {(d, p, n) for d in ("kept", "graph", "cb") for p in ("fp32", "bf16") for n in (2, 4)} | {
+        ("graph", "fp32+bf16", n) for n in (2, 4)}
     for rate in rates:
-        assert rate["generated"] == rate["rows"] * items["decoder"]["tokens_per_row"]
+        assert "error" not in rate and "skipped" not in rate, rate
+        assert rate["generated"] == rate["rows"] * 2 * items["decoders"]["tokens_per_turn"]
         assert rate["tokens_per_s"] > 0 and rate["seconds"] > 0
+        if rate["precision"] == "fp32":
+            assert rate["greedy_identical"], rate
+    assert set(items["decoders"]["best"]) == {"fp32@2", "fp32@4", "bf16@2", "bf16@4"}
+    assert json.loads(state.read_text())["decode"]  # kept for the next call's plan
+
+    exact = items["exactness"]
+    assert exact["identical"] and exact["decoders"] == {"kept": "MultiTurnDecoder", "graph": "GraphDecoder"}
 
     step = items["grpo_step"]
-    assert step["episodes"] == 4 and step["rollout_generated_tokens"] > 0
-    assert step["step_s"] >= step["rollout_s"] > 0 and step["loss_s"] >= 0
+    assert step["episodes"] == 4 and step["rollout_generated_tokens"] > 0 and step["decoder"] == "MultiTurnDecoder"
+    assert step["step_s"] >= step["rollout_s"] > 0 and step["loss_s"] >= 0 and 0 < step["rollout_share"] <= 1
     assert [p["rows"] for p in step["memory_probe"]] == [2, 4] and not any(p["oom"] for p in step["memory_probe"])
 
     gap = items["logprob_gap"]
     assert gap["tokens"] == step["rollout_generated_tokens"] and gap["precision"] == "fp32"
     # In fp32 the trainer's forward and the decoder's sampling distribution are the same numbers up to rounding.
     assert 0 <= gap["mean_abs"] < 1e-4 and gap["max_abs"] < 1e-3
+    assert items["bf16_step"]["skipped"]  # bf16 autocast needs CUDA
 
-    learning = items["learning"]
-    assert learning["run_status"] == "completed" and learning["grpo_steps_run"] == learning["grpo_steps"] >= 1
+    run = items["learning"]["runs"]["toy"]
+    assert run["run_status"] == "completed" and run["grpo_steps_run"] == run["grpo_steps"] >= 1
     for policy in ("random", "base", "trained"):
-        assert learning["scores"][policy]["n"] == 10
-    assert 0 <= learning["after_grpo"] <= 1 and 0 <= learning["warm_start"] <= 1
-    assert set(learning["phase_seconds"]) >= {"loading model", "sft", "base eval", "grpo", "comparison"}
-    assert learning["plan"]["grpo_steps"] == learning["grpo_steps"]
-    for name in learning["files"]:
-        assert (out / name).is_file()
-    assert (out / "gpu_check.log").read_text().count("item ") >= 5
-    assert set(summary["checks"]) == {"decoder_tokens_per_s_at_64>=5000", "logprob_gap_mean_abs<=1e-2",
-                                      "after_grpo>=0.30", "after_grpo>=warm_start+0.05"}
+        assert run["scores"][policy]["n"] == 10
+    assert 0 <= run["after_grpo"] <= 1 and 0 <= run["warm_start"] <= 1
+    assert set(run["phase_seconds"]) >= {"loading model", "sft", "base eval", "grpo", "comparison"}
+    assert run["plan"]["grpo_steps"] == run["grpo_steps"]
+    for name in run["files"]:
+        assert (out / name).is_file() and name.startswith("toy_")
+    assert (out / "gpu_check.log").read_text().count("item ") >= 7
+    assert {"tokens_per_s_at_64>=10000", "logprob_gap_mean_abs<=1e-2", "rollout_share<=0.60",
+            "toy: after_grpo>=0.3", "toy: after_grpo>=warm_start+0.05"} <= set(summary["checks"])
 
 
-@pytest.mark.parametrize("args", [["--items", "7"], ["--items", "x"], ["--deadline-minutes", "0"],
-                                  ["--config", "no/such.json"]])
+@pytest.mark.parametrize("args", [["--items", "8"], ["--items", "x"], ["--deadline-minutes", "0"],
+                                  ["--config", "no/such.json"], ["--learn", "no/such.json"],
+                                  ["--shape", "no/such.json"]])
 def test_bad_arguments_exit_2(args, tmp_path):
     done = subprocess.run([sys.executable, "bench/gpu_check.py", "--dry-run", "--out", str(tmp_path), *args],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
