@@ -179,6 +179,16 @@ def test_the_step_a_gpu_captures_reads_nothing_back_and_idle_rows_leave_no_trace
     assert all(torch.equal(a, b) for a, b in zip(after, before)) and torch.equal(state.out[:, :-1], before_out)
 
 
+def test_a_capture_that_fails_leaves_the_decoder_decoding_eagerly(random_model):
+    """Capturing a graph can fail (here: no CUDA device); the decoder then says why and decodes every step eagerly,
+    the rows' state as the failed capture found it."""
+    old, new = _decoders(random_model, **GPU_LIKE)
+    new.use_graphs = True  # as on a GPU: the first decoding step tries to capture
+    sequences = _prompts(5)
+    assert new.generate(sequences, 12) == old.generate(sequences, 12)
+    assert new.graph_error and not new.use_graphs and new.graphs_captured == 0
+
+
 def test_bf16_mode_computes_as_the_trainers_autocast(random_model):
     """`compute_dtype=bf16` over fp32 weights gives the logits of the model's own forward under bf16 autocast (a
     bf16 rounding apart at most), and with `lm_head_fp32` those of TRL's fp32 LM head."""
