@@ -501,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decode-tokens", type=int, default=32, help="tokens per turn in item 2 (default 32)")
     parser.add_argument("--decoder-seconds", type=float, default=150.0, help="seconds item 2 may spend "
                         "(default 150)")
-    parser.add_argument("--exact-episodes", type=int, default=16, help="episodes of item 3 (default 16)")
+    parser.add_argument("--exact-episodes", type=int, default=8, help="episodes of item 3 (default 8)")
     parser.add_argument("--items", type=parse_items, default=list(range(1, len(ITEMS) + 1)),
                         help=f"which items to run, e.g. 1,2 (default all 1-{len(ITEMS)}; 5 runs with 4)")
     parser.add_argument("--rows", type=parse_counts, default=None, help="item 2's decoder rows (default 16,64,256)")
