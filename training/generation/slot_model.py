@@ -249,6 +249,8 @@ class SlotModel:
         allowed = cache.index[:window].view(1, 1, 1, window) <= positions.view(n, 1, T, 1)  # [n, 1, T, window]
         if T > 1 and groups > 1:  # queries are folded as [kv head, group x T]: each group repeats the T rows' masks
             allowed = allowed[:, :, None].expand(n, 1, groups, T, window).reshape(n, 1, groups * T, window)
+        # The additive mask attention makes of a boolean one, made once for every layer (the same numbers: 0 or -inf).
+        mask = torch.zeros(allowed.shape, dtype=self.kv_dtype, device=ids.device).masked_fill_(~allowed, float("-inf"))
         where = positions.view(n, 1, T, 1).expand(n, self.kv_heads, T, D)
         for i, layer in enumerate(self.layers):
             attention = layer.self_attn
@@ -258,9 +260,10 @@ class SlotModel:
             v = self._linear(attention.v_proj, x).view(n, T, -1, D)
             if self.qk_norm:
                 q, k = attention.q_norm(q), attention.k_norm(k)
-            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
+            # Rotary positions on queries and keys at once (elementwise: the same numbers as one by one).
+            qk = torch.cat((q, k), dim=2).transpose(1, 2)
+            qk = qk * cos + _rotate_half(qk) * sin
+            q, k, v = qk[:, : self.heads], qk[:, self.heads:], v.transpose(1, 2)
             keys, values = cache.keys[i][rows], cache.values[i][rows]
             keys.scatter_(2, where, k.to(self.kv_dtype))
             values.scatter_(2, where, v.to(self.kv_dtype))
@@ -268,7 +271,7 @@ class SlotModel:
             # as `groups` x T queries of that head.
             folded = q.reshape(n, self.kv_heads, groups * T, D).to(self.kv_dtype)
             out = F.scaled_dot_product_attention(folded, keys[:, :, :window], values[:, :, :window],
-                                                 attn_mask=allowed, scale=self.scaling)
+                                                 attn_mask=mask, scale=self.scaling)
             out = out.reshape(n, self.heads, T, D).transpose(1, 2).reshape(n, T, self.heads * D)
             hidden = hidden + self._linear(attention.o_proj, out)
             x = layer.post_attention_layernorm(hidden)
