@@ -90,7 +90,7 @@ def run_learning(config: Any, budget_s: float, rates: dict, *, out: Path, update
     `train_tokens_per_s`; conservative defaults for any missing). Its comparison plays `comparison_episodes` eval
     questions (at most the split's). `update(**fields)` records progress (the plan, each phase's seconds);
     `log` prints a line. Returns the run's figures (`learning_figures`) with the phases' seconds, peak GPU memory, the
-    rollouts' generated tokens/s and the files copied to `out`."""
+    rollouts' generated tokens/s, their seconds and share of the GRPO phase, and the files copied to `out`."""
     from training.cli import progress_listener
     from training.plan import RunPlan
     from training.run_dir import RunDir
@@ -135,17 +135,48 @@ def run_learning(config: Any, budget_s: float, rates: dict, *, out: Path, update
     timer.start()
     measures.reset_peak()
     try:
-        path = run_training(config, stop_event=stop, listener=listener)
+        with RolloutClock() as rollouts:
+            path = run_training(config, stop_event=stop, listener=listener)
     finally:
         timer.cancel()
     enter(None)
     run = RunDir(path)
     figures = learning_figures(run)
+    grpo_s = phases.get("grpo")
     figures.update(phase_seconds=phases, peak_gib=measures.peak_gib(), stopped_at_deadline=stop.is_set(),
+                   rollout_s=round(rollouts.seconds, 1),
+                   rollout_share=round(rollouts.seconds / grpo_s, 3) if grpo_s and rollouts.calls else None,
                    rollout_generated_tokens=meter.tokens if meter else None,
                    rollout_tokens_per_s=round(meter.tokens / meter.seconds, 1) if meter and meter.seconds else None,
                    targets=targets_for(config.dataset), files=copy_run_files(run, out, prefix))
     return figures
+
+
+class RolloutClock:
+    """While entered: the seconds every batched rollout took (`BatchedRollout` calls: decoding, tools, rendering),
+    so a run's rollout share of its GRPO phase is measured on the model as it learns (a zero-shot step's share says
+    little: its rows all fail, carry no gradient, and the lean loss skips them)."""
+
+    def __enter__(self) -> "RolloutClock":
+        from training.grpo.rollout import BatchedRollout
+
+        self.seconds, self.calls = 0.0, 0
+        self._class, self._call = BatchedRollout, BatchedRollout.__call__
+        clock = self
+
+        def timed(rollout, prompts, trainer):
+            start = time.perf_counter()
+            try:
+                return clock._call(rollout, prompts, trainer)
+            finally:
+                clock.seconds += time.perf_counter() - start
+                clock.calls += 1
+
+        BatchedRollout.__call__ = timed
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._class.__call__ = self._call
 
 
 def generation_meter():

@@ -82,7 +82,10 @@ class Report:
         def fastest(key: str) -> float | None:
             return (best.get(key) or {}).get("tokens_per_s")
 
-        share = step.get("rollout_share")
+        runs = items.get("learning", {}).get("runs") or {}
+        # The rollout's share as the model learns (the first learning run's GRPO phase), else item 4's step.
+        share = next((r["rollout_share"] for r in runs.values() if r.get("rollout_share") is not None),
+                     step.get("rollout_share"))
         checks = {
             "tokens_per_s_at_64>=10000": at_least(fastest("fp32@64"), TARGETS["tokens_per_s_at_64"]),
             "tokens_per_s_at_256>=25000": at_least(fastest("fp32@256"), TARGETS["tokens_per_s_at_256"]),
@@ -95,9 +98,10 @@ class Report:
             "rollout_share<=0.60": None if share is None else share <= TARGETS["rollout_share_of_step"],
         }
         learning = {}
-        for name, run in (items.get("learning", {}).get("runs") or {}).items():
+        for name, run in runs.items():
             after, warm, targets = run.get("after_grpo"), run.get("warm_start"), run.get("targets") or {}
-            learning[name] = {k: run.get(k) for k in ("warm_start", "after_grpo", "grpo_steps", "eval_questions")}
+            learning[name] = {k: run.get(k) for k in ("warm_start", "after_grpo", "grpo_steps", "eval_questions",
+                                                      "rollout_share", "skipped", "error")}
             if "after_grpo" in targets:
                 checks[f"{name}: after_grpo>={targets['after_grpo']}"] = at_least(after, targets["after_grpo"])
             if "gain_over_warm_start" in targets:
@@ -106,6 +110,6 @@ class Report:
         return {"bench": "gpu_check", "dry_run": self.data.get("dry_run"), "device": self.data.get("device"),
                 "elapsed_s": round(self.elapsed(), 1), "status": {k: items.get(k, {}).get("status") for k in ITEMS},
                 "fastest_exact": best, "rollout_s": step.get("rollout_s"), "step_s": step.get("step_s"),
-                "rollout_share": share, "logprob_gap_mean_abs": gap.get("mean_abs"),
+                "rollout_share": share, "step_rollout_share": step.get("rollout_share"), "logprob_gap_mean_abs": gap.get("mean_abs"),
                 "bf16_logprob_gap_mean_abs": bf16.get("logprob_gap", {}).get("mean_abs"),
                 "bf16_step_s": bf16.get("step_s"), "learning": learning, "checks": checks}

@@ -75,6 +75,7 @@ def test_dry_run_reports_every_item(tmp_path):
     assert 0 <= run["after_grpo"] <= 1 and 0 <= run["warm_start"] <= 1
     assert set(run["phase_seconds"]) >= {"loading model", "sft", "base eval", "grpo", "comparison"}
     assert run["plan"]["grpo_steps"] == run["grpo_steps"]
+    assert 0 < run["rollout_s"] and 0 < run["rollout_share"] <= 1 and summary["rollout_share"] == run["rollout_share"]
     for name in run["files"]:
         assert (out / name).is_file() and name.startswith("toy_")
     assert (out / "gpu_check.log").read_text().count("item ") >= 7
