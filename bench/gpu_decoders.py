@@ -165,7 +165,7 @@ def compare(model: Any, prompts: list[list[int]], rows: tuple[int, ...], tokens:
                          tokens_per_s=round(generated / max(seconds, 1e-9), 1),
                          seconds_per_step=round(seconds / (2 * tokens), 5))
             if kind == "graph":
-                entry.update(graphs_captured=decoder.graphs_captured, graph_error=decoder.graph_error,
+                entry.update(graphs_captured=decoder.graphs.captured, graph_error=decoder.graphs.error,
                              slot_gib=round(decoder.memory_bytes() / 2**30, 2))
             base = precision.split("+")[0]
             if kind == "kept":

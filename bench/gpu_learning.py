@@ -110,18 +110,18 @@ def run_learning(config: Any, budget_s: float, rates: dict, *, out: Path, update
     log(f"learning run planned: {json.dumps(sizing)}")
 
     meter = generation_meter()
-    phases: dict[str, float] = {}
+    phases: dict[str, float] = {}  # seconds per phase (unrounded: a rollout's share is a ratio of two)
     clock: dict[str, Any] = {"phase": None, "since": time.perf_counter()}
     printer = progress_listener(config.max_steps)
 
     def enter(phase: str | None) -> None:
         now = time.perf_counter()
         if clock["phase"] not in (None, "queued", "done"):
-            phases[clock["phase"]] = round(phases.get(clock["phase"], 0.0) + now - clock["since"], 1)
+            phases[clock["phase"]] = phases.get(clock["phase"], 0.0) + now - clock["since"]
         clock.update(phase=phase, since=now)
         if meter is not None:
             (meter.active.set if phase == "grpo" else meter.active.clear)()
-        update(phase=phase, phase_seconds=dict(phases))
+        update(phase=phase, phase_seconds={k: round(v, 1) for k, v in phases.items()})
 
     def listener(event: str, payload: dict) -> None:
         printer(event, payload)
@@ -143,7 +143,7 @@ def run_learning(config: Any, budget_s: float, rates: dict, *, out: Path, update
     run = RunDir(path)
     figures = learning_figures(run)
     grpo_s = phases.get("grpo")
-    figures.update(phase_seconds=phases, peak_gib=measures.peak_gib(), stopped_at_deadline=stop.is_set(),
+    figures.update(phase_seconds={k: round(v, 1) for k, v in phases.items()}, peak_gib=measures.peak_gib(), stopped_at_deadline=stop.is_set(),
                    rollout_s=round(rollouts.seconds, 1),
                    rollout_share=round(rollouts.seconds / grpo_s, 3) if grpo_s and rollouts.calls else None,
                    rollout_generated_tokens=meter.tokens if meter else None,

@@ -183,10 +183,10 @@ def test_a_capture_that_fails_leaves_the_decoder_decoding_eagerly(random_model):
     """Capturing a graph can fail (here: no CUDA device); the decoder then says why and decodes every step eagerly,
     the rows' state as the failed capture found it."""
     old, new = _decoders(random_model, **GPU_LIKE)
-    new.use_graphs = True  # as on a GPU: the first decoding step tries to capture
+    new.graphs.enabled = True  # as on a GPU: the first decoding step tries to capture
     sequences = _prompts(5)
     assert new.generate(sequences, 12) == old.generate(sequences, 12)
-    assert new.graph_error and not new.use_graphs and new.graphs_captured == 0
+    assert new.graphs.error and not new.graphs.enabled and new.graphs.captured == 0
 
 
 def test_bf16_mode_computes_as_the_trainers_autocast(random_model):

@@ -22,7 +22,8 @@ onto the device:
 The prefill of each turn (the rows' new tokens: a tool result, the first prompt) runs the same arithmetic eagerly.
 On a CPU there are no graphs: the same code runs eagerly, every step is checked (`sync_every` 1) and batches are the
 rows still decoding (no padding rows); the tests run it so, with `buckets=True, sync_every=4` to play the GPU's
-padding rows and late checks. If capturing a graph fails, the decoder says why in `graph_error` and goes on eagerly.
+padding rows and late checks. If capturing a graph fails (`step_graphs.StepGraphs`), the decoder says why in
+`graphs.error` and goes on eagerly.
 
     decoder = GraphDecoder(model, pad_id=tokenizer.pad_token_id, eos_ids={tokenizer.eos_token_id})
     first = decoder.generate({"a": ids_a, "b": ids_b}, max_new_tokens=96, sample=True, temperature=0.8)
@@ -34,12 +35,14 @@ decodes as a trainer's bf16 autocast computes (see `training.generation.slot_mod
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 
 from training.generation.multi_turn import DecodeStats, common_prefix
 from training.generation.slot_model import SlotCache, SlotModel
+from training.generation.step_graphs import StepGraphs
 
 __all__ = ["GraphDecoder"]
 
@@ -115,22 +118,19 @@ class GraphDecoder:
         cuda = self.slots.device.type == "cuda"
         if graphs and not cuda:
             raise ValueError("CUDA graphs need the model on a CUDA device")
-        self.use_graphs = cuda if graphs is None else bool(graphs)
-        self.buckets = self.use_graphs if buckets is None else bool(buckets)
-        self.sync_every = max(1, sync_every or (8 if self.use_graphs else 1))
-        self.window_step = max(1, window_step or (256 if self.use_graphs else 1))
+        graphs = cuda if graphs is None else bool(graphs)
+        #: The decoding steps' graphs (`graphs.error`: why capture was given up, if it was).
+        self.graphs = StepGraphs(graphs)
+        self.buckets = graphs if buckets is None else bool(buckets)
+        self.sync_every = max(1, sync_every or (8 if graphs else 1))
+        self.window_step = max(1, window_step or (256 if graphs else 1))
         self.stats = DecodeStats()
         #: Per key of the last `generate` call that sampled: the log-probability of each token it drew, under the
         #: distribution it drew it from (softmax(logits / temperature)).
         self.last_logprobs: dict[Hashable, list[float]] = {}
-        #: Why graph capture was given up (then every step runs eagerly), or None.
-        self.graph_error: str | None = None
-        self.graphs_captured = 0
         self._rows: dict[Hashable, _Row] = {}
         self._cache: SlotCache | None = None
         self._state: _State | None = None
-        self._graphs: dict[tuple, Any] = {}
-        self._pool = None
         self._weights_key: tuple | None = None
 
     @staticmethod
@@ -153,8 +153,8 @@ class GraphDecoder:
     def release(self) -> None:
         """Free the device memory held (slots, state, graphs); the next call allocates anew."""
         self._rows.clear()
-        self._graphs.clear()
-        self._cache = self._state = self._pool = None
+        self.graphs.release()
+        self._cache = self._state = None
 
     def memory_bytes(self) -> int:
         """Bytes of the slot cache (the decoder's main allocation)."""
@@ -201,8 +201,8 @@ class GraphDecoder:
         self._place(keys)
         keys = sorted(keys, key=lambda k: self._rows[k].slot)  # the i-th sits in slot i
         self.slots.refresh()
-        if self.use_graphs and self.slots.weights_key() != self._weights_key:
-            self._graphs.clear()  # the weights moved: graphs read their old addresses
+        if self.graphs.enabled and self.slots.weights_key() != self._weights_key:
+            self.graphs.clear()  # the weights moved: graphs read their old addresses
             self._weights_key = self.slots.weights_key()
 
         state = self._state
@@ -268,12 +268,12 @@ class GraphDecoder:
             if cache is not None:
                 grown.copy_from(cache)
             self._cache = cache = grown
-            self._graphs.clear()
+            self.graphs.clear()
         state = self._state
         if state is None or state.slots < cache.rows or state.columns < columns:
             self._state = _State(cache.rows, max(columns, state.columns if state else 0), self.slots.device,
                                  sorted(self.eos_ids))
-            self._graphs.clear()
+            self.graphs.clear()
 
     def _check_memory(self, rows: int, positions: int) -> None:
         """On a GPU, refuse a slot cache that cannot fit (a clear error where torch would fail mid-allocation)."""
@@ -438,45 +438,20 @@ class GraphDecoder:
 
     def _step(self, batch: int, window: int, sample: bool) -> Callable[[], None]:
         """The decoding step over slots 0 .. batch-1: a replayed CUDA graph, or the eager function."""
-        eager = functools.partial(self._decode_step, batch, window, sample)
-        if not self.use_graphs:
-            return eager
-        key = (batch, window, sample)
-        graph = self._graphs.get(key)
-        if graph is None:
-            try:
-                graph = self._capture(eager, batch)
-            except Exception as exc:  # noqa: BLE001 - decode eagerly rather than not at all
-                self.use_graphs = False
-                self.graph_error = f"{type(exc).__name__}: {exc}"[:500]
-                self._graphs.clear()
-                return eager
-            self._graphs[key] = graph
-            self.graphs_captured += 1
-        return graph.replay
+        return self.graphs.runner((batch, window, sample), functools.partial(self._decode_step, batch, window, sample),
+                                  functools.partial(self._idle, batch))
 
-    def _capture(self, step: Callable[[], None], batch: int):
-        """Capture `step` as a CUDA graph. The warm-up run it needs first runs with every row of the batch inactive:
-        then the step writes only to scratch (no row's cache, position, tokens or count changes)."""
-        import torch
-
+    @contextlib.contextmanager
+    def _idle(self, batch: int):
+        """Every row of the batch inactive: a decoding step then writes only to scratch (no row's cache, position,
+        tokens or count changes), as a graph's warm-up run must."""
         state = self._state
         saved = state.active[:batch].clone()
         state.active[:batch] = False
         try:
-            if self._pool is None:
-                self._pool = torch.cuda.graph_pool_handle()
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                step()
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-                step()
+            yield
         finally:
             state.active[:batch] = saved
-        return graph
 
     def _decode_step(self, batch: int, window: int, sample: bool) -> None:
         """Feed each decoding row of slots 0 .. batch-1 its next token and choose the one after it; rows that have
