@@ -281,9 +281,13 @@ class GraphDecoder:
             return
         import torch
 
+        device = self.slots.device
         need = SlotCache.bytes_for(self.slots, rows, positions)
-        free, _ = torch.cuda.mem_get_info(self.slots.device)
-        have = free + (self._cache.bytes() if self._cache is not None else 0)
+        free, _ = torch.cuda.mem_get_info(device)
+        # what the device has free, what torch's allocator holds unused (a trainer's loss phase leaves much), and the
+        # cache this one replaces
+        have = (free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+                + (self._cache.bytes() if self._cache is not None else 0))
         if need > have:
             raise MemoryError(f"the decoder's KV slots for {rows} rows x {positions} positions need "
                               f"{need / 2**30:.1f} GiB, {have / 2**30:.1f} GiB free: play fewer episodes at once "
