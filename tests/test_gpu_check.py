@@ -83,6 +83,22 @@ def test_dry_run_reports_every_item(tmp_path):
             "toy: after_grpo>=0.3", "toy: after_grpo>=warm_start+0.05"} <= set(summary["checks"])
 
 
+def test_a_grpo_step_through_the_graph_decoder(tmp_path):
+    """Item 4 as a GPU plays it: the batched rollout decodes with the graph decoder (forced here; on a CPU its step
+    runs eagerly), TRL's fp32 LM head on; the sampler's recorded log-probs are the trainer's."""
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k not in ("OUT", "SQLENV_RUNS_DIR", "SQLENV_DATA_DIR")}
+    env["SQLENV_DECODER"] = "graph"
+    done = subprocess.run([sys.executable, "bench/gpu_check.py", "--dry-run", "--items", "4", "--out", str(out),
+                           "--set", "grpo.cast_lm_head_to_fp32=true"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    items = json.loads((out / "gpu_check.json").read_text())["items"]
+    assert items["grpo_step"]["decoder"] == "GraphDecoder" and items["grpo_step"]["graph_error"] is None
+    assert items["logprob_gap"]["tokens"] == items["grpo_step"]["rollout_generated_tokens"] > 0
+    assert items["logprob_gap"]["mean_abs"] < 1e-4
+
+
 @pytest.mark.parametrize("args", [["--items", "8"], ["--items", "x"], ["--deadline-minutes", "0"],
                                   ["--config", "no/such.json"], ["--learn", "no/such.json"],
                                   ["--shape", "no/such.json"]])
