@@ -5,15 +5,14 @@
 tokens/s), each an upper bound, against the seconds left. A timer stops GRPO past the deadline (the comparison then
 plays 5 episodes, and the figures say `stopped_at_deadline`). It reads back the comparison (zero-shot, warm start,
 after GRPO, random; success, EX, 95% intervals, the paired count of questions fixed and broken) and GRPO's reward,
-and copies the run's config, status, metrics and comparison next to the check's JSON.
+and archives the run's config, status, metrics and comparison next to the check's JSON.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
-import shutil
+import tarfile
 import threading
 import time
 from pathlib import Path
@@ -222,17 +221,11 @@ def learning_figures(run: Any) -> dict:
 
 
 def copy_run_files(run: Any, out: Path, prefix: str = "run_") -> list[str]:
-    """The run's config, status and metrics, and its comparison (gzipped: ~200 episodes of four policies), into
-    `out` as `<prefix>*` (files come back from the device within its limits on size and count)."""
-    copied = []
-    for name in ("config.json", "status.json", "metrics.jsonl"):
-        source = run.file(name)
-        if source.is_file():
-            shutil.copyfile(source, out / f"{prefix}{name}")
-            copied.append(f"{prefix}{name}")
-    source = run.file("comparison.jsonl")
-    if source.is_file():
-        with open(source, "rb") as src, gzip.open(out / f"{prefix}comparison.jsonl.gz", "wb") as dst:
-            shutil.copyfileobj(src, dst)
-        copied.append(f"{prefix}comparison.jsonl.gz")
-    return copied
+    """The run's config, status, metrics and comparison in one archive, `<out>/<prefix>files.tar.gz` (at most 8 files
+    come back from the device: one per run, beside the check's JSON, log and console). Returns the names archived."""
+    names = [name for name in ("config.json", "status.json", "metrics.jsonl", "comparison.jsonl")
+             if run.file(name).is_file()]
+    with tarfile.open(out / f"{prefix}files.tar.gz", "w:gz") as archive:
+        for name in names:
+            archive.add(run.file(name), arcname=f"{prefix}{name}")
+    return [f"{prefix}files.tar.gz", *(f"{prefix}{name}" for name in names)]

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -76,8 +77,10 @@ def test_dry_run_reports_every_item(tmp_path):
     assert set(run["phase_seconds"]) >= {"loading model", "sft", "base eval", "grpo", "comparison"}
     assert run["plan"]["grpo_steps"] == run["grpo_steps"]
     assert 0 < run["rollout_s"] and 0 < run["rollout_share"] <= 1 and summary["rollout_share"] == run["rollout_share"]
-    for name in run["files"]:
-        assert (out / name).is_file() and name.startswith("toy_")
+    archive, *archived = run["files"]
+    with tarfile.open(out / archive) as files:
+        assert sorted(files.getnames()) == sorted(archived) and "toy_comparison.jsonl" in archived
+    assert len(list(out.iterdir())) <= 8  # what comes back from the device
     assert (out / "gpu_check.log").read_text().count("item ") >= 7
     assert {"tokens_per_s_at_64>=10000", "logprob_gap_mean_abs<=1e-2", "rollout_share<=0.60",
             "toy: after_grpo>=0.3", "toy: after_grpo>=warm_start+0.05"} <= set(summary["checks"])
