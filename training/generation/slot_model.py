@@ -254,7 +254,7 @@ class SlotModel:
         where = positions.view(n, 1, T, 1).expand(n, self.kv_heads, T, D)
         for i, layer in enumerate(self.layers):
             attention = layer.self_attn
-            x = layer.input_layernorm(hidden)
+            x = layer.input_layernorm(hidden).to(self.compute_dtype)  # cast once for q, k, v (autocast: each)
             q = self._linear(attention.q_proj, x).view(n, T, -1, D)
             k = self._linear(attention.k_proj, x).view(n, T, -1, D)
             v = self._linear(attention.v_proj, x).view(n, T, -1, D)
@@ -274,7 +274,7 @@ class SlotModel:
                                                  attn_mask=mask, scale=self.scaling)
             out = out.reshape(n, self.heads, T, D).transpose(1, 2).reshape(n, T, self.heads * D)
             hidden = hidden + self._linear(attention.o_proj, out)
-            x = layer.post_attention_layernorm(hidden)
+            x = layer.post_attention_layernorm(hidden).to(self.compute_dtype)
             mlp = layer.mlp
             hidden = hidden + self._linear(mlp.down_proj, mlp.act_fn(self._linear(mlp.gate_proj, x))
                                            * self._linear(mlp.up_proj, x))
