@@ -22,7 +22,7 @@ import gpu_measures as measures
 
 __all__ = ["TARGETS", "targets_for", "plan_learning", "run_learning", "learning_figures", "copy_run_files"]
 
-#: Per dataset: success after GRPO (at least), and its gain over the warm start (points, at least) on the eval questions.
+#: Per dataset: success after GRPO (at least), and its gain over the warm start (at least), on the eval questions.
 TARGETS = {"builtin": {"gain_over_warm_start": 0.10}, "spider10": {"after_grpo": 0.30, "gain_over_warm_start": 0.05}}
 #: Seconds past the planned end at which GRPO is stopped (the run must end before the command's own limit).
 GRACE_S = 30.0
@@ -142,7 +142,8 @@ def run_learning(config: Any, budget_s: float, rates: dict, *, out: Path, update
     run = RunDir(path)
     figures = learning_figures(run)
     grpo_s = phases.get("grpo")
-    figures.update(phase_seconds={k: round(v, 1) for k, v in phases.items()}, peak_gib=measures.peak_gib(), stopped_at_deadline=stop.is_set(),
+    figures.update(phase_seconds={k: round(v, 1) for k, v in phases.items()}, peak_gib=measures.peak_gib(),
+                   stopped_at_deadline=stop.is_set(),
                    rollout_s=round(rollouts.seconds, 1),
                    rollout_share=round(rollouts.seconds / grpo_s, 3) if grpo_s and rollouts.calls else None,
                    rollout_generated_tokens=meter.tokens if meter else None,

@@ -110,6 +110,7 @@ class Report:
         return {"bench": "gpu_check", "dry_run": self.data.get("dry_run"), "device": self.data.get("device"),
                 "elapsed_s": round(self.elapsed(), 1), "status": {k: items.get(k, {}).get("status") for k in ITEMS},
                 "fastest_exact": best, "rollout_s": step.get("rollout_s"), "step_s": step.get("step_s"),
-                "rollout_share": share, "step_rollout_share": step.get("rollout_share"), "logprob_gap_mean_abs": gap.get("mean_abs"),
+                "rollout_share": share, "step_rollout_share": step.get("rollout_share"),
+                "logprob_gap_mean_abs": gap.get("mean_abs"),
                 "bf16_logprob_gap_mean_abs": bf16.get("logprob_gap", {}).get("mean_abs"),
                 "bf16_step_s": bf16.get("step_s"), "learning": learning, "checks": checks}

@@ -2,8 +2,9 @@
 turns token for token those of `MultiTurnDecoder` (rows ending at different times, rows kept idle or dropped, caches
 reused, grown and moved; as on a GPU with padding rows, late checks and rounded windows, and as on a CPU), whole
 episodes with tool results and turn caps on the tiny model (SmolLM2's: tests/test_gguf_models.py), sampled
-log-probabilities within 1e-5 of a plain forward; the step a GPU captures reads nothing back to the host and leaves no trace for inactive rows; the
-bf16 mode computes as the trainer's autocast; and which decoder plays a model."""
+log-probabilities within 1e-5 of a plain forward; the step a GPU captures reads nothing back to the host and leaves
+no trace for inactive rows; a failed capture falls back to eager steps; the bf16 mode computes as the trainer's
+autocast; and which decoder plays a model."""
 
 from __future__ import annotations
 

@@ -95,7 +95,7 @@ class GraphDecoder:
 
     Args:
         model: a causal LM `SlotModel` runs (`supports(model)`), in eval mode.
-        pad_id: unused (rows are never padded inside a slot); kept for `MultiTurnDecoder`'s signature.
+        pad_id: the token fed on a prefill's padding positions (never attended to; rows are not padded in a slot).
         eos_ids: tokens that end a row's turn.
         min_shared_prefix: the shortest prefix (tokens) that rows starting together read once (default 16).
         compute_dtype: None (the weights' dtype) or `torch.bfloat16` over fp32 weights: the trainer's bf16 autocast
