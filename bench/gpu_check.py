@@ -3,7 +3,7 @@
     python3 bench/gpu_carry.py call1 --out $OUT            # device, call 1: items 1-2 (docs/TRAINING.md)
     python3 bench/gpu_carry.py call2 --out $OUT -- [ARGS]  # device, call 2: items 1, 3-7
     python bench/gpu_check.py --out DIR                    # every item by hand (CUDA, the packaged SmolLM2)
-    python bench/gpu_check.py --dry-run --out DIR          # the same script on the CPU in about a minute
+    python bench/gpu_check.py --dry-run --out DIR          # the same script on the CPU in ~30 s
 
 Items, in this order, each written to `<out>/gpu_check.json` as soon as it ends (an item that fails records its
 error and the next one runs; `gpu_report` holds the file, the summary and the targets):
@@ -25,7 +25,8 @@ error and the next one runs; `gpu_report` holds the file, the summary and the ta
    decodes as that autocast computes).
 7. **learning**: each `--learn` recipe end to end (`run_training`: warm start, its eval, GRPO, the comparison on
    `comparison_episodes` eval questions) in turn, the first sized to its steps or the time left before
-   `--deadline-minutes`, the next only if `MIN_LEARNING_S` remain (`gpu_learning`).
+   `--deadline-minutes`, the next only if `MIN_LEARNING_S` remain (`gpu_learning`); each measures its rollouts'
+   share of its GRPO phase (the warm-started model's steps: the share the target is about).
 
 Rates an item measures for a later one (the decoding rate, a step's seconds) are kept in `--state FILE` too, so the
 second call plans with what the first measured. `--dry-run` plays the same items on the built-in tiny model, a toy
@@ -445,8 +446,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline-minutes", type=float, default=None, help="minutes from the start by which "
                         "item 7 must be done; its GRPO steps are sized to fit (default 8; dry run 5)")
     parser.add_argument("--decode-tokens", type=int, default=32, help="tokens per turn in item 2 (default 32)")
-    parser.add_argument("--decoder-seconds", type=float, default=150.0, help="seconds item 2 may spend "
-                        "(default 150)")
+    parser.add_argument("--decoder-seconds", type=float, default=120.0, help="seconds item 2 may start "
+                        "measurements in (default 120; the one under way then ends)")
     parser.add_argument("--exact-episodes", type=int, default=8, help="episodes of item 3 (default 8)")
     parser.add_argument("--items", type=parse_items, default=list(range(1, len(ITEMS) + 1)),
                         help=f"which items to run, e.g. 1,2 (default all 1-{len(ITEMS)}; 5 runs with 4)")
