@@ -9,7 +9,7 @@ The device is bare and offline: torch 2.11 and transformers 5.17 are there, trl,
 graph decoder runs the model's own modules and would decode on 5.17's, but today's decoder
 (`training/generation/multi_turn.py`) passes the cache as `cache=`, which 5.17 names `past_key_values` (it would
 decode without a cache), and the warm start, the trainer and the GGUF loader are tested on 5.24 only; one untried
-version in the learning run would risk the device's minutes for 12.9 MB the calls can hold. Every wheel is the
+version in the learning run would risk the device's minutes for 12.9 MiB the calls can hold. Every wheel is the
 version installed in this venv, for CPython 3.12 on manylinux x86-64 (the device's interpreter); the rest
 (accelerate, peft, tokenizers, huggingface_hub, safetensors, pyarrow, pandas, xxhash, psutil, requests, typer) comes
 with the device's image.
