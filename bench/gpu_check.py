@@ -1,40 +1,44 @@
-"""One prepared check for a lent GPU: the real model learning Spider, and what it costs, in <= 8 minutes of compute.
+"""One prepared check for a lent GPU, in two calls: the decoders side by side, then a real model learning.
 
-    python3 bench/gpu_carry.py call2 --out $OUT -- [ARGS]        # on the device (docs/TRAINING.md, the two calls)
-    python bench/gpu_check.py --model PATH.gguf --out DIR       # the same, by hand (CUDA)
-    python bench/gpu_check.py --dry-run --out DIR               # the same script on the CPU in < 1 minute
+    python3 bench/gpu_carry.py call1 --out $OUT            # device, call 1: items 1-2 (docs/TRAINING.md)
+    python3 bench/gpu_carry.py call2 --out $OUT -- [ARGS]  # device, call 2: items 1, 3-7
+    python bench/gpu_check.py --out DIR                    # every item by hand (CUDA, the packaged SmolLM2)
+    python bench/gpu_check.py --dry-run --out DIR          # the same script on the CPU in ~30 s
 
-Items, in this order, each written to `<out>/gpu_check.json` as soon as it ends (so a run cut short still reports
-the items before the cut; an item that fails records its error and the next one runs):
+Items, in this order, each written to `<out>/gpu_check.json` as soon as it ends (an item that fails records its
+error and the next one runs; `gpu_report` holds the file, the summary and the targets):
 
-1. **imports**: the versions of what the run imports, each import tried, the CUDA device, and whether the installed
-   transformers takes the KV cache as `cache=` (the kept-cache decoder's argument; transformers 5.17 does not).
-2. **decoder**: the kept-cache decoder (`MultiTurnDecoder`) generating `--decode-tokens` sampled tokens for 16, 64
-   and 256 rows at once (real episode prompts), with fp32 weights, bf16 weights, and fp32 weights under bf16
-   autocast; generated tokens/s, prefill included. Target: >= 5,000 tokens/s at 64 rows.
-3. **grpo_step**: one GRPO step of the recipe (`--config`, its batch shape and lengths) through the project's own
-   trainer (`training.grpo.build_trainer`): rollout seconds, loss seconds (the rest of the step), peak GPU memory of
-   each; then a memory probe: forward and backward of full-length rows (prompt + `max_completion_length`) per
-   micro-batch size, extrapolated to 64 rows (what `per_device_train_batch_size` 64 would hold at once).
-4. **logprob_gap**: for every model token that step's rollout sampled, the log-probability the decoder drew it with
-   (recorded as it sampled, `SamplingTap`) against the trainer's own forward on the same weights (its model, its
-   autocast, TRL's fused LM head, the run's temperature): mean, p99 and max |gap|. Target: mean <= 1e-2.
-5. **learning**: the recipe run end to end (`training.train.run_training`: zero-shot eval, warm start, warm-start
-   eval, GRPO, comparison on every eval question, spider10's 203), its GRPO steps sized to the seconds left before
-   `--deadline-minutes` from the rates items 2-3 measured (`plan_learning`; the plan is in the JSON). Targets: after
-   GRPO >= 30% success, and >= warm start + 5 points. The run's config, status, metrics and comparison are copied
-   to `<out>` (`run_*`).
+1. **imports**: the versions of what the run imports, each import tried, the CUDA device.
+2. **decoders**: today's kept-cache decoder, the graph decoder and transformers' continuous batching side by side
+   (`gpu_decoders`): two turns of `--decode-tokens` greedy tokens a row at `--rows` rows (16, 64, 256), fp32 and
+   bf16 weights (and the graph decoder under the trainer's bf16 autocast); tokens/s and whether each matches today's
+   decoder token for token. On `--shape FILE` (call 1: SmolLM2-135M's config and real prompt ids, random weights:
+   the first call carries no weights) or else the loaded model.
+3. **exactness**: `--exact-episodes` greedy eval episodes of the recipe (tool calls, tool results, turn caps) played
+   by today's decoder and by the graph decoder on the real weights: identical episodes, seconds of each.
+4. **grpo_step**: one GRPO step of the recipe (`--config`, its batch shape and lengths, its precision) through the
+   project's own trainer: rollout and loss seconds, the rollout's share of the step, peak GPU memory; then a memory
+   probe (forward and backward of full-length rows per micro-batch size, extrapolated to 64 rows).
+5. **logprob_gap**: for every model token that step's rollout sampled, the log-probability the decoder drew it with
+   (the decoder records it) against the trainer's own forward on the same weights: mean, p99 and max |gap|.
+6. **bf16_step**: the same step and gap under bf16 (the trainer's autocast, TRL's fp32 LM head; the graph decoder
+   decodes as that autocast computes).
+7. **learning**: each `--learn` recipe end to end (`run_training`: warm start, its eval, GRPO, the comparison on
+   `comparison_episodes` eval questions) in turn, the first sized to its steps or the time left before
+   `--deadline-minutes`, the next only if `MIN_LEARNING_S` remain (`gpu_learning`); each measures its rollouts'
+   share of its GRPO phase (the warm-started model's steps: the share the target is about).
 
-`--dry-run` plays the same items on the built-in tiny model, a toy dataset (two databases, ten questions, prepared
-on the fly) and the CPU, at sizes that take seconds; `tests/test_gpu_check.py` runs it. The last line printed is
-one JSON object: each item's status, the headline figures and the targets met.
+Rates an item measures for a later one (the decoding rate, a step's seconds) are kept in `--state FILE` too, so the
+second call plans with what the first measured. `--dry-run` plays the same items on the built-in tiny model, a toy
+dataset (ten questions, prepared on the fly) and the CPU at sizes of seconds (item 6 is skipped: bf16 needs CUDA);
+`tests/test_gpu_check.py` runs it. The last line printed is one JSON object (each item's status, the headline
+figures, the targets met).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import functools
 import gc
 import json
@@ -42,170 +46,69 @@ import os
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path[:0] = [str(REPO), str(BENCH)]
 
-import gpu_learning  # noqa: E402 - after the path
+import gpu_decoders  # noqa: E402 - after the path
+import gpu_learning  # noqa: E402
 import gpu_measures as measures  # noqa: E402
+from gpu_profile import Profile, dry_profile, real_profile  # noqa: E402
+from gpu_report import ITEMS, TARGETS, Report  # noqa: E402
 
-DEFAULT_CONFIG = REPO / "configs" / "smollm2_spider10_gpu.json"
-ITEMS = ("imports", "decoder", "grpo_step", "logprob_gap", "learning")
+CONFIGS = REPO / "configs"
+DEFAULT_CONFIG = CONFIGS / "smollm2_builtin_gpu.json"
+DEFAULT_LEARN = (CONFIGS / "smollm2_builtin_gpu.json", CONFIGS / "smollm2_spider10_gpu.json")
 #: Seconds kept free before the deadline for the comparison's last episodes and the files.
 RESERVE_S = 20.0
-TARGETS = {"decoder_tokens_per_s_at_64": 5000.0, "logprob_gap_mean_abs": 1e-2, **gpu_learning.TARGETS}
+#: A learning run after the first starts only with this many seconds left (a warm start, two evals, a few steps).
+MIN_LEARNING_S = 150.0
 VERSIONS = ("torch", "transformers", "trl", "accelerate", "datasets", "peft", "gguf", "sqlglot", "sqlparse",
             "tokenizers", "huggingface_hub", "safetensors", "pyarrow", "fsspec", "dill", "multiprocess", "numpy")
 IMPORTS = ("torch", "transformers", "trl", "accelerate", "datasets", "peft", "gguf", "sqlglot", "sqlparse", "sqlenv",
-           "training.train", "training.grpo", "training.generation.multi_turn")
+           "training.train", "training.grpo", "training.generation.graph_decoder")
 
 
-@dataclasses.dataclass(frozen=True)
-class Profile:
-    """What one check plays: the sizes of each item, and the config fields it changes in the recipe.
-
-    Args:
-        overrides: `TrainConfig` fields set on the recipe for every run of the check (model, data, and in the dry
-            run the sizes).
-        rows: decoder rows of item 2.
-        decode_tokens: tokens each row generates in item 2.
-        probe_rows: micro-batch sizes of item 3's memory probe.
-        deadline_s: seconds from the start by which item 5 must be done.
-    """
-
-    overrides: dict
-    rows: tuple[int, ...]
-    decode_tokens: int
-    probe_rows: tuple[int, ...]
-    deadline_s: float
-
-
-def real_profile(args: argparse.Namespace) -> Profile:
-    overrides: dict[str, Any] = {"model": args.model}
-    if args.data_dir:
-        overrides["data_dir"] = args.data_dir
-    return Profile(overrides, rows=args.rows or (16, 64, 256), decode_tokens=args.decode_tokens,
-                   probe_rows=args.probe_rows or (8, 16), deadline_s=args.deadline_minutes * 60)
-
-
-def dry_profile(args: argparse.Namespace, scratch: Path) -> Profile:
-    """The built-in tiny model on a toy dataset (train and eval: the same ten questions), on the CPU, at sizes of
-    seconds, in fp32 (the run config refuses bf16 on a CPU)."""
-    toy = toy_dataset(scratch / "toy")
-    overrides = {"model": "builtin:tiny", "dataset": str(toy), "device": "cpu", "precision": "fp32",
-                 "cpu_threads": 1, "num_generations": 2, "per_device_train_batch_size": 2,
-                 "gradient_accumulation_steps": 2, "step_budget": 3, "max_turn_tokens": 16,
-                 "max_completion_length": 96, "max_steps": 2,
-                 "sft": {"enabled": True, "max_steps": 3, "batch_size": 2, "eval_every": 0}}
-    return Profile(overrides, rows=args.rows or (2, 4, 8), decode_tokens=4, probe_rows=args.probe_rows or (2, 4),
-                   deadline_s=(args.deadline_minutes or 5.0) * 60)
-
-
-def toy_dataset(folder: Path) -> Path:
-    """`sqlenv.checker.build_toy_dataset`'s ten questions, as both the train and the eval split."""
-    from sqlenv.checker import build_toy_dataset
-
-    questions, _ = build_toy_dataset(folder)
-    items = json.loads(questions.read_text())
-    (folder / "questions_eval.json").write_text(json.dumps([{**q, "split": "eval"} for q in items], indent=1))
-    (folder / "dataset.json").write_text(json.dumps({"name": "toy", "source": "toy", "splits": ["train", "eval"],
-                                                     "counts": {"train": len(items), "eval": len(items)},
-                                                     "dropped": 0}, indent=1))
-    return folder
-
-
-# ------------------------------------------------------------------------------------------------ report
-class Report:
-    """`<out>/gpu_check.json`, rewritten whole after every change; and `<out>/gpu_check.log`, the check's lines."""
-
-    def __init__(self, out: Path, meta: dict):
-        self.out = out
-        out.mkdir(parents=True, exist_ok=True)
-        self.path = out / "gpu_check.json"
-        self.started = time.perf_counter()
-        self.data: dict[str, Any] = {"bench": "gpu_check", **meta, "items": {}}
-        self._log = open(out / "gpu_check.log", "a", encoding="utf-8")
-        self.write()
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.started
-
-    def log(self, message: str) -> None:
-        line = f"[{self.elapsed():6.1f}s] {message}"
-        print(line, flush=True)
-        self._log.write(line + "\n")
-        self._log.flush()
-
-    def write(self) -> None:
-        self.data["elapsed_s"] = round(self.elapsed(), 1)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(self.data, indent=1, default=str))
-        os.replace(tmp, self.path)
-
-    def update(self, item: str, **fields: Any) -> None:
-        self.data["items"].setdefault(item, {}).update(fields)
-        self.write()
-
-    def run(self, item: str, fn: Callable[[], dict]) -> None:
-        self.log(f"item {ITEMS.index(item) + 1}: {item} ...")
-        started = time.perf_counter()
-        self.update(item, status="running", started_at_s=round(self.elapsed(), 1))
-        try:
-            figures = fn()
-            self.update(item, status="ok", **figures)
-        except Exception as exc:  # noqa: BLE001 - one failing item must not hide the next ones
-            self.update(item, status="error", error=f"{type(exc).__name__}: {exc}"[:1000],
-                        traceback=traceback.format_exc()[-3000:])
-        self.update(item, seconds=round(time.perf_counter() - started, 1))
-        shown = {k: v for k, v in self.data["items"][item].items() if k != "traceback"}
-        self.log(f"item {item}: {json.dumps(shown, default=str)[:1500]}")
-
-    def summary(self) -> dict:
-        items = self.data["items"]
-        decoder = items.get("decoder", {})
-        gap = items.get("logprob_gap", {})
-        learning = items.get("learning", {})
-        step = items.get("grpo_step", {})
-        after, warm = learning.get("after_grpo"), learning.get("warm_start")
-        rate = decoder.get("tokens_per_s_at_64")
-        checks = {
-            "decoder_tokens_per_s_at_64>=5000": None if rate is None else rate >= TARGETS["decoder_tokens_per_s_at_64"],
-            "logprob_gap_mean_abs<=1e-2": None if gap.get("mean_abs") is None
-            else gap["mean_abs"] <= TARGETS["logprob_gap_mean_abs"],
-            "after_grpo>=0.30": None if after is None else after >= TARGETS["after_grpo"],
-            "after_grpo>=warm_start+0.05": None if after is None or warm is None
-            else after >= warm + TARGETS["gain_over_warm_start"] - 1e-9,
-        }
-        return {"bench": "gpu_check", "dry_run": self.data.get("dry_run"), "device": self.data.get("device"),
-                "elapsed_s": round(self.elapsed(), 1), "status": {k: items.get(k, {}).get("status") for k in ITEMS},
-                "decoder_tokens_per_s_at_64": rate, "rollout_s": step.get("rollout_s"), "loss_s": step.get("loss_s"),
-                "step_peak_gib": step.get("peak_gib"), "logprob_gap_mean_abs": gap.get("mean_abs"),
-                "zero_shot": learning.get("zero_shot"), "warm_start": warm, "after_grpo": after,
-                "grpo_steps": learning.get("grpo_steps"), "checks": checks}
+def graph_figures(decoder: Any) -> dict:
+    """The graph decoder's graphs captured and capture error (None for another decoder)."""
+    graphs = getattr(decoder, "graphs", None)
+    return {"graphs_captured": getattr(graphs, "captured", None), "graph_error": getattr(graphs, "error", None)}
 
 
 # ------------------------------------------------------------------------------------------------- the check
 class Check:
-    """The items, over one recipe config and what earlier items leave for later ones (the model, the rates)."""
+    """The items, over the recipes and what earlier items leave for later ones (the model, the rates)."""
 
-    def __init__(self, config: Any, profile: Profile, report: Report, scratch: Path):
-        self.config, self.profile, self.report, self.scratch = config, profile, report, scratch
-        self.model = self.tokenizer = self.plan = None
+    def __init__(self, config: Any, learn: list[Any], profile: Profile, report: Report, scratch: Path, *,
+                 shape: Path | None = None, state: Path | None = None):
+        self.config, self.learn_configs, self.profile, self.report = config, learn, profile, report
+        self.scratch, self.shape, self.state = scratch, shape, state
+        self.model = self.tokenizer = self.plan = self.pristine = None
         self.rates: dict[str, Any] = {}
+        if state is not None and state.is_file():
+            self.rates.update(json.loads(state.read_text()))
 
     # -- shared ----------------------------------------------------------------------------------------
-    def run_config(self, name: str, **fields: Any):
-        """The recipe with the profile's and this run's fields, in its own folder; the check writes no checkpoints
-        and plays no periodic evals or traces (each would cost seconds of the minutes it has)."""
-        return self.config.with_overrides({"eval_every": 0, "eval_episodes": 0, "trace_every": 0, "save_steps": 0,
-                                           "report_to": [], "sft.eval_every": 0, "output_dir": str(self.scratch / name), **fields})
+    def keep(self, **rates: Any) -> None:
+        """Remember rates for later items (and, with `--state`, for the next call)."""
+        self.rates.update(rates)
+        if self.state is not None:
+            self.state.parent.mkdir(parents=True, exist_ok=True)
+            self.state.write_text(json.dumps(self.rates, indent=1))
+
+    def run_config(self, name: str, config: Any = None, **fields: Any):
+        """A recipe (default the step items') with this run's fields, in its own folder; no checkpoints, periodic
+        evals or traces (each would cost seconds of the minutes the check has)."""
+        return (config or self.config).with_overrides(
+            {"eval_every": 0, "eval_episodes": 0, "trace_every": 0, "save_steps": 0, "report_to": [],
+             "sft.eval_every": 0, "output_dir": str(self.scratch / name), **fields})
 
     def load(self) -> None:
-        """The model as a run loads it (`training.phases.LoadModel`: fp32 master weights on the run's device)."""
+        """The model as a run loads it (`training.phases.LoadModel`: fp32 master weights on the run's device), and a
+        copy no trainer has touched (item 6 trains its own)."""
         import torch
 
         from training.models import load_model_and_tokenizer
@@ -218,21 +121,27 @@ class Check:
         self.model, self.tokenizer = load_model_and_tokenizer(self.config.model, seed=self.config.seed,
                                                               dataset=self.plan.dataset, device=self.plan.device,
                                                               dtype=torch.float32)
-        self.rates["load_s"] = round(time.perf_counter() - started, 1)
+        self.pristine = copy.deepcopy(self.model)
+        self.keep(load_s=round(time.perf_counter() - started, 1))
         self.report.log(f"loaded {self.config.model} in {self.rates['load_s']} s "
                         f"({sum(p.numel() for p in self.model.parameters()):,} parameters)")
+
+    def pad_id(self) -> int:
+        tokenizer = self.tokenizer
+        return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
     def prompts(self, n: int) -> list[list[int]]:
         """`n` episode prompts of the eval split (its questions in turn), rendered as the evals render them."""
         from sqlenv.agent.prompts import initial_messages
         from training.generation.chat import ChatRenderer
 
-        renderer = ChatRenderer(self.tokenizer, chat_template_kwargs={"enable_thinking": self.config.enable_thinking})
+        renderer = ChatRenderer(self.tokenizer, chat_template_kwargs={"enable_thinking": self.config.enable_thinking},
+                                prompt=self.config.prompt)
         env = self.plan.environment(self.config.eval_split)
         try:
             questions = self.plan.dataset.load(self.config.eval_split)
-            distinct = [renderer.prompt_ids(initial_messages(env.reset(question_id=q.question_id)))
-                        for q in questions[:n]]
+            distinct = [renderer.prompt_ids(initial_messages(env.reset(question_id=q.question_id),
+                                                             self.config.prompt)) for q in questions[:n]]
         finally:
             env.close()
         return [distinct[i % len(distinct)] for i in range(n)]
@@ -240,7 +149,6 @@ class Check:
     # -- item 1 ----------------------------------------------------------------------------------------
     def imports(self) -> dict:
         import importlib
-        import inspect
         from importlib import metadata
 
         versions = {}
@@ -264,12 +172,6 @@ class Check:
             figures.update(device=props.name, memory_gib=round(props.total_memory / 2**30, 1),
                            capability=f"{props.major}.{props.minor}", bf16=torch.cuda.is_bf16_supported(),
                            multiprocessors=props.multi_processor_count)
-        try:
-            from transformers.models.llama.modeling_llama import LlamaModel
-
-            figures["transformers_takes_cache_kwarg"] = "cache" in inspect.signature(LlamaModel.forward).parameters
-        except Exception as exc:  # noqa: BLE001
-            figures["transformers_takes_cache_kwarg"] = f"unknown ({type(exc).__name__})"
         self.report.data["device"] = figures.get("device", "cpu")
         if failed:
             self.report.update("imports", **figures)
@@ -277,57 +179,82 @@ class Check:
         return figures
 
     # -- item 2 ----------------------------------------------------------------------------------------
-    def decoder(self) -> dict:
-        import torch
+    def decoders(self) -> dict:
+        rows = self.profile.rows
+        if self.shape is not None:
+            import torch
+
+            shape = json.loads(self.shape.read_text())
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            model = gpu_decoders.shape_model(shape["config"], device)
+            distinct, pad = shape["prompts"], shape["pad_id"]
+            prompts = [distinct[i % len(distinct)] for i in range(max(rows))]
+            source = f"{shape.get('name', self.shape.name)}: its shape, random weights"
+        else:
+            self.load()
+            model, prompts, pad = self.model, self.prompts(max(rows)), self.pad_id()
+            source = f"{self.config.model}: its weights"
+        was_training = model.training
+        model.eval()
+        result = gpu_decoders.compare(model, prompts, rows, self.profile.decode_tokens,
+                                      budget_s=self.profile.decoder_budget_s, pad_id=pad,
+                                      update=lambda **f: self.report.update("decoders", **f), log=self.report.log)
+        if was_training:
+            model.train()
+        lengths = sorted(len(p) for p in prompts)
+        # The evals decode greedily with the graph decoder on a GPU (fp32 weights): what item 7 plans with.
+        decode = [r for r in result["rates"] if (r["decoder"], r["precision"]) == ("graph", "fp32")
+                  and "seconds_per_step" in r]
+        self.keep(decode=decode, prompt_tokens=lengths[len(lengths) // 2])
+        at = {f"{d}/{p}": gpu_decoders.rate(result["rates"], d, p, 64) for d in gpu_decoders.DECODERS
+              for p in ("fp32", "bf16")}
+        return {**result, "model": source, "prompt_tokens_median": lengths[len(lengths) // 2],
+                "tokens_per_s_at_64": at, "targets": {k: TARGETS[k] for k in TARGETS if k.startswith("tokens")}}
+
+    # -- item 3 ----------------------------------------------------------------------------------------
+    def exactness(self) -> dict:
+        from training.generation.chat import ChatRenderer
+        from training.generation.decoders import kept_cache_decoder
+        from training.generation.model_policy import play_model_episodes
 
         self.load()
-        prompts = self.prompts(max(self.profile.rows))
-        pad = self.tokenizer.pad_token_id
-        results: list[dict] = []
-        variants = (("fp32", self.model, False), ("bf16", None, False), ("fp32+bf16 autocast", self.model, True))
-        was_training = self.model.training
-        self.model.eval()
-        for name, model, autocast in variants:
-            if model is None:  # a bf16 copy of the clean model (made before any trainer patches its forward)
-                model = copy.deepcopy(self.model).to(torch.bfloat16)
-            measures.decode_rate(model, prompts[:2], 4, pad, autocast=autocast)  # warm-up: kernels, allocator
-            for rows in self.profile.rows:
-                try:
-                    result = {"variant": name, **measures.decode_rate(
-                        model, prompts[:rows], self.profile.decode_tokens, pad, autocast=autocast,
-                        temperature=self.config.temperature)}
-                except Exception as exc:  # noqa: BLE001 - out of memory at 256 rows, say: the others still count
-                    result = {"variant": name, "rows": rows, "error": f"{type(exc).__name__}: {exc}"[:300]}
-                    self.release_cache()
-                results.append(result)
-                self.report.update("decoder", rates=results)
-                self.report.log(f"decoder {name}, {rows} rows: {result.get('tokens_per_s', result.get('error'))}")
-            if model is not self.model:
-                del model
-                gc.collect()
-        if was_training:
-            self.model.train()
-        self.rates["decode"] = [r for r in results if r["variant"] == "fp32" and "error" not in r]
-        at = {r["variant"]: r["tokens_per_s"] for r in results if r["rows"] == 64 and "error" not in r}
-        prompt_tokens = sorted(len(p) for p in prompts)
-        self.rates["prompt_tokens"] = prompt_tokens[len(prompt_tokens) // 2]
-        return {"rates": results, "tokens_per_row": self.profile.decode_tokens,
-                "prompt_tokens_median": self.rates["prompt_tokens"], "tokens_per_s_at_64_by_variant": at,
-                # fp32 weights: what the evals decode with (and the rollouts, unless the trainer's autocast wraps them)
-                "tokens_per_s_at_64": at.get("fp32"),
-                "target_tokens_per_s_at_64": TARGETS["decoder_tokens_per_s_at_64"]}
+        config, n = self.config, self.profile.exact_episodes
+        renderer = ChatRenderer(self.tokenizer, chat_template_kwargs={"enable_thinking": config.enable_thinking},
+                                prompt=config.prompt)
+        played, seconds, kinds = {}, {}, {}
+        for kind in ("kept", "graph"):
+            envs = [self.plan.environment(config.eval_split) for _ in range(n)]
+            try:
+                observations = [env.reset(seed=config.seed + i) for i, env in enumerate(envs)]
+                decoder = kept_cache_decoder(self.model, self.pad_id(), set(renderer.eos_token_ids), kind=kind)
+                kinds[kind] = type(decoder).__name__
+                measures.sync()
+                started = time.perf_counter()
+                played[kind] = play_model_episodes(self.model, self.tokenizer, envs, observations,
+                                                   max_turn_tokens=config.max_turn_tokens, renderer=renderer,
+                                                   decoder=decoder)
+                measures.sync()
+                seconds[kind] = round(time.perf_counter() - started, 2)
+            finally:
+                for env in envs:
+                    env.close()
+        same = sum(a.completion_ids == b.completion_ids for a, b in zip(played["kept"], played["graph"]))
+        return {"episodes": n, "identical_episodes": same, "identical": same == n, "decoders": kinds,
+                "seconds": seconds, "generated": {k: sum(sum(e.env_mask) for e in v) for k, v in played.items()},
+                "turns": sum(e.turns for e in played["graph"])}
 
-    # -- items 3 and 4 ---------------------------------------------------------------------------------
-    def grpo_step(self) -> dict:
+    # -- items 4-6 -------------------------------------------------------------------------------------
+    def step(self, name: str, model: Any, probe: bool, **fields: Any) -> dict:
+        """One GRPO step of the recipe with `fields` on `model`, then its log-prob gap (an item of its own for the
+        recipe's step, a field of item 6's) and, with `probe`, the memory probe."""
         from training.grpo import build_trainer
         from training.plan import RunPlan
 
-        self.load()
-        config = self.run_config("step", max_steps=1, sft=False, compare_base=False, comparison_episodes=0,
-                                 plot_every=1)
+        config = self.run_config(name, max_steps=1, sft=False, compare_base=False, comparison_episodes=0,
+                                 plot_every=1, **fields)
         plan = RunPlan.resolve(config)
         timer = measures.step_timer()
-        trainer = build_trainer(plan, self.model, self.tokenizer, callbacks=[timer])
+        trainer = build_trainer(plan, model, self.tokenizer, callbacks=[timer])
         rollout = measures.TimedRollout(trainer)
         measures.reset_peak()
         trainer.train()
@@ -338,14 +265,17 @@ class Check:
         generated = rollout.tap.generated()
         step_s = timer.seconds[0]
         logged = next((h for h in reversed(trainer.state.log_history) if "reward" in h), {})
+        played = getattr(rollout.inner, "decoder", None)  # the batched rollout's kept-cache decoder
+        decoder = played(trainer.accelerator.unwrap_model(trainer.model), trainer) if played else None
         figures = {
             "precision": plan.precision, "episodes": len(lengths), "num_generations": config.num_generations,
             "per_device_train_batch_size": config.per_device_train_batch_size,
             "gradient_accumulation_steps": config.gradient_accumulation_steps,
             "max_completion_length": config.resolved_max_completion_length(),
             "max_turn_tokens": config.max_turn_tokens, "step_budget": config.step_budget,
+            "decoder": type(decoder).__name__, **graph_figures(decoder),
             "step_s": round(step_s, 2), "rollout_s": round(rollout.seconds, 2),
-            "loss_s": round(step_s - rollout.seconds, 2),
+            "loss_s": round(step_s - rollout.seconds, 2), "rollout_share": round(rollout.seconds / step_s, 3),
             "rollout_generated_tokens": generated,
             "rollout_tokens_per_s": round(generated / max(rollout.seconds, 1e-9), 1),
             "completion_tokens_mean": round(sum(lengths) / len(lengths), 1), "completion_tokens_max": max(lengths),
@@ -353,37 +283,43 @@ class Check:
             "peak_gib": max(filter(None, (rollout.peak_gib, timer.peak_gib)), default=None),
             "reward": logged.get("reward"),
         }
-        self.rates["grpo_step_s"] = step_s
-        self.report.update("grpo_step", status="ok", **figures)
-        self.report.log(f"grpo step: {json.dumps(figures)}")
-
-        # Item 4 on the weights the rollout sampled with (the step has moved them since).
+        # The log-prob gap on the weights the rollout sampled with (the step has moved them since).
         trainer.accelerator.unwrap_model(trainer.model).load_state_dict(rollout.weights)
-        self.report.run("logprob_gap", functools.partial(self.logprob_gap, trainer, rollout, plan))
         rollout.weights = None
-
-        probe = []
-        length = max(len(p) for p in record["prompt_ids"]) + config.resolved_max_completion_length()
-        for rows in self.profile.probe_rows:
-            probe.append(measures.memory_probe(trainer, rows, length, config.resolved_max_completion_length()))
-            self.report.update("grpo_step", memory_probe=probe)
-        fitted = [p for p in probe if not p["oom"]]
-        if len(fitted) >= 2 and fitted[-1]["peak_gib"] is not None:
-            (a, b) = fitted[-2], fitted[-1]
-            slope = (b["peak_gib"] - a["peak_gib"]) / (b["rows"] - a["rows"])
-            figures["memory_probe_gib_per_row"] = round(slope, 3)
-            figures["memory_probe_gib_at_64_rows"] = round(b["peak_gib"] + slope * (64 - b["rows"]), 1)
-        if fitted:
-            best = max(fitted, key=lambda p: p["tokens_per_s"])
-            self.rates["train_tokens_per_s"] = best["tokens_per_s"]
-            # Every row's loss at full length: what a step of a model whose rows all carry a gradient costs at most
-            # (a zero-shot model's rows often carry none, and a loss that skips them is then cheaper than later).
-            full = best["seconds"] / best["rows"] * len(lengths)
-            figures["loss_s_every_row_full_length"] = round(full, 2)
-            self.rates["grpo_step_s"] = rollout.seconds + max(step_s - rollout.seconds, full)
+        gap = functools.partial(self.logprob_gap, trainer, rollout, plan)
+        if probe:
+            self.keep(grpo_step_s=step_s)
+            self.report.update(name, status="ok", **figures)
+            self.report.log(f"{name}: {json.dumps(figures)}")
+            self.report.run("logprob_gap", gap)
+            figures.update(self.memory_probe(trainer, record, config, step_s, rollout.seconds, len(lengths)))
+        else:
+            try:
+                figures["logprob_gap"] = gap()
+            except Exception as exc:  # noqa: BLE001 - the step's figures still count
+                figures["logprob_gap"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
         del trainer, rollout
-        self.release()
-        return {**figures, "memory_probe": probe, "probe_tokens_per_row": length}
+        self.release_cache()
+        return figures
+
+    def grpo_step(self) -> dict:
+        self.load()
+        return self.step("grpo_step", self.model, probe=True)
+
+    def bf16_step(self) -> dict:
+        """The recipe's step under bf16 autocast with TRL's fp32 LM head, on an untouched copy of the model."""
+        import torch
+
+        if not torch.cuda.is_available():
+            return {"skipped": "bf16 autocast needs a CUDA device"}
+        self.load()
+        model = copy.deepcopy(self.pristine)
+        try:
+            return self.step("bf16_step", model, probe=False, precision="bf16",
+                             **{"grpo.cast_lm_head_to_fp32": True})
+        finally:
+            del model
+            self.release_cache()
 
     def logprob_gap(self, trainer: Any, rollout: Any, plan: Any) -> dict:
         positions, decoder = measures.decoder_logprobs(rollout.tap, rollout.record)
@@ -393,8 +329,34 @@ class Check:
         return {"precision": plan.precision, "temperature": plan.config.temperature, **gap,
                 "target_mean_abs": TARGETS["logprob_gap_mean_abs"]}
 
+    def memory_probe(self, trainer: Any, record: dict, config: Any, step_s: float, rollout_s: float,
+                     episodes: int) -> dict:
+        """Forward and backward of full-length rows per micro-batch (`probe_rows`), extrapolated to 64 rows; the
+        fastest sets the training rate item 7 plans with."""
+        probe = []
+        completion = config.resolved_max_completion_length()
+        length = max(len(p) for p in record["prompt_ids"]) + completion
+        for rows in self.profile.probe_rows:
+            probe.append(measures.memory_probe(trainer, rows, length, completion))
+            self.report.update("grpo_step", memory_probe=probe)
+        figures: dict[str, Any] = {"memory_probe": probe, "probe_tokens_per_row": length}
+        fitted = [p for p in probe if not p["oom"]]
+        if len(fitted) >= 2 and fitted[-1]["peak_gib"] is not None:
+            (a, b) = fitted[-2], fitted[-1]
+            slope = (b["peak_gib"] - a["peak_gib"]) / (b["rows"] - a["rows"])
+            figures["memory_probe_gib_per_row"] = round(slope, 3)
+            figures["memory_probe_gib_at_64_rows"] = round(b["peak_gib"] + slope * (64 - b["rows"]), 1)
+        if fitted:
+            best = max(fitted, key=lambda p: p["tokens_per_s"])
+            # Every row's loss at full length: what a step whose rows all carry a gradient costs at most.
+            full = best["seconds"] / best["rows"] * episodes
+            figures["loss_s_every_row_full_length"] = round(full, 2)
+            self.keep(train_tokens_per_s=best["tokens_per_s"],
+                      grpo_step_s=rollout_s + max(step_s - rollout_s, full))
+        return figures
+
     def release(self) -> None:
-        self.model = self.tokenizer = None
+        self.model = self.tokenizer = self.pristine = None
         self.release_cache()
 
     @staticmethod
@@ -405,17 +367,36 @@ class Check:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
-    # -- item 5 ----------------------------------------------------------------------------------------
+    # -- item 7 ----------------------------------------------------------------------------------------
     def learning(self) -> dict:
         from training.plan import RunPlan
 
         self.release()
-        config = self.run_config("learn", compare_base=True)
-        device = RunPlan.resolve(config).device
-        budget = self.profile.deadline_s - self.report.elapsed() - (RESERVE_S if device == "cuda" else 0.0)
-        return gpu_learning.run_learning(config, budget, self.rates, out=self.report.out,
-                                         update=lambda **fields: self.report.update("learning", **fields),
-                                         log=self.report.log)
+        runs: dict[str, Any] = {}
+        figures: dict[str, Any] = {"runs": runs}
+        for i, recipe in enumerate(self.learn_configs):
+            name = Path(str(recipe.dataset)).name
+            config = self.run_config(f"learn_{name}", recipe, compare_base=True)
+            device = RunPlan.resolve(config).device
+            budget = self.profile.deadline_s - self.report.elapsed() - (RESERVE_S if device == "cuda" else 0.0)
+            if i and budget < MIN_LEARNING_S:
+                runs[name] = {"skipped": f"{budget:.0f} s left, under {MIN_LEARNING_S:.0f}"}
+                self.report.update("learning", **figures)
+                continue
+
+            def update(run: str = name, **fields: Any) -> None:
+                runs.setdefault(run, {}).update(fields)
+                self.report.update("learning", **figures)
+
+            try:
+                runs.setdefault(name, {}).update(gpu_learning.run_learning(
+                    config, budget, self.rates, out=self.report.out, update=update, log=self.report.log,
+                    prefix=f"{name}_"))
+            except Exception as exc:  # noqa: BLE001 - the next recipe still runs
+                runs.setdefault(name, {})["error"] = f"{type(exc).__name__}: {exc}"[:1000]
+            self.report.update("learning", **figures)
+            self.release_cache()
+        return figures
 
 
 # ------------------------------------------------------------------------------------------------------ CLI
@@ -433,68 +414,88 @@ def parse_items(text: str) -> list[int]:
     try:
         items = sorted({int(x) for x in text.split(",") if x.strip()})
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--items takes item numbers 1-5 like 1,2,3 (got {text!r})") from None
+        raise argparse.ArgumentTypeError(f"--items takes item numbers 1-{len(ITEMS)} like 1,2 (got {text!r})") from None
     if not items or not all(1 <= i <= len(ITEMS) for i in items):
-        raise argparse.ArgumentTypeError(f"--items takes item numbers 1-5 (got {text!r})")
+        raise argparse.ArgumentTypeError(f"--items takes item numbers 1-{len(ITEMS)} (got {text!r})")
     return items
+
+
+def parse_paths(text: str) -> list[Path]:
+    paths = [Path(p.strip()) for p in text.split(",") if p.strip()]
+    if not paths:
+        raise argparse.ArgumentTypeError(f"expected one or more config paths (got {text!r})")
+    return paths
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="the recipe (default "
-                        "configs/smollm2_spider10_gpu.json)")
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="the recipe of items 2-6 (default "
+                        "configs/smollm2_builtin_gpu.json)")
+    parser.add_argument("--learn", type=parse_paths, default=None, help="the recipes item 7 runs, in turn, "
+                        "comma-separated (default the built-in and the spider10 GPU recipes; dry run: the first)")
     parser.add_argument("--model", default="smollm2-135m", help="the model (default smollm2-135m; on the device "
                         "the joined GGUF file's path)")
-    parser.add_argument("--data-dir", default=None, help="where the recipe's dataset is prepared (default "
+    parser.add_argument("--shape", type=Path, default=None, help="item 2 on a model of this shape with random "
+                        "weights: a JSON file with 'config' and 'prompts' (gpu_carry.py writes it)")
+    parser.add_argument("--state", type=Path, default=None, help="a JSON file of the rates items measure, read "
+                        "first and written after each (the second call plans with the first's)")
+    parser.add_argument("--data-dir", default=None, help="where the recipes' datasets are prepared (default "
                         "$SQLENV_DATA_DIR, else data/)")
     parser.add_argument("--out", type=Path, default=None, help="where the results go (default $OUT, else "
                         "./gpu_check_out)")
     parser.add_argument("--deadline-minutes", type=float, default=None, help="minutes from the start by which "
-                        "item 5 must be done; its GRPO steps are sized to fit (default 8; dry run 5)")
-    parser.add_argument("--decode-tokens", type=int, default=64, help="tokens per row in item 2 (default 64)")
+                        "item 7 must be done; its GRPO steps are sized to fit (default 8; dry run 5)")
+    parser.add_argument("--decode-tokens", type=int, default=32, help="tokens per turn in item 2 (default 32)")
+    parser.add_argument("--decoder-seconds", type=float, default=120.0, help="seconds item 2 may start "
+                        "measurements in (default 120; the one under way then ends)")
+    parser.add_argument("--exact-episodes", type=int, default=8, help="episodes of item 3 (default 8)")
     parser.add_argument("--items", type=parse_items, default=list(range(1, len(ITEMS) + 1)),
-                        help="which items to run, e.g. 1 or 1,2,3 (default all; 4 runs with 3)")
+                        help=f"which items to run, e.g. 1,2 (default all 1-{len(ITEMS)}; 5 runs with 4)")
     parser.add_argument("--rows", type=parse_counts, default=None, help="item 2's decoder rows (default 16,64,256)")
-    parser.add_argument("--probe-rows", type=parse_counts, default=None, help="item 3's memory probe micro-batches "
+    parser.add_argument("--probe-rows", type=parse_counts, default=None, help="item 4's memory probe micro-batches "
                         "(default 8,16)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a field of the recipe for every item, e.g. --set per_device_train_batch_size=16")
+                        help="override a field of every recipe, e.g. --set learning_rate=1e-5")
     parser.add_argument("--dry-run", action="store_true", help="the tiny model, a toy dataset, the CPU, seconds")
     args = parser.parse_args(argv)
-    if args.decode_tokens < 1:
-        parser.error("--decode-tokens must be at least 1")
+    if args.decode_tokens < 1 or args.exact_episodes < 1:
+        parser.error("--decode-tokens and --exact-episodes must be at least 1")
     if args.deadline_minutes is not None and not args.deadline_minutes > 0:
         parser.error("--deadline-minutes must be positive")
-    if not args.config.is_file():
-        parser.error(f"--config {args.config}: no such file")
+    learn = args.learn or (list(DEFAULT_LEARN[:1]) if args.dry_run else list(DEFAULT_LEARN))
+    for path in [args.config, *learn]:
+        if not path.is_file():
+            parser.error(f"{path}: no such config file")
+    if args.shape is not None and not args.shape.is_file():
+        parser.error(f"--shape {args.shape}: no such file")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the device is offline: nothing may wait on the Hub
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     out = args.out or Path(os.environ.get("OUT") or "gpu_check_out")
     with tempfile.TemporaryDirectory(prefix="sqlenv-gpu-check-") as scratch:
         scratch = Path(scratch)
         os.environ.setdefault("SQLENV_RUNS_DIR", str(scratch / "runs"))  # the tiny model's cache, if built
-        if args.dry_run:
-            profile = dry_profile(args, scratch)
-        else:
-            profile = real_profile(argparse.Namespace(**{**vars(args), "deadline_minutes":
-                                                         args.deadline_minutes or 8.0}))
+        profile = dry_profile(args, scratch) if args.dry_run else real_profile(args)
         from training.config import ConfigError, TrainConfig
 
         try:
-            config = TrainConfig.from_json(args.config).with_overrides(profile.overrides).with_overrides(args.overrides)
+            def recipe(path: Path):
+                return TrainConfig.from_json(path).with_overrides(profile.overrides).with_overrides(args.overrides)
+
+            config, recipes = recipe(args.config), [recipe(p) for p in learn]
         except (ConfigError, ValueError) as exc:
             print(f"bench/gpu_check.py: error: {exc}", file=sys.stderr)
             return 2
         report = Report(out, {"dry_run": args.dry_run, "config": str(args.config), "model": config.model,
-                              "dataset": config.dataset, "deadline_s": profile.deadline_s})
-        check = Check(config, profile, report, scratch)
-        steps = {1: ("imports", check.imports), 2: ("decoder", check.decoder), 3: ("grpo_step", check.grpo_step),
-                 5: ("learning", check.learning)}
+                              "learn": [str(p) for p in learn], "deadline_s": profile.deadline_s,
+                              "items_asked": args.items})
+        check = Check(config, recipes, profile, report, scratch, shape=args.shape, state=args.state)
+        steps = {1: check.imports, 2: check.decoders, 3: check.exactness, 4: check.grpo_step, 6: check.bf16_step,
+                 7: check.learning}
         for number in args.items:
             if number in steps:
-                report.run(*steps[number])
-        if 3 in args.items and "logprob_gap" not in report.data["items"]:
-            report.update("logprob_gap", status="not run", error="item 3 ended before its rollout was measured")
+                report.run(ITEMS[number - 1], steps[number])
+        if 4 in args.items and "logprob_gap" not in report.data["items"]:
+            report.update("logprob_gap", status="not run", error="item 4 ended before its rollout was measured")
         result = report.summary()
         report.data["summary"] = result
         report.write()

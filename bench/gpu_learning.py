@@ -1,19 +1,18 @@
-"""Item 5 of `bench/gpu_check.py`: the recipe run end to end, its GRPO sized to the seconds left, and its figures.
+"""The learning item of `bench/gpu_check.py`: a recipe run end to end, its GRPO sized to the seconds left, its figures.
 
 `run_learning` plays `training.train.run_training` (the dashboard's Start, the CLI) on the recipe with GRPO's
 `max_steps` from `plan_learning`: the rates the check measured before (load, decoding, a GRPO step, training
 tokens/s), each an upper bound, against the seconds left. A timer stops GRPO past the deadline (the comparison then
 plays 5 episodes, and the figures say `stopped_at_deadline`). It reads back the comparison (zero-shot, warm start,
 after GRPO, random; success, EX, 95% intervals, the paired count of questions fixed and broken) and GRPO's reward,
-and copies the run's config, status, metrics and comparison next to the check's JSON.
+and archives the run's config, status, metrics and comparison next to the check's JSON.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
-import shutil
+import tarfile
 import threading
 import time
 from pathlib import Path
@@ -21,9 +20,10 @@ from typing import Any, Callable
 
 import gpu_measures as measures
 
-__all__ = ["plan_learning", "run_learning", "learning_figures", "copy_run_files"]
+__all__ = ["TARGETS", "targets_for", "plan_learning", "run_learning", "learning_figures", "copy_run_files"]
 
-TARGETS = {"after_grpo": 0.30, "gain_over_warm_start": 0.05}
+#: Per dataset: success after GRPO (at least), and its gain over the warm start (at least), on the eval questions.
+TARGETS = {"builtin": {"gain_over_warm_start": 0.10}, "spider10": {"after_grpo": 0.30, "gain_over_warm_start": 0.05}}
 #: Seconds past the planned end at which GRPO is stopped (the run must end before the command's own limit).
 GRACE_S = 30.0
 
@@ -47,7 +47,8 @@ def plan_learning(config: Any, *, budget_s: float, n_eval: int, n_train: int, de
     turns = config.step_budget
     eval_s = (math.ceil(n_eval / rows) * turns * config.max_turn_tokens * eval_step_s * 1.1
               + n_eval * turns * 0.002)
-    evals = 1 + bool(config.compare_base) + bool(config.compare_base and sft.enabled and not config.is_builtin_model)
+    evals = 1 + bool(config.compare_base) + bool(config.compare_base and sft.enabled and not config.is_builtin_model
+                                                  and config.resolved_zero_shot_episodes() > 0)
     sft_s = 0.0
     if sft.enabled:
         episodes = sft.episodes or n_train
@@ -76,20 +77,26 @@ def sized_overrides(config: Any, steps: int, n_eval: int) -> dict:
     return overrides
 
 
+def targets_for(dataset: str) -> dict:
+    """The targets of a learning run on `dataset` (a name, or a prepared folder named after it)."""
+    return TARGETS.get(Path(str(dataset)).name, TARGETS["spider10"])
+
+
 def run_learning(config: Any, budget_s: float, rates: dict, *, out: Path, update: Callable[..., None],
-                 log: Callable[[str], None]) -> dict:
-    """Run `config` with GRPO sized to `budget_s` seconds (`plan_learning` over `rates`, what items 1-3 measured:
-    `load_s`, `decode` (the fp32 `decode_rate` results), `prompt_tokens`, `grpo_step_s`, `train_tokens_per_s`;
-    conservative defaults for any missing). `update(**fields)` records progress (the plan, each phase's seconds);
+                 log: Callable[[str], None], prefix: str = "run_") -> dict:
+    """Run `config` with GRPO sized to `budget_s` seconds (`plan_learning` over `rates`, what the items before
+    measured: `load_s`, `decode` (the evals' decoder's rates, `gpu_decoders.compare`), `prompt_tokens`, `grpo_step_s`,
+    `train_tokens_per_s`; conservative defaults for any missing). Its comparison plays `comparison_episodes` eval
+    questions (at most the split's). `update(**fields)` records progress (the plan, each phase's seconds);
     `log` prints a line. Returns the run's figures (`learning_figures`) with the phases' seconds, peak GPU memory, the
-    rollouts' generated tokens/s and the files copied to `out`."""
+    rollouts' generated tokens/s, their seconds and share of the GRPO phase, and the files copied to `out`."""
     from training.cli import progress_listener
     from training.plan import RunPlan
     from training.run_dir import RunDir
     from training.train import run_training
 
     plan = RunPlan.resolve(config)
-    n_eval = len(plan.dataset.load(config.eval_split))
+    n_eval = min(len(plan.dataset.load(config.eval_split)), config.comparison_episodes)
     n_train = len(plan.dataset.load(config.train_split))
     sizing = plan_learning(
         config, budget_s=budget_s, n_eval=n_eval, n_train=n_train, device=plan.device,
@@ -102,18 +109,18 @@ def run_learning(config: Any, budget_s: float, rates: dict, *, out: Path, update
     log(f"learning run planned: {json.dumps(sizing)}")
 
     meter = generation_meter()
-    phases: dict[str, float] = {}
+    phases: dict[str, float] = {}  # seconds per phase (unrounded: a rollout's share is a ratio of two)
     clock: dict[str, Any] = {"phase": None, "since": time.perf_counter()}
     printer = progress_listener(config.max_steps)
 
     def enter(phase: str | None) -> None:
         now = time.perf_counter()
         if clock["phase"] not in (None, "queued", "done"):
-            phases[clock["phase"]] = round(phases.get(clock["phase"], 0.0) + now - clock["since"], 1)
+            phases[clock["phase"]] = phases.get(clock["phase"], 0.0) + now - clock["since"]
         clock.update(phase=phase, since=now)
         if meter is not None:
             (meter.active.set if phase == "grpo" else meter.active.clear)()
-        update(phase=phase, phase_seconds=dict(phases))
+        update(phase=phase, phase_seconds={k: round(v, 1) for k, v in phases.items()})
 
     def listener(event: str, payload: dict) -> None:
         printer(event, payload)
@@ -127,17 +134,49 @@ def run_learning(config: Any, budget_s: float, rates: dict, *, out: Path, update
     timer.start()
     measures.reset_peak()
     try:
-        path = run_training(config, stop_event=stop, listener=listener)
+        with RolloutClock() as rollouts:
+            path = run_training(config, stop_event=stop, listener=listener)
     finally:
         timer.cancel()
     enter(None)
     run = RunDir(path)
     figures = learning_figures(run)
-    figures.update(phase_seconds=phases, peak_gib=measures.peak_gib(), stopped_at_deadline=stop.is_set(),
+    grpo_s = phases.get("grpo")
+    figures.update(phase_seconds={k: round(v, 1) for k, v in phases.items()}, peak_gib=measures.peak_gib(),
+                   stopped_at_deadline=stop.is_set(),
+                   rollout_s=round(rollouts.seconds, 1),
+                   rollout_share=round(rollouts.seconds / grpo_s, 3) if grpo_s and rollouts.calls else None,
                    rollout_generated_tokens=meter.tokens if meter else None,
                    rollout_tokens_per_s=round(meter.tokens / meter.seconds, 1) if meter and meter.seconds else None,
-                   targets=TARGETS, files=copy_run_files(run, out))
+                   targets=targets_for(config.dataset), files=copy_run_files(run, out, prefix))
     return figures
+
+
+class RolloutClock:
+    """While entered: the seconds every batched rollout took (`BatchedRollout` calls: decoding, tools, rendering),
+    so a run's rollout share of its GRPO phase is measured on the model as it learns (a zero-shot step's share says
+    little: its rows all fail, carry no gradient, and the lean loss skips them)."""
+
+    def __enter__(self) -> "RolloutClock":
+        from training.grpo.rollout import BatchedRollout
+
+        self.seconds, self.calls = 0.0, 0
+        self._class, self._call = BatchedRollout, BatchedRollout.__call__
+        clock = self
+
+        def timed(rollout, prompts, trainer):
+            start = time.perf_counter()
+            try:
+                return clock._call(rollout, prompts, trainer)
+            finally:
+                clock.seconds += time.perf_counter() - start
+                clock.calls += 1
+
+        BatchedRollout.__call__ = timed
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._class.__call__ = self._call
 
 
 def generation_meter():
@@ -182,18 +221,12 @@ def learning_figures(run: Any) -> dict:
     return figures
 
 
-def copy_run_files(run: Any, out: Path) -> list[str]:
-    """The run's config, status and metrics, and its comparison (gzipped: 203 episodes of four policies), into
-    `out` as `run_*` (at most 8 files come back from the device, 16 MiB each)."""
-    copied = []
-    for name in ("config.json", "status.json", "metrics.jsonl"):
-        source = run.file(name)
-        if source.is_file():
-            shutil.copyfile(source, out / f"run_{name}")
-            copied.append(f"run_{name}")
-    source = run.file("comparison.jsonl")
-    if source.is_file():
-        with open(source, "rb") as src, gzip.open(out / "run_comparison.jsonl.gz", "wb") as dst:
-            shutil.copyfileobj(src, dst)
-        copied.append("run_comparison.jsonl.gz")
-    return copied
+def copy_run_files(run: Any, out: Path, prefix: str = "run_") -> list[str]:
+    """The run's config, status, metrics and comparison in one archive, `<out>/<prefix>files.tar.gz` (at most 8 files
+    come back from the device: one per run, beside the check's JSON, log and console). Returns the names archived."""
+    names = [name for name in ("config.json", "status.json", "metrics.jsonl", "comparison.jsonl")
+             if run.file(name).is_file()]
+    with tarfile.open(out / f"{prefix}files.tar.gz", "w:gz") as archive:
+        for name in names:
+            archive.add(run.file(name), arcname=f"{prefix}{name}")
+    return [f"{prefix}files.tar.gz", *(f"{prefix}{name}" for name in names)]

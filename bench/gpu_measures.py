@@ -1,12 +1,12 @@
 """The measurements `bench/gpu_check.py` takes, each a function of a model or a trainer it is handed.
 
-- `decode_rate`: the kept-cache decoder (`MultiTurnDecoder`) generating a fixed number of tokens for N rows.
 - `SamplingTap`: what the decoder sampled in a real rollout, with the log-probability of each drawn token under the
-  distribution it was drawn from (the `torch.multinomial` input), row by row.
+  distribution it was drawn from (as the decoder recorded it), row by row.
 - `trainer_logprobs` / `logprob_gap`: the same tokens' log-probabilities from the trainer's own forward (its model,
   its autocast, TRL's fused LM head at the run's temperature) and the gap between the two.
 - `memory_probe`: forward and backward of full-length rows through the trainer's model, per micro-batch size.
-- `plan_learning`: how many GRPO steps a learning run can afford in the seconds left, from the rates measured.
+- `step_seconds`: a decoding step's seconds at N rows, from the rates item 2 measured (what `gpu_learning` plans
+  evals with).
 
 None of them imports anything at module level beyond the standard library, so the check can report a missing
 package as a finding rather than die on import.
@@ -20,11 +20,8 @@ import time
 from collections import defaultdict
 from typing import Any, Hashable
 
-__all__ = ["sync", "peak_gib", "reset_peak", "decode_rate", "SamplingTap", "TapError", "trainer_logprobs",
+__all__ = ["sync", "peak_gib", "reset_peak", "SamplingTap", "TapError", "trainer_logprobs",
            "decoder_logprobs", "logprob_gap", "memory_probe", "step_seconds", "TimedRollout", "step_timer"]
-
-#: A token id no model emits: the decoder's rows then never end their turn early, so each decodes exactly N tokens.
-NEVER = -1
 
 
 def sync() -> None:
@@ -47,49 +44,10 @@ def reset_peak() -> None:
         torch.cuda.reset_peak_memory_stats()
 
 
-# --------------------------------------------------------------------------------------------------- item 2
-def decode_rate(model: Any, prompts: list[list[int]], tokens: int, pad_id: int, *, autocast: bool = False,
-                temperature: float = 1.0) -> dict:
-    """Generate `tokens` sampled tokens for every prompt at once with the kept-cache decoder, end-of-turn disabled.
-
-    Args:
-        model: the model, in the dtype to measure.
-        prompts: one prompt per row (rows that share a prefix read it once, as in a rollout).
-        tokens: tokens generated per row.
-        pad_id: the tokenizer's pad id.
-        autocast: run under bf16 autocast (fp32 weights, bf16 matmuls: what a trainer's mixed precision does).
-        temperature: the sampling temperature.
-
-    Returns:
-        rows, generated tokens, seconds (prefill included), tokens/s, seconds per decoding step, tokens fed to the
-        model, peak GPU memory.
-    """
-    import contextlib
-
-    import torch
-
-    from training.generation.multi_turn import MultiTurnDecoder
-
-    device = next(model.parameters()).device
-    decoder = MultiTurnDecoder(model, pad_id, {NEVER})
-    context = torch.autocast(device.type, dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
-    reset_peak()
-    sync()
-    start = time.perf_counter()
-    with context:
-        out = decoder.generate({i: p for i, p in enumerate(prompts)}, tokens, sample=True, temperature=temperature)
-    sync()
-    seconds = time.perf_counter() - start
-    generated = sum(len(v) for v in out.values())
-    return {"rows": len(prompts), "generated": generated, "seconds": round(seconds, 3),
-            "tokens_per_s": round(generated / max(seconds, 1e-9), 1),
-            "seconds_per_step": round(seconds / max(tokens, 1), 5), "fed": decoder.stats.fed,
-            "peak_gib": peak_gib()}
-
-
+# ------------------------------------------------------------------------------------------- decoding rates
 def step_seconds(rates: list[dict], rows: int) -> float | None:
-    """Seconds per decoding step at `rows` rows, interpolated (linearly in rows) from `decode_rate` results of one
-    dtype; beyond the measured rows, the last segment's slope."""
+    """Seconds per decoding step at `rows` rows, interpolated (linearly in rows) from one decoder's measurements at
+    one precision (`gpu_decoders.compare`'s rates); beyond the measured rows, the last segment's slope."""
     points = sorted({r["rows"]: r["seconds_per_step"] for r in rates if r.get("seconds_per_step")}.items())
     if not points:
         return None
@@ -102,85 +60,70 @@ def step_seconds(rates: list[dict], rows: int) -> float | None:
     return s1 + max(0.0, (s1 - s0) / (r1 - r0)) * (rows - r1)
 
 
-# --------------------------------------------------------------------------------------------------- item 4
+# ------------------------------------------------------------------------------------------- log-prob gap
 class TapError(RuntimeError):
     """What the tap recorded does not line up with what the decoder returned."""
 
 
 class SamplingTap:
-    """Records what the kept-cache decoder samples while it is entered (a measurement tap, not a code path).
+    """Records what the kept-cache decoders sample while it is entered (a measurement tap, not a code path).
 
-    `MultiTurnDecoder` draws each step's tokens with `torch.multinomial(softmax(logits / T))`; the tap wraps both that
-    call (keeping, per step, the drawn tokens and the log of the probability each was drawn with) and
-    `MultiTurnDecoder.generate` (keeping each call's rows in order, how long each row's sequence was, and what they
-    returned). A row that ends its turn leaves the batch, so at step s the live rows are those that returned more than
-    s tokens, in the call's order: that is how each step's values go back to their rows, and every token is checked
-    against the one returned. `per_row()` then gives, for each row, its drawn tokens with their positions in the row's
-    sequence and their log-probabilities.
+    It wraps `generate` of both kept-cache decoders (`MultiTurnDecoder`, `GraphDecoder`), keeping each call's rows in
+    order, how long each row's sequence was, what they returned and the log-probability the decoder recorded for each
+    drawn token (`last_logprobs`: under the distribution it drew from). `per_row()` then gives, for each row, its drawn
+    tokens with their positions in the row's sequence and their log-probabilities.
     """
 
     def __init__(self):
-        self.calls: list[tuple[dict, dict, list]] = []
-        self._steps: list | None = None
+        self.calls: list[tuple[dict, dict, dict]] = []
 
     def __enter__(self) -> "SamplingTap":
-        import torch
-
+        from training.generation.graph_decoder import GraphDecoder
         from training.generation.multi_turn import MultiTurnDecoder
 
-        self._torch, self._decoder_class = torch, MultiTurnDecoder
-        self._multinomial, self._generate = torch.multinomial, MultiTurnDecoder.generate
+        self._originals = {cls: cls.generate for cls in (MultiTurnDecoder, GraphDecoder)}
         tap = self
 
-        def multinomial(probs, num_samples, *args, **kwargs):
-            out = tap._multinomial(probs, num_samples, *args, **kwargs)
-            if tap._steps is not None and out.dim() == 2 and out.shape[1] == 1:
-                tap._steps.append((out[:, 0], probs.gather(1, out)[:, 0].float().log()))
-            return out
+        def wrap(original):
+            def generate(decoder, sequences, max_new_tokens, **kwargs):
+                results = original(decoder, sequences, max_new_tokens, **kwargs)
+                lengths = {key: len(ids) for key, ids in sequences.items()}
+                tap.calls.append((lengths, results, dict(decoder.last_logprobs)))
+                return results
 
-        def generate(decoder, sequences, max_new_tokens, **kwargs):
-            tap._steps = []
-            try:
-                results = tap._generate(decoder, sequences, max_new_tokens, **kwargs)
-            finally:
-                steps, tap._steps = tap._steps, None
-            lengths = {key: len(ids) for key, ids in sequences.items()}
-            tap.calls.append((lengths, results, [(t.tolist(), lp.tolist()) for t, lp in steps]))
-            return results
+            return generate
 
-        torch.multinomial, MultiTurnDecoder.generate = multinomial, generate
+        for cls, original in self._originals.items():
+            cls.generate = wrap(original)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._torch.multinomial, self._decoder_class.generate = self._multinomial, self._generate
+        for cls, original in self._originals.items():
+            cls.generate = original
 
     def first_keys(self) -> list[Hashable]:
         """The rows of the first `generate` call, in order (a rollout's first turn: every episode, in order)."""
         if not self.calls:
-            raise TapError("the decoder was never called: the rollout did not use the kept-cache decoder")
+            raise TapError("the decoder was never called: the rollout did not use a kept-cache decoder")
         lengths, results, _ = self.calls[0]
         return [k for k in lengths if results.get(k)]
 
     def generated(self) -> int:
-        """Tokens the decoder returned while the tap was entered."""
+        """Tokens the decoders returned while the tap was entered."""
         return sum(len(tokens) for _, results, _ in self.calls for tokens in results.values())
 
     def per_row(self) -> dict[Hashable, list[tuple[int, int, float]]]:
         """Per row: (position in the row's sequence, token, log-probability it was drawn with), in order."""
         rows: dict[Hashable, list[tuple[int, int, float]]] = defaultdict(list)
-        for lengths, results, steps in self.calls:
-            order = [k for k in lengths if results.get(k)]
-            longest = max((len(results[k]) for k in order), default=0)
-            if len(steps) != longest:
-                raise TapError(f"{len(steps)} sampling steps recorded for a turn of {longest} tokens")
-            for s, (tokens, logps) in enumerate(steps):
-                live = [k for k in order if len(results[k]) > s]
-                if len(live) != len(tokens):
-                    raise TapError(f"step {s}: {len(tokens)} tokens drawn for {len(live)} live rows")
-                for key, token, logp in zip(live, tokens, logps):
-                    if results[key][s] != token:
-                        raise TapError(f"step {s}: a drawn token is not the one the decoder returned")
-                    rows[key].append((lengths[key] + s, token, logp))
+        for lengths, results, logprobs in self.calls:
+            for key, tokens in results.items():
+                if not tokens:
+                    continue
+                drawn = logprobs.get(key)
+                if drawn is None or len(drawn) != len(tokens):
+                    raise TapError(f"{len(drawn or [])} log-probabilities recorded for a turn of {len(tokens)} "
+                                   "tokens (was it sampled?)")
+                rows[key] += [(lengths[key] + s, token, logp) for s, (token, logp) in enumerate(zip(tokens, drawn))]
         return rows
 
 
@@ -247,10 +190,10 @@ def logprob_gap(decoder: list[list[float]], trainer: list[list[float]]) -> dict:
             "ratio_min": round(min(ratios), 4), "ratio_max": round(max(ratios), 4)}
 
 
-# --------------------------------------------------------------------------------------------------- item 3
+# ---------------------------------------------------------------------------------------------- GRPO step
 class TimedRollout:
     """Wraps a trainer's `rollout_func`: times each call and its peak GPU memory; the first call's record, what the
-    decoder sampled in it (`SamplingTap`) and the weights it sampled with are kept for item 4."""
+    decoder sampled in it (`SamplingTap`) and the weights it sampled with are kept for the log-prob gap."""
 
     def __init__(self, trainer: Any):
         self.inner, self.trainer = trainer.rollout_func, trainer

@@ -44,8 +44,8 @@ class GenerationMeter:
     """Counts the tokens generated, and the seconds spent generating, while `active` is set.
 
     It wraps the places every rollout generates through: transformers' `GenerationMixin.generate` (TRL's tool
-    loop), `MultiTurnDecoder.generate` (the batched rollout and evals) and `generate_new_tokens` (their re-reading
-    fallback). Nested calls (the batched
+    loop), `MultiTurnDecoder.generate` and `GraphDecoder.generate` (the batched rollout and evals: on a CPU, on a GPU)
+    and `generate_new_tokens` (their re-reading fallback). Nested calls (the batched
     decoder falling back to `generate`) are counted once, by the outermost.
     """
 
@@ -59,12 +59,13 @@ class GenerationMeter:
         import training.generation.episodes
         from transformers.generation.utils import GenerationMixin
 
+        import training.generation.graph_decoder
         import training.generation.multi_turn
 
         GenerationMixin.generate = self._wrap(GenerationMixin.generate, self._count_generate)
         training.generation.episodes.generate_new_tokens = self._wrap(training.generation.episodes.generate_new_tokens, self._count_rows)
-        decoder = training.generation.multi_turn.MultiTurnDecoder
-        decoder.generate = self._wrap(decoder.generate, self._count_keyed)
+        for decoder in (training.generation.multi_turn.MultiTurnDecoder, training.generation.graph_decoder.GraphDecoder):
+            decoder.generate = self._wrap(decoder.generate, self._count_keyed)
 
     def _wrap(self, function, count):
         meter = self

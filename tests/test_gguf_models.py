@@ -98,15 +98,17 @@ def test_smollm2_loads_as_a_trainable_float_model_with_a_tool_template(smollm2):
 
 @pytest.mark.slow
 @needs_smollm2
-def test_smollm2_episodes_are_the_same_with_the_kept_cache_as_when_re_read(smollm2):
-    """The decoder that keeps each episode's cache (training.generation.multi_turn) plays SmolLM2's greedy
-    episodes token for token as the decoder that re-reads the conversation every turn, reading far less."""
+def test_smollm2_episodes_are_the_same_with_the_kept_cache_as_when_re_read(smollm2, monkeypatch):
+    """Both decoders that keep each episode's cache (`MultiTurnDecoder`, and the graph decoder, forced: on a CPU it
+    runs its step eagerly) play SmolLM2's greedy episodes token for token as the decoder that re-reads the
+    conversation every turn, reading far less."""
     from sqlenv.environment import SQLEnvironment
     from training.generation.model_policy import play_model_episodes
 
     model, tokenizer = smollm2
 
-    def play(keep_cache: bool):
+    def play(keep_cache: bool, decoder: str = "kept"):
+        monkeypatch.setenv("SQLENV_DECODER", decoder)
         envs = [SQLEnvironment.from_dataset("builtin", split="eval", step_budget=3) for _ in range(3)]
         try:
             observations = [env.reset(seed=i) for i, env in enumerate(envs)]
@@ -116,8 +118,9 @@ def test_smollm2_episodes_are_the_same_with_the_kept_cache_as_when_re_read(smoll
             for env in envs:
                 env.close()
 
-    old, new = play(False), play(True)
+    old, new, graph = play(False), play(True), play(True, "graph")
     assert [e.completion_ids for e in new] == [e.completion_ids for e in old]
+    assert [e.completion_ids for e in graph] == [e.completion_ids for e in old]
     assert all(e.turns == 3 for e in new)  # zero-shot, it writes prose to the cap: every turn is played
 
 

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -24,54 +25,86 @@ import gpu_measures  # noqa: E402
 @pytest.mark.slow
 def test_dry_run_reports_every_item(tmp_path):
     out = tmp_path / "out"
-    env = {k: v for k, v in os.environ.items() if k not in ("OUT", "SQLENV_RUNS_DIR", "SQLENV_DATA_DIR")}
-    done = subprocess.run([sys.executable, "bench/gpu_check.py", "--dry-run", "--out", str(out)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
+    state = tmp_path / "state.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("OUT", "SQLENV_RUNS_DIR", "SQLENV_DATA_DIR",
+                                                            "SQLENV_DECODER")}
+    done = subprocess.run([sys.executable, "bench/gpu_check.py", "--dry-run", "--out", str(out), "--state",
+                           str(state)], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["dry_run"] is True
-    assert summary["status"] == {item: "ok" for item in ("imports", "decoder", "grpo_step", "logprob_gap",
-                                                          "learning")}, done.stdout[-3000:]
+    assert summary["status"] == {item: "ok" for item in ("imports", "decoders", "exactness", "grpo_step",
+                                                          "logprob_gap", "bf16_step", "learning")}, done.stdout[-3000:]
     report = json.loads((out / "gpu_check.json").read_text())
     assert report["summary"] == summary
     items = report["items"]
 
     assert items["imports"]["import_errors"] == {} and items["imports"]["versions"]["trl"]
-    assert items["imports"]["transformers_takes_cache_kwarg"] is True
 
-    rates = items["decoder"]["rates"]
-    assert {(r["variant"], r["rows"]) for r in rates} == {(v, n) for v in ("fp32", "bf16", "fp32+bf16 autocast")
-                                                          for n in (2, 4, 8)}
+    # Item 2: every decoder at every precision and rows, timed, today's decoder's greedy tokens reproduced in fp32.
+    rates = items["decoders"]["rates"]
+    measured = {(r["decoder"], r["precision"], r["rows"]) for r in rates}
+    assert measured == {(d, p, n) for d in ("kept", "graph", "cb") for p in ("fp32", "bf16") for n in (2, 4)} | {
+        ("graph", "fp32+bf16", n) for n in (2, 4)}
     for rate in rates:
-        assert rate["generated"] == rate["rows"] * items["decoder"]["tokens_per_row"]
+        assert "error" not in rate and "skipped" not in rate, rate
+        assert rate["generated"] == rate["rows"] * 2 * items["decoders"]["tokens_per_turn"]
         assert rate["tokens_per_s"] > 0 and rate["seconds"] > 0
+        if rate["precision"] == "fp32":
+            assert rate["greedy_identical"], rate
+    assert set(items["decoders"]["best"]) == {"fp32@2", "fp32@4", "bf16@2", "bf16@4"}
+    assert json.loads(state.read_text())["decode"]  # kept for the next call's plan
+
+    exact = items["exactness"]
+    assert exact["identical"] and exact["decoders"] == {"kept": "MultiTurnDecoder", "graph": "GraphDecoder"}
 
     step = items["grpo_step"]
-    assert step["episodes"] == 4 and step["rollout_generated_tokens"] > 0
-    assert step["step_s"] >= step["rollout_s"] > 0 and step["loss_s"] >= 0
+    assert step["episodes"] == 4 and step["rollout_generated_tokens"] > 0 and step["decoder"] == "MultiTurnDecoder"
+    assert step["step_s"] >= step["rollout_s"] > 0 and step["loss_s"] >= 0 and 0 < step["rollout_share"] <= 1
     assert [p["rows"] for p in step["memory_probe"]] == [2, 4] and not any(p["oom"] for p in step["memory_probe"])
 
     gap = items["logprob_gap"]
     assert gap["tokens"] == step["rollout_generated_tokens"] and gap["precision"] == "fp32"
     # In fp32 the trainer's forward and the decoder's sampling distribution are the same numbers up to rounding.
     assert 0 <= gap["mean_abs"] < 1e-4 and gap["max_abs"] < 1e-3
+    assert items["bf16_step"]["skipped"]  # bf16 autocast needs CUDA
 
-    learning = items["learning"]
-    assert learning["run_status"] == "completed" and learning["grpo_steps_run"] == learning["grpo_steps"] >= 1
+    run = items["learning"]["runs"]["toy"]
+    assert run["run_status"] == "completed" and run["grpo_steps_run"] == run["grpo_steps"] >= 1
     for policy in ("random", "base", "trained"):
-        assert learning["scores"][policy]["n"] == 10
-    assert 0 <= learning["after_grpo"] <= 1 and 0 <= learning["warm_start"] <= 1
-    assert set(learning["phase_seconds"]) >= {"loading model", "sft", "base eval", "grpo", "comparison"}
-    assert learning["plan"]["grpo_steps"] == learning["grpo_steps"]
-    for name in learning["files"]:
-        assert (out / name).is_file()
-    assert (out / "gpu_check.log").read_text().count("item ") >= 5
-    assert set(summary["checks"]) == {"decoder_tokens_per_s_at_64>=5000", "logprob_gap_mean_abs<=1e-2",
-                                      "after_grpo>=0.30", "after_grpo>=warm_start+0.05"}
+        assert run["scores"][policy]["n"] == 10
+    assert 0 <= run["after_grpo"] <= 1 and 0 <= run["warm_start"] <= 1
+    assert set(run["phase_seconds"]) >= {"loading model", "sft", "base eval", "grpo", "comparison"}
+    assert run["plan"]["grpo_steps"] == run["grpo_steps"]
+    assert 0 < run["rollout_s"] and 0 < run["rollout_share"] <= 1 and summary["rollout_share"] == run["rollout_share"]
+    archive, *archived = run["files"]
+    with tarfile.open(out / archive) as files:
+        assert sorted(files.getnames()) == sorted(archived) and "toy_comparison.jsonl" in archived
+    assert len(list(out.iterdir())) <= 8  # what comes back from the device
+    assert (out / "gpu_check.log").read_text().count("item ") >= 7
+    assert {"tokens_per_s_at_64>=10000", "logprob_gap_mean_abs<=1e-2", "rollout_share<=0.60",
+            "toy: after_grpo>=0.3", "toy: after_grpo>=warm_start+0.05"} <= set(summary["checks"])
 
 
-@pytest.mark.parametrize("args", [["--items", "7"], ["--items", "x"], ["--deadline-minutes", "0"],
-                                  ["--config", "no/such.json"]])
+def test_a_grpo_step_through_the_graph_decoder(tmp_path):
+    """Item 4 as a GPU plays it: the batched rollout decodes with the graph decoder (forced here; on a CPU its step
+    runs eagerly), TRL's fp32 LM head on; the sampler's recorded log-probs are the trainer's."""
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k not in ("OUT", "SQLENV_RUNS_DIR", "SQLENV_DATA_DIR")}
+    env["SQLENV_DECODER"] = "graph"
+    done = subprocess.run([sys.executable, "bench/gpu_check.py", "--dry-run", "--items", "4", "--out", str(out),
+                           "--set", "grpo.cast_lm_head_to_fp32=true"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    items = json.loads((out / "gpu_check.json").read_text())["items"]
+    assert items["grpo_step"]["decoder"] == "GraphDecoder" and items["grpo_step"]["graph_error"] is None
+    assert items["logprob_gap"]["tokens"] == items["grpo_step"]["rollout_generated_tokens"] > 0
+    assert items["logprob_gap"]["mean_abs"] < 1e-4
+
+
+@pytest.mark.parametrize("args", [["--items", "8"], ["--items", "x"], ["--deadline-minutes", "0"],
+                                  ["--config", "no/such.json"], ["--learn", "no/such.json"],
+                                  ["--shape", "no/such.json"]])
 def test_bad_arguments_exit_2(args, tmp_path):
     done = subprocess.run([sys.executable, "bench/gpu_check.py", "--dry-run", "--out", str(tmp_path), *args],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -79,27 +112,35 @@ def test_bad_arguments_exit_2(args, tmp_path):
     assert "error:" in done.stderr.strip().splitlines()[-1]
 
 
-def test_sampling_tap_follows_rows_that_leave_the_batch():
+@pytest.mark.parametrize("kind", ["kept", "graph"])
+def test_sampling_tap_follows_rows_that_leave_the_batch(kind):
     """Rows end their turns at different steps (half the vocabulary ends a turn) over two turns, the second reusing
     each row's cache: every drawn token goes back to its row, and its recorded log-probability is the one a full fp32
-    forward of the row's sequence gives at the sampling temperature."""
+    forward of the row's sequence gives at the sampling temperature; for both kept-cache decoders (the graph
+    decoder as a GPU batches its rows: padding rows, a check every 4 steps)."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
+    from training.generation.graph_decoder import GraphDecoder
     from training.generation.multi_turn import MultiTurnDecoder
 
     torch.manual_seed(0)
     config = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                          num_key_value_heads=2, head_dim=8, max_position_embeddings=256)
     model = Qwen3ForCausalLM(config).eval()
-    decoder = MultiTurnDecoder(model, pad_id=0, eos_ids=set(range(32, 64)), min_shared_prefix=4)
+    originals = (MultiTurnDecoder.generate, GraphDecoder.generate)
+    if kind == "kept":
+        decoder = MultiTurnDecoder(model, pad_id=0, eos_ids=set(range(32, 64)), min_shared_prefix=4)
+    else:
+        decoder = GraphDecoder(model, pad_id=0, eos_ids=set(range(32, 64)), min_shared_prefix=4, buckets=True,
+                               sync_every=4)
     prompts = {f"row{i}": [1, 2, 3, 4, 5] + [6 + i] * (i + 1) for i in range(6)}
     temperature = 0.7
     with gpu_measures.SamplingTap() as tap:
         first = decoder.generate(prompts, 12, sample=True, temperature=temperature)
         second = decoder.generate({k: prompts[k] + first[k] + [7, 8, 9] for k in prompts}, 12, sample=True,
                                   temperature=temperature)
-    assert MultiTurnDecoder.generate is not None and torch.multinomial.__module__ == "torch"  # restored
+    assert (MultiTurnDecoder.generate, GraphDecoder.generate) == originals  # restored
     assert len({len(v) for v in first.values()}) > 1  # rows left the first turn at different steps
     rows = tap.per_row()
     assert tap.first_keys() == list(prompts) and tap.generated() == sum(map(len, first.values())) + sum(

@@ -134,10 +134,12 @@ def test_keep_best_hands_back_the_kept_weights_by_content(tmp_path):
 def test_health_metrics_on_both_rollout_paths(tmp_path, rollout):
     from training.train import run_training
 
-    # The environment path's entropy is TRL's, over the rows the loss computes: all of them without the lean loss
-    # (an untrained model's groups are all-equal, which the lean loss would leave out).
+    # The environment path's entropy is TRL's, over the tokens the loss computes: all of them without the lean loss
+    # (an untrained model's groups are all-equal, which the lean loss would leave out) and with cut episodes kept (an
+    # untrained model's are all cut by the 96-token budget).
     config = small_train_config(tmp_path, rollout=rollout, kl_probe_episodes=2, validation_questions=8,
-                                eval_every=1, lean_loss=rollout == "rollout_func")
+                                eval_every=1, lean_loss=rollout == "rollout_func",
+                                grpo={"mask_truncated_completions": rollout == "rollout_func"})
     run_training(config)
     metrics = [m for m in _read(tmp_path / "run" / "metrics.jsonl") if m.get("phase") == "grpo" and "loss" in m]
     assert len(metrics) == 2

@@ -15,7 +15,7 @@ from sqlenv.types import SQLAction, SQLObservation
 from sqlenv.agent.model_output import message_actions
 from training.generation.chat import ChatRenderer
 from training.generation.decoding import generate_new_tokens, plain_temperature
-from training.generation.multi_turn import MultiTurnDecoder
+from training.generation.decoders import kept_cache_decoder
 from sqlenv.agent.prompts import episode_over_message, fit_context
 
 __all__ = ["Episode", "StepFn", "play_batched"]
@@ -42,6 +42,9 @@ class Episode:
     truncated: bool = False
     turns: int = 0
     actions: list[SQLAction] = field(default_factory=list)
+    #: the log-probability of each token the kept-cache decoder drew for this episode, under the distribution it drew
+    #: it from (empty when greedy, or decoded by `generate`)
+    sampled_logprobs: list[float] = field(default_factory=list)
 
     def input_ids(self) -> list[int]:
         if self.context_ids is not None:
@@ -62,7 +65,7 @@ def play_batched(
     sample: bool = True,
     temperature: float = 1.0,
     keep_cache: bool = True,
-    decoder: MultiTurnDecoder | None = None,
+    decoder: Any = None,
 ) -> list[Episode]:
     """Play `episodes` to the end together: each turn, one `generate` for every live episode.
 
@@ -80,10 +83,12 @@ def play_batched(
     Only an episode cut by `max_completion_tokens`, a cap eval does not have, is `truncated`: its outcome is unknown,
     so `BatchedRollout` leaves it out of the loss (TRL's `mask_truncated_completions`).
 
-    With `keep_cache` (default) each episode keeps its KV cache from turn to turn (`MultiTurnDecoder`: a turn reads
-    only the tool result, the prompts' shared prefix is read once) whenever the decoding allows it — greedy or plain
-    temperature sampling on a model with a plain key/value cache; otherwise, or with `keep_cache=False`, every turn
-    re-reads each conversation (`generate_new_tokens`). `decoder` passes one in (to read its `stats`).
+    With `keep_cache` (default) each episode keeps its KV cache from turn to turn (a turn reads only the tool result,
+    the prompts' shared prefix is read once) whenever the decoding allows it — greedy or plain temperature sampling on
+    a model with a plain key/value cache: `kept_cache_decoder` picks the decoder (on a CUDA device the graph decoder,
+    elsewhere `MultiTurnDecoder`; `SQLENV_DECODER` forces one). Otherwise, or with `keep_cache=False`, every turn
+    re-reads each conversation (`generate_new_tokens`). `decoder` passes one in (kept across calls by the batched
+    rollout, so its captured graphs are reused; or to read its `stats`).
     """
     pad_id = renderer.tokenizer.pad_token_id
     if pad_id is None:
@@ -95,8 +100,8 @@ def play_batched(
             sample, temperature = True, plain
         else:
             keep_cache = False  # top-p/k, penalties...: model.generate, re-reading
-    if keep_cache and decoder is None and eos and MultiTurnDecoder.supports(model):
-        decoder = MultiTurnDecoder(model, pad_id, eos)
+    if keep_cache and decoder is None and eos:
+        decoder = kept_cache_decoder(model, pad_id, eos)
     if not keep_cache:
         decoder = None
     while True:
@@ -125,6 +130,9 @@ def play_batched(
             new_tokens = decoder.generate({id(e): e.input_ids() for e, _ in pairs},
                                           {id(e): room for e, room in pairs}, sample=sample, temperature=temperature)
             outputs = [new_tokens[id(e)] for e, _ in pairs]
+            if sample:
+                for e, _ in pairs:
+                    e.sampled_logprobs += decoder.last_logprobs.get(id(e), [])
         else:
             outputs = generate_new_tokens(model, [e.input_ids() for e, _ in pairs], pad_id,
                                           max(r for _, r in pairs), generation_config=generation_config,

@@ -19,7 +19,7 @@ from sqlenv.agent.model_output import message_actions
 from training.generation.chat import ChatRenderer
 from training.generation.decoding import generate_new_tokens
 from training.generation.episodes import Episode, play_batched
-from training.generation.multi_turn import MultiTurnDecoder
+from training.generation.decoders import kept_cache_decoder
 from sqlenv.agent.prompts import format_tool_result, initial_messages
 
 __all__ = ["ModelPolicy", "evaluate_model", "play_model_episodes"]
@@ -61,9 +61,9 @@ class ModelPolicy:
         self._pending: list[tuple[str, SQLAction]] = []  # further tool calls of the current turn
         self._awaiting: list[str] = []  # tool names whose results the next observations carry
         self._results: list[dict[str, Any]] = []  # tool messages of the current turn
-        #: The `MultiTurnDecoder` that keeps the conversation's KV cache from turn to turn (None before the first
-        #: turn, or when the model's cache cannot be kept: then every turn re-reads the conversation).
-        self.decoder: MultiTurnDecoder | None = None
+        #: The decoder that keeps the conversation's KV cache from turn to turn (`kept_cache_decoder`; None before
+        #: the first turn, or when the model's cache cannot be kept: then every turn re-reads the conversation).
+        self.decoder: Any = None
 
     def reset(self, env: Any, observation: SQLObservation) -> None:
         self.messages = initial_messages(observation, self.prompt)
@@ -99,8 +99,8 @@ class ModelPolicy:
         was_training = getattr(self.model, "training", False)
         self.model.eval()
         eos = set(self.renderer.eos_token_ids)
-        if self.decoder is None and eos and MultiTurnDecoder.supports(self.model):
-            self.decoder = MultiTurnDecoder(self.model, pad, eos)
+        if self.decoder is None and eos:
+            self.decoder = kept_cache_decoder(self.model, pad, eos)
         try:
             if self.decoder is not None:
                 new = self.decoder.generate({0: self._ids}, self.max_turn_tokens, sample=self.temperature > 0,
@@ -124,10 +124,10 @@ class ModelPolicy:
 def play_model_episodes(model: Any, tokenizer: Any, envs: list[Any], observations: list[SQLObservation], *,
                         max_turn_tokens: int = 256, temperature: float = 0.0, enable_thinking: bool = False,
                         renderer: ChatRenderer | None = None, keep_cache: bool = True,
-                        prompt: str | None = None) -> list[Episode]:
+                        prompt: str | None = None, decoder: Any = None) -> list[Episode]:
     """Play one episode per environment (already reset, with its first observation) to the end, batched
-    (`keep_cache`: each episode keeps its KV cache across turns, see `play_batched`). `prompt`
-    (`sqlenv.agent.prompts.PROMPTS`) defaults to the renderer's, else `"full"`."""
+    (`keep_cache`: each episode keeps its KV cache across turns, see `play_batched`; `decoder` passes the kept-cache
+    decoder in). `prompt` (`sqlenv.agent.prompts.PROMPTS`) defaults to the renderer's, else `"full"`."""
     prompt = prompt or (renderer.prompt if renderer is not None else "full")
     renderer = renderer or ChatRenderer(tokenizer, chat_template_kwargs={"enable_thinking": enable_thinking},
                                         prompt=prompt)
@@ -149,7 +149,8 @@ def play_model_episodes(model: Any, tokenizer: Any, envs: list[Any], observation
     try:
         play_batched(model, renderer, episodes, max_turn_tokens=max_turn_tokens,
                      max_context_tokens=_context_limit(model, max_turn_tokens), max_turns=budget + 2,
-                     sample=temperature > 0, temperature=temperature or 1.0, keep_cache=keep_cache)
+                     sample=temperature > 0, temperature=temperature or 1.0, keep_cache=keep_cache,
+                     decoder=decoder)
     finally:
         if was_training:
             model.train()

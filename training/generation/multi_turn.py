@@ -24,27 +24,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Hashable
 
-__all__ = ["MultiTurnDecoder", "DecodeStats"]
+__all__ = ["MultiTurnDecoder", "DecodeStats", "common_prefix"]
 
 
 @dataclass
 class DecodeStats:
     """What a decoder has done: tokens fed to the model (prompt and tool tokens read, plus one per decoding step),
-    tokens generated, forward calls. `fed / generated` is the reading overhead. `sampled` counts the tokens drawn
-    by sampling and `entropy_sum` the entropy (nats) of the distribution each was drawn from: their ratio is the
-    mean token entropy of the sampled completions, a policy-health figure (a rising one means the policy is coming
-    apart, a collapsing one that it stopped exploring)."""
+    tokens generated, forward calls. `fed / generated` is the reading overhead."""
 
     fed: int = 0
     generated: int = 0
     forward_calls: int = 0
-    sampled: int = 0
-    entropy_sum: float = 0.0
-
-    @property
-    def mean_entropy(self) -> float | None:
-        return self.entropy_sum / self.sampled if self.sampled else None
-
     def as_dict(self) -> dict[str, int]:
         return {"fed": self.fed, "generated": self.generated, "forward_calls": self.forward_calls}
 
@@ -58,7 +48,7 @@ class _Row:
     layers: list[tuple[Any, Any]] = field(default_factory=list)
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
+def common_prefix(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:
@@ -84,6 +74,9 @@ class MultiTurnDecoder:
         self.eos_ids = set(eos_ids)
         self.min_shared_prefix = min_shared_prefix
         self.stats = DecodeStats()
+        #: Per key of the last `generate` call that sampled: the log-probability of each token it drew, under the
+        #: distribution it drew it from (softmax(logits / temperature)).
+        self.last_logprobs: dict[Hashable, list[float]] = {}
         self._rows: dict[Hashable, _Row] = {}
 
     @staticmethod
@@ -129,6 +122,7 @@ class MultiTurnDecoder:
         budgets = {k: (max_new_tokens[k] if isinstance(max_new_tokens, dict) else max_new_tokens) for k in keys}
         keys = [k for k in keys if budgets[k] > 0]
         results: dict[Hashable, list[int]] = {k: [] for k in sequences}
+        self.last_logprobs = {k: [] for k in keys} if sample else {}
         if not keys:
             return results
         try:
@@ -148,7 +142,7 @@ class MultiTurnDecoder:
         for key in keys:
             ids = sequences[key]
             row = self._rows.get(key)
-            keep = min(_common_prefix(row.ids, ids), len(ids) - 1) if row is not None else 0
+            keep = min(common_prefix(row.ids, ids), len(ids) - 1) if row is not None else 0
             if keep <= 0:
                 self._rows.pop(key, None)
                 fresh.append(key)
@@ -161,7 +155,7 @@ class MultiTurnDecoder:
             shared = min(len(sequences[k]) - 1 for k in fresh)
             first = sequences[fresh[0]]
             for key in fresh[1:]:
-                shared = min(shared, _common_prefix(first, sequences[key]))
+                shared = min(shared, common_prefix(first, sequences[key]))
             if shared >= self.min_shared_prefix:
                 layers = self._prefill_alone(first[:shared])
                 for key in fresh:
@@ -245,17 +239,21 @@ class MultiTurnDecoder:
         eos = torch.tensor(sorted(self.eos_ids), device=device)
         live = list(range(len(keys)))  # batch row -> index into keys
         budget = torch.tensor([budgets[k] for k in keys], device=device)
-        entropy = torch.zeros((), device=device)  # summed on the device; read once per turn
         step = 0
         while True:
             if sample:
                 probs = torch.softmax(logits.float() / temperature, dim=-1)
                 token = torch.multinomial(probs, 1).squeeze(1)
-                entropy += torch.special.entr(probs).sum()
-                self.stats.sampled += len(live)
+                # one read back for the tokens and their log-probabilities (ids are exact in float64)
+                drawn = torch.stack([token.double(), probs.gather(1, token[:, None]).squeeze(1).log().double()])
+                values, logps = drawn.tolist()
+                for i, logp in zip(live, logps):
+                    self.last_logprobs[keys[i]].append(logp)
+                values = [int(v) for v in values]
             else:
                 token = logits.argmax(dim=-1)
-            for i, value in zip(live, token.tolist()):
+                values = token.tolist()
+            for i, value in zip(live, values):
                 results[keys[i]].append(value)
             self.stats.generated += len(live)
             step += 1
@@ -269,7 +267,6 @@ class MultiTurnDecoder:
                         ids=list(sequences[key]) + results[key][:-1],
                         layers=[(layer.keys[b][:, valid], layer.values[b][:, valid]) for layer in cache.layers])
                 if bool(finished.all()):
-                    self.stats.entropy_sum += float(entropy)
                     return
                 keep = (~finished).nonzero().squeeze(1)
                 for layer in cache.layers:

@@ -25,7 +25,6 @@ from typing import Any
 from sqlenv.types import SQLAction, SQLObservation
 from training.generation.chat import ChatRenderer
 from training.generation.episodes import Episode, play_batched
-from training.generation.multi_turn import MultiTurnDecoder
 from sqlenv.agent.prompts import initial_messages
 
 __all__ = ["BatchedRollout", "QUESTION_ID_KEY", "prompt_question_id", "rollout_rows"]
@@ -55,7 +54,11 @@ class BatchedRollout:
         renderer: the `ChatRenderer` to play with; default: built from the trainer on the first call (same template,
             template kwargs and end-of-turn ids as GRPOTrainer).
         keep_cache: each episode keeps its KV cache from turn to turn (default True; see `play_batched`); False
-            re-reads every conversation each turn (the older decoder, for comparison).
+            re-reads every conversation each turn (the older decoder, for comparison). The kept-cache decoder
+            (`kept_cache_decoder`: on a GPU the graph decoder) lives as long as the rollout, so the graphs it captures
+            and its slots serve every step; under the trainer's bf16 (fp16) autocast it decodes as that autocast
+            computes (bf16 linear layers and attention over the fp32 weights, the LM head in fp32 with TRL's
+            `cast_lm_head_to_fp32`), so the episodes are sampled from the distribution the loss scores.
         prompt: the prompt the dataset's rows start with (`rollout_rows(source, prompt)`;
             `sqlenv.agent.prompts.PROMPTS`, default `"full"`): the default renderer renders the tool schemas for it or
     not. """
@@ -69,6 +72,7 @@ class BatchedRollout:
         self.keep_cache = keep_cache
         self._pool: list[Any] = []
         self._lock = threading.Lock()
+        self._decoder: Any = None
 
     def environments(self, n: int) -> list[Any]:
         """The first `n` environments of the pool (one `SQLEnvTRL` per episode of a batch), created as needed."""
@@ -78,6 +82,22 @@ class BatchedRollout:
             while len(self._pool) < n:
                 self._pool.append(SQLEnvTRL(self.source))
             return self._pool[:n]
+
+    def decoder(self, model: Any, trainer: Any) -> Any:
+        """The kept-cache decoder of `model` (made on the first call, again if the trainer's model changes), decoding
+        at the trainer's precision; None when the model's cache cannot be kept."""
+        if self._decoder is None or self._decoder.model is not model:
+            import torch
+
+            from training.generation.decoders import kept_cache_decoder
+
+            tokenizer = self.renderer.tokenizer
+            pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+            args = trainer.args
+            compute = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else None
+            self._decoder = kept_cache_decoder(model, pad, set(self.renderer.eos_token_ids), compute_dtype=compute,
+                                               lm_head_fp32=bool(getattr(args, "cast_lm_head_to_fp32", False)))
+        return self._decoder
 
     def __call__(self, prompts: list, trainer: Any) -> dict[str, list]:
         """Play one episode per prompt, batched, and return the training record (see the module docstring).
@@ -109,15 +129,14 @@ class BatchedRollout:
                                     observation=env.observation))
         max_turns = trainer.max_tool_calling_iterations if trainer.max_tool_calling_iterations < 10**6 else 64
         with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
-            decoder = None
-            if self.keep_cache and MultiTurnDecoder.supports(model):
-                decoder = MultiTurnDecoder(model, renderer.tokenizer.pad_token_id
-                                           if renderer.tokenizer.pad_token_id is not None
-                                           else renderer.tokenizer.eos_token_id, set(renderer.eos_token_ids))
             play_batched(model, renderer, episodes, max_turn_tokens=self.max_turn_tokens,
                          max_completion_tokens=trainer.max_completion_length, max_turns=max_turns,
-                         generation_config=trainer.generation_config, keep_cache=self.keep_cache, decoder=decoder)
-        entropy = decoder.stats.mean_entropy if decoder is not None else None
+                         generation_config=trainer.generation_config, keep_cache=self.keep_cache,
+                         decoder=self.decoder(model, trainer) if self.keep_cache else None)
+        logprobs = [logp for e in episodes for logp in e.sampled_logprobs]
+        # The mean surprisal of the sampled tokens: a Monte Carlo estimate of the sampling distribution's mean token
+        # entropy (each token was drawn from the distribution whose log-probability it records).
+        entropy = -sum(logprobs) / len(logprobs) if logprobs else None
         breakdowns = [env.breakdown for env in envs]
         # An episode cut by max_completion_length has no outcome to learn from: with TRL's mask_truncated_completions
         # it leaves the loss. TRL spots a cut row by its last token (not an end of turn), which misses an episode cut
@@ -135,8 +154,9 @@ class BatchedRollout:
             "tool_calls": [len(e.actions) for e in episodes],
             "tool_failures": [sum(1 for m in e.messages if m.get("role") == "tool"
                                   and str(m.get("content", "")).startswith("Error:")) for e in episodes],
-            # The mean token entropy of this step's sampled completions (the decoder's own distributions), logged
-            # by `reward_operational` as `health/sampled_entropy`; None when the turns were decoded by `generate`.
+            # The sampled completions' mean token entropy (estimated from the decoder's own log-probabilities),
+            # logged by `reward_operational` as `health/sampled_entropy`; None when the turns were decoded by
+            # `generate`.
             "sampled_entropy": [entropy] * len(episodes),
         }
 

@@ -1,0 +1,240 @@
+"""The graph decoder (`training/generation/graph_decoder.py`) on the CPU, where its step runs without graphs: greedy
+turns token for token those of `MultiTurnDecoder` (rows ending at different times, rows kept idle or dropped, caches
+reused, grown and moved; as on a GPU with padding rows, late checks and rounded windows, and as on a CPU), whole
+episodes with tool results and turn caps on the tiny model (SmolLM2's: tests/test_gguf_models.py), sampled
+log-probabilities within 1e-5 of a plain forward; the step a GPU captures reads nothing back to the host and leaves
+no trace for inactive rows; a failed capture falls back to eager steps; the bf16 mode computes as the trainer's
+autocast; and which decoder plays a model."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")
+
+#: As the GPU plays: batches rounded up to powers of two (rows that take no part), the host reading the rows' state
+#: every 4 steps only, attention windows rounded up.
+GPU_LIKE = {"buckets": True, "sync_every": 4, "window_step": 16}
+EOS = set(range(80, 96))  # a sixth of the vocabulary ends a turn: rows end at different steps
+
+
+def _random_model(family: str, init: float = 0.3):
+    """A small random model of SmolLM2's layout (Llama, 3 query heads per key/value head) or the tiny model's (Qwen3,
+    q/k norms); initialised wide by default, so that its greedy tokens vary (transformers' 0.02 gives near-uniform
+    next-token distributions: rows that sample end at different times, on logits of a real model's scale)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    config_class, model_class = {"llama": (LlamaConfig, LlamaForCausalLM),
+                                 "qwen3": (Qwen3Config, Qwen3ForCausalLM)}[family]
+    torch.manual_seed(0)
+    config = config_class(vocab_size=96, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                          num_attention_heads=6, num_key_value_heads=2, head_dim=8, max_position_embeddings=512,
+                          initializer_range=init)
+    return model_class(config).eval()
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen3"])
+def family(request):
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def random_model(family):
+    return _random_model(family)
+
+
+def _prompts(n: int, shared: int = 20) -> dict[int, list[int]]:
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    prefix = torch.randint(0, 80, (shared,), generator=g).tolist()
+    return {i: prefix + torch.randint(0, 80, (3 + 2 * i,), generator=g).tolist() for i in range(n)}
+
+
+def _decoders(model, **graph_kwargs):
+    from training.generation.graph_decoder import GraphDecoder
+    from training.generation.multi_turn import MultiTurnDecoder
+
+    return (MultiTurnDecoder(model, 0, EOS, min_shared_prefix=8),
+            GraphDecoder(model, 0, EOS, min_shared_prefix=8, **graph_kwargs))
+
+
+@pytest.mark.parametrize("mode", [{}, GPU_LIKE], ids=["cpu", "gpu-like"])
+def test_greedy_turns_are_those_of_the_multi_turn_decoder(random_model, mode):
+    """Seven conversations over five turns: rows end at different steps, some leave (forgotten), one sits a turn out
+    (kept, budget 0) and comes back, a context is trimmed; every turn's tokens, caches and counts are the same."""
+    old, new = _decoders(random_model, **mode)
+    sequences = _prompts(7)
+    lengths = set()
+    for turn in range(5):
+        budgets = {k: 0 if (k, turn) == (1, 2) else 12 for k in sequences}
+        want, got = old.generate(sequences, budgets), new.generate(sequences, budgets)
+        assert got == want, f"turn {turn}"
+        # the same tokens read (forward calls differ: a GPU-like batch checks its rows every 4 steps)
+        assert (new.stats.fed, new.stats.generated) == (old.stats.fed, old.stats.generated)
+        for key in sequences:
+            assert new.cached_ids(key) == old.cached_ids(key)
+        lengths |= {len(v) for k, v in want.items() if budgets[k]}
+        sequences = {k: sequences[k] + want[k] + [1 + turn, 2, 3] for k in sequences if (k + turn) % 6}
+        if turn == 3:  # a trimmed context: the start kept, the rest rewritten
+            key = next(iter(sequences))
+            sequences[key] = sequences[key][:30] + [4, 5, 6, 7]
+    assert len(lengths) >= 3  # rows did end at different steps
+    assert new.cached_ids(0) is None  # dropped at turn 0 ((0 + 0) % 6 == 0): forgotten
+    if mode:
+        assert new._cache.length % 16 == 0 and new._cache.rows in (8, 16)  # grown, in steps the graphs allow
+
+
+def test_greedy_episodes_on_the_tiny_model_are_those_of_the_multi_turn_decoder(tiny, monkeypatch):
+    """Whole episodes (tool calls parsed, tools run, tool results read, turns closed at their cap), played as evals
+    play them, with each decoder forced."""
+    from sqlenv.environment import SQLEnvironment
+    from training.generation.model_policy import play_model_episodes
+
+    model, tokenizer = tiny
+    played = {}
+    for kind in ("kept", "graph"):
+        monkeypatch.setenv("SQLENV_DECODER", kind)
+        envs = [SQLEnvironment.from_dataset("builtin", split="eval", step_budget=4) for _ in range(5)]
+        try:
+            observations = [env.reset(seed=i) for i, env in enumerate(envs)]
+            played[kind] = play_model_episodes(model, tokenizer, envs, observations, max_turn_tokens=20)
+        finally:
+            for env in envs:
+                env.close()
+    assert [e.completion_ids for e in played["graph"]] == [e.completion_ids for e in played["kept"]]
+    assert [e.messages for e in played["graph"]] == [e.messages for e in played["kept"]]
+    assert all(e.turns >= 2 for e in played["graph"])
+
+
+@pytest.mark.parametrize("mode", [{}, GPU_LIKE], ids=["cpu", "gpu-like"])
+def test_sampled_log_probabilities_are_those_of_a_plain_forward(family, mode):
+    """At a fixed seed, over two turns with rows ending at different times, each drawn token's recorded
+    log-probability is log_softmax(logits / T) of a plain forward of the row's whole sequence, within 1e-5."""
+    import torch
+
+    random_model = _random_model(family, init=0.02)
+    _, decoder = _decoders(random_model, **mode)
+    sequences, temperature = _prompts(5), 0.7
+    torch.manual_seed(3)
+    ends = set()
+    for turn in range(2):
+        out = decoder.generate(sequences, 10, sample=True, temperature=temperature)
+        ends |= {len(v) for v in out.values()}
+        for key, tokens in out.items():
+            sequence = sequences[key] + tokens
+            with torch.no_grad():
+                logps = torch.log_softmax(random_model(torch.tensor([sequence])).logits[0].float() / temperature, -1)
+            want = [float(logps[len(sequences[key]) + j - 1, t]) for j, t in enumerate(tokens)]
+            assert decoder.last_logprobs[key] == pytest.approx(want, abs=1e-5)
+        sequences = {k: sequences[k] + out[k] + [5, 6, 7] for k in sequences}
+    assert len(ends) >= 2
+    draws = []
+    for _ in range(2):  # a fixed seed draws the same tokens
+        torch.manual_seed(5)
+        draws.append(_decoders(random_model, **mode)[1].generate(_prompts(5), 10, sample=True, temperature=0.7))
+    assert draws[0] == draws[1]
+
+
+def test_the_step_a_gpu_captures_reads_nothing_back_and_idle_rows_leave_no_trace(random_model):
+    """A CUDA graph replays device work only: the decoding step must never read a value back to the host (that
+    would fail the capture or freeze a value into the graph). And the capture's warm-up runs the step with every row
+    inactive, which must change no row's cache, position, tokens or count."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    host_reads = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__int__,
+                  torch.Tensor.__float__, torch.Tensor.__index__, torch.Tensor.cpu, torch.Tensor.numpy,
+                  torch.nonzero, torch.Tensor.nonzero, torch.masked_select, torch.Tensor.masked_select,
+                  torch.unique, torch.tensor, torch.as_tensor}
+
+    class NoHostReads(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func in host_reads:
+                raise AssertionError(f"the step reads back to the host: {func}")
+            if func is torch.Tensor.__getitem__ and any(isinstance(a, torch.Tensor) and a.dtype == torch.bool
+                                                       for a in (args[1] if isinstance(args[1], tuple) else
+                                                                 (args[1],))):
+                raise AssertionError("the step indexes with a boolean mask (a host read)")
+            return func(*args, **kwargs)
+
+    _, decoder = _decoders(random_model, **GPU_LIKE)
+    decoder.generate(_prompts(5), 6)  # slots, state, cache in place, rows kept
+    state, cache = decoder._state, decoder._cache
+    state.active[:4] = torch.tensor([True, False, True, True])
+    state.count[:4], state.budget[:4] = 0, state.columns
+    for sample in (False, True):
+        with NoHostReads():
+            decoder._decode_step(4, 32, sample)
+            decoder._choose(torch.randn(4, 96), slice(0, 4), sample)
+
+    state.active.zero_()
+    before = [t.clone() for t in state.per_slot()[:5]] + [t[:, :, :-1].clone() for t in cache.keys + cache.values]
+    before_out = state.out[:, :-1].clone()
+    decoder._decode_step(8, 32, True)
+    after = list(state.per_slot()[:5]) + [t[:, :, :-1] for t in cache.keys + cache.values]
+    assert all(torch.equal(a, b) for a, b in zip(after, before)) and torch.equal(state.out[:, :-1], before_out)
+
+
+def test_a_capture_that_fails_leaves_the_decoder_decoding_eagerly(random_model):
+    """Capturing a graph can fail (here: no CUDA device); the decoder then says why and decodes every step eagerly,
+    the rows' state as the failed capture found it."""
+    old, new = _decoders(random_model, **GPU_LIKE)
+    new.graphs.enabled = True  # as on a GPU: the first decoding step tries to capture
+    sequences = _prompts(5)
+    assert new.generate(sequences, 12) == old.generate(sequences, 12)
+    assert new.graphs.error and not new.graphs.enabled and new.graphs.captured == 0
+
+
+def test_bf16_mode_computes_as_the_trainers_autocast(random_model):
+    """`compute_dtype=bf16` over fp32 weights gives the logits of the model's own forward under bf16 autocast (a
+    bf16 rounding apart at most), and with `lm_head_fp32` those of TRL's fp32 LM head."""
+    import torch
+    import torch.nn.functional as F
+
+    from training.generation.slot_model import SlotCache, SlotModel
+
+    ids = torch.tensor([_prompts(2)[0][:20], _prompts(2)[1][:20]])
+    positions = torch.arange(20)[None].repeat(2, 1)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        hidden = random_model.model(input_ids=ids).last_hidden_state[:, -1]
+        autocast_logits = random_model.lm_head(hidden).float()
+    fp32_head = F.linear(hidden.float(), random_model.lm_head.weight.float())
+    for lm_head_fp32, want in ((False, autocast_logits), (True, fp32_head)):
+        slots = SlotModel(random_model, compute_dtype=torch.bfloat16, lm_head_fp32=lm_head_fp32)
+        slots.refresh()
+        cache = SlotCache(slots, 2, 32)
+        assert cache.keys[0].dtype == torch.bfloat16
+        with torch.no_grad():
+            got = slots.forward(cache, slice(0, 2), ids, positions, 20).float()
+        scale = want.abs().max()
+        assert (got - want).abs().max() <= 2 ** -7 * scale
+    plain = SlotModel(random_model)
+    assert plain.kv_dtype == torch.float32 and not plain.mixed
+
+
+def test_the_decoder_choice(tiny, monkeypatch):
+    """On a CPU `auto` keeps `MultiTurnDecoder`; `SQLENV_DECODER` forces either; a model the graph decoder cannot
+    run (a sliding window) gets `MultiTurnDecoder` even when the graph decoder is forced; a bad value is refused."""
+    from training.generation.decoders import kept_cache_decoder
+    from training.generation.graph_decoder import GraphDecoder
+    from training.generation.multi_turn import MultiTurnDecoder
+
+    model = tiny[0]
+    monkeypatch.delenv("SQLENV_DECODER", raising=False)
+    assert type(kept_cache_decoder(model, 0, {2})) is MultiTurnDecoder
+    assert type(kept_cache_decoder(model, 0, {2}, kind="graph")) is GraphDecoder
+    monkeypatch.setenv("SQLENV_DECODER", "graph")
+    assert type(kept_cache_decoder(model, 0, {2})) is GraphDecoder
+    assert kept_cache_decoder(model, 0, set()) is None
+    windowed = copy.deepcopy(model)
+    windowed.config.use_sliding_window, windowed.config.sliding_window = True, 8
+    windowed.config.layer_types = ["sliding_attention"] * windowed.config.num_hidden_layers
+    assert not GraphDecoder.supports(windowed)
+    monkeypatch.setenv("SQLENV_DECODER", "fast")
+    with pytest.raises(ValueError, match="SQLENV_DECODER"):
+        kept_cache_decoder(model, 0, {2})
