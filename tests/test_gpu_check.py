@@ -169,6 +169,7 @@ def test_plan_learning_sizes_grpo_to_the_budget():
     short = gpu_learning.plan_learning(config, budget_s=30.0, **rates)
     assert short["grpo_steps"] == 1 and short["over_budget"]
     # A shortened run keeps at most a fifth of its steps for warmup (a lent H100 ran its one step at learning rate 0).
+    config = config.with_overrides(["grpo.lr_scheduler_type=constant_with_warmup", "grpo.warmup_steps=5"])
     for steps, warmup in ((1, 0), (4, 0), (10, 2), (24, 4)):
         shortened = config.with_overrides(gpu_learning.sized_overrides(config, steps, 203))
         assert (shortened.max_steps, shortened.grpo["warmup_steps"], shortened.comparison_episodes) == (steps, warmup, 203)
