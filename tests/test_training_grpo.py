@@ -90,6 +90,46 @@ def test_grpo_through_rollout_func(tiny, tmp_path):
     assert logs[-1]["tools/call_frequency"] > 0
 
 
+def test_a_kept_decoder_reads_nothing_cached_by_an_earlier_play(tiny):
+    """The batched rollout keeps one decoder across GRPO steps (its graphs, on a GPU), and play_batched keys its rows
+    by the episodes' `id()`, which Python reuses once a step's episodes are gone: a row cached by an earlier play,
+    computed by the weights of its step, must never be read for a later one. Here the same episode objects (the same
+    ids, the same prompt tokens) are played again after every weight moved."""
+    import torch
+
+    from training.generation.chat import ChatRenderer
+    from training.generation.decoders import kept_cache_decoder
+    from training.generation.episodes import Episode, play_batched
+    from sqlenv.environment import SQLEnvironment
+    from sqlenv.agent.prompts import format_tool_result, initial_messages
+
+    model, tokenizer = _fresh(tiny)
+    renderer = ChatRenderer(tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    decoder = kept_cache_decoder(model, pad, set(renderer.eos_token_ids))
+    envs = [SQLEnvironment.from_dataset("builtin", "train", step_budget=2) for _ in range(3)]
+
+    def episodes(reuse=None):
+        out = reuse or [Episode(messages=[], prompt_ids=[], step=None) for _ in envs]
+        for e, env, seed in zip(out, envs, (0, 0, 1)):
+            obs = env.reset(seed=seed)
+            e.__init__(messages=initial_messages(obs, "full"), prompt_ids=renderer.prompt_ids(initial_messages(obs, "full")),
+                       step=lambda a, env=env: (lambda o: (format_tool_result(o), o, o.done))(env.step(a)),
+                       observation=obs)
+        return out
+
+    played = episodes()
+    play_batched(model, renderer, played, max_turn_tokens=12, sample=False, decoder=decoder)
+    with torch.no_grad():  # an optimizer step: every weight moves
+        for p in model.parameters():
+            p.mul_(1.25)
+    again = play_batched(model, renderer, episodes(played), max_turn_tokens=12, sample=False, decoder=decoder)
+    fresh = play_batched(model, renderer, episodes(), max_turn_tokens=12, sample=False)
+    assert [e.completion_ids for e in again] == [e.completion_ids for e in fresh]
+    for env in envs:
+        env.close()
+
+
 def _shared_text_dataset(root: Path) -> Path:
     """The toy dataset plus `music_copy`, the music database with fewer singers, asked the same question as music:
     two questions with the same text and the same table list, different answers."""

@@ -104,6 +104,10 @@ def play_batched(
         decoder = kept_cache_decoder(model, pad_id, eos)
     if not keep_cache:
         decoder = None
+    if decoder is not None:
+        # A decoder kept from an earlier play (the batched rollout keeps one across GRPO steps) holds rows computed by
+        # the weights of their time, keyed by episodes' `id()`s, which Python reuses: none may be read for this play.
+        decoder.forget()
     while True:
         live = [e for e in episodes if not e.done]
         if not live:
