@@ -24,7 +24,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-VARIANTS = [(1, "ACTIVE"), (2, "ACTIVE"), (1, "PASSIVE"), (2, "PASSIVE")]
+#: (threads, policy): OMP_WAIT_POLICY ACTIVE / PASSIVE, "default" (unset: libgomp spins a while, then sleeps), or
+#: "spin<N>" (unset, GOMP_SPINCOUNT=N: a shorter spin before sleeping).
+VARIANTS = [(1, "ACTIVE"), (2, "ACTIVE"), (1, "PASSIVE"), (2, "PASSIVE"), (2, "default"), (2, "spin10000")]
 
 
 def child(model_name: str, tokens: int, reps: int, threads: int) -> dict:
@@ -61,16 +63,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=700, help="tokens of the step's sequence (default %(default)s)")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--with-load", action="store_true", help="a busy loop holds one core meanwhile")
+    parser.add_argument("--variants", default=None, help="comma-separated THREADS:POLICY (default: all of VARIANTS)")
     parser.add_argument("--child", nargs=2, metavar=("THREADS", "POLICY"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(child(args.model, args.tokens, args.reps, int(args.child[0]))))
         return 0
+    variants = VARIANTS if not args.variants else [(int(v.split(":")[0]), v.split(":")[1])
+                                                     for v in args.variants.split(",")]
     loader = busy_loop() if args.with_load else None
     results = []
     try:
-        for threads, policy in VARIANTS:
-            env = {**os.environ, "OMP_WAIT_POLICY": policy, "OMP_NUM_THREADS": str(threads)}
+        for threads, policy in variants:
+            env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+            env["OMP_NUM_THREADS"] = str(threads)
+            if policy.startswith("spin"):
+                env["GOMP_SPINCOUNT"] = policy[4:]
+            elif policy != "default":
+                env["OMP_WAIT_POLICY"] = policy
             out = subprocess.run([sys.executable, __file__, "--model", args.model, "--tokens", str(args.tokens),
                                   "--reps", str(args.reps), "--child", str(threads), policy],
                                  env=env, capture_output=True, text=True, check=True)
