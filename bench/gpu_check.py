@@ -6,7 +6,9 @@
     python bench/gpu_check.py --dry-run --out DIR          # the same script on the CPU in ~30 s
 
 Items, in this order, each written to `<out>/gpu_check.json` as soon as it ends (an item that fails records its
-error and the next one runs; `gpu_report` holds the file, the summary and the targets):
+error and the next one runs, on a device repaired of what the item left broken, each item on decoders of its own;
+every item records the CUDA-graph captures that failed in it; `gpu_report` holds the file, the summary and the
+targets):
 
 1. **imports**: the versions of what the run imports, each import tried, the CUDA device.
 2. **decoders**: today's kept-cache decoder, the graph decoder and transformers' continuous batching side by side
@@ -239,8 +241,10 @@ class Check:
                 for env in envs:
                     env.close()
         same = sum(a.completion_ids == b.completion_ids for a, b in zip(played["kept"], played["graph"]))
+        # the graph decoder (the last played) after its episodes: the graphs it captured, or why it gave up
         return {"episodes": n, "identical_episodes": same, "identical": same == n, "decoders": kinds,
-                "seconds": seconds, "generated": {k: sum(sum(e.env_mask) for e in v) for k, v in played.items()},
+                **graph_figures(decoder), "decoder_seconds": seconds,
+                "generated": {k: sum(sum(e.env_mask) for e in v) for k, v in played.items()},
                 "turns": sum(e.turns for e in played["graph"])}
 
     # -- items 4-6 -------------------------------------------------------------------------------------
@@ -265,8 +269,7 @@ class Check:
         generated = rollout.tap.generated()
         step_s = timer.seconds[0]
         logged = next((h for h in reversed(trainer.state.log_history) if "reward" in h), {})
-        played = getattr(rollout.inner, "decoder", None)  # the batched rollout's kept-cache decoder
-        decoder = played(trainer.accelerator.unwrap_model(trainer.model), trainer) if played else None
+        decoder = rollout.tap.decoders[0] if rollout.tap.decoders else None  # the one the rollout played with
         figures = {
             "precision": plan.precision, "episodes": len(lengths), "num_generations": config.num_generations,
             "per_device_train_batch_size": config.per_device_train_batch_size,

@@ -7,6 +7,9 @@
 - `memory_probe`: forward and backward of full-length rows through the trainer's model, per micro-batch size.
 - `step_seconds`: a decoding step's seconds at N rows, from the rates item 2 measured (what `gpu_learning` plans
   evals with).
+- `CaptureFailures` / `settle_device`: between items, the CUDA-graph captures that failed in an item (whatever
+  decoder made them) and what an item left broken on the device, repaired, so that one item's failure does not
+  fail the next one's.
 
 None of them imports anything at module level beyond the standard library, so the check can report a missing
 package as a finding rather than die on import.
@@ -15,13 +18,16 @@ package as a finding rather than die on import.
 from __future__ import annotations
 
 import copy
+import gc
+import logging
 import math
 import time
 from collections import defaultdict
 from typing import Any, Hashable
 
-__all__ = ["sync", "peak_gib", "reset_peak", "SamplingTap", "TapError", "trainer_logprobs",
-           "decoder_logprobs", "logprob_gap", "memory_probe", "step_seconds", "TimedRollout", "step_timer"]
+__all__ = ["sync", "peak_gib", "reset_peak", "CaptureFailures", "settle_device", "SamplingTap", "TapError",
+           "trainer_logprobs", "decoder_logprobs", "logprob_gap", "memory_probe", "step_seconds", "TimedRollout",
+           "step_timer"]
 
 
 def sync() -> None:
@@ -42,6 +48,75 @@ def reset_peak() -> None:
 
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
+
+
+# ------------------------------------------------------------------------------------------- between items
+class CaptureFailures(logging.Handler):
+    """While entered, `errors` holds each CUDA-graph capture that failed (`training.generation.step_graphs` warns of
+    each; its steps then run eagerly), whatever decoder made it: a trainer's or a run's decoders are out of an item's
+    reach. At most 20."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.errors: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if len(self.errors) < 20:
+            self.errors.append(record.getMessage()[:600])
+
+    def __enter__(self) -> "CaptureFailures":
+        from training.generation import step_graphs
+
+        step_graphs.logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        from training.generation import step_graphs
+
+        step_graphs.logger.removeHandler(self)
+
+
+def settle_device() -> list[str]:
+    """Garbage collected and the allocator's cache emptied; on CUDA, what an item left broken, repaired, each in a
+    sentence (none: an empty list):
+
+    - a side stream left current (`torch.cuda.graph` leaves its capture stream current when ending a capture
+      fails): the default stream current again;
+    - PyTorch's default CUDA generator left marked as capturing (a capture that fails between its start and its end
+      leaves it so; every random draw then fails with "Offset increment outside graph capture encountered
+      unexpectedly"): a fresh generator state with its seed and offset. Probed with one draw whose numbers are given
+      back (`fork_rng`), so a healthy generator's numbers are unchanged.
+    """
+    import torch
+
+    gc.collect()
+    if not torch.cuda.is_available():
+        return []
+    repaired = []
+    try:
+        if torch.cuda.current_stream() != torch.cuda.default_stream():
+            torch.cuda.set_stream(torch.cuda.default_stream())
+            repaired.append("a side stream was left current: the default stream is again")
+        device = torch.cuda.current_device()
+        try:
+            with torch.random.fork_rng(devices=[device]):
+                torch.empty(1, device="cuda").exponential_()
+        except RuntimeError as exc:
+            generator = torch.cuda.default_generators[device]
+            fresh = torch.Generator(device="cuda")
+            fresh.set_state(generator.get_state())
+            generator.graphsafe_set_state(fresh)
+            repaired.append(f"the CUDA generator could not draw ({_first_line(exc)}): it has a fresh state with its "
+                            "seed and offset")
+        torch.cuda.empty_cache()
+    except Exception as exc:  # noqa: BLE001 - a dead device is the next item's finding, not the check's end
+        repaired.append(f"the device could not be settled: {_first_line(exc)}")
+    return repaired
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:200] if lines else ''}"
 
 
 # ------------------------------------------------------------------------------------------- decoding rates
@@ -71,11 +146,13 @@ class SamplingTap:
     It wraps `generate` of both kept-cache decoders (`MultiTurnDecoder`, `GraphDecoder`), keeping each call's rows in
     order, how long each row's sequence was, what they returned and the log-probability the decoder recorded for each
     drawn token (`last_logprobs`: under the distribution it drew from). `per_row()` then gives, for each row, its drawn
-    tokens with their positions in the row's sequence and their log-probabilities.
+    tokens with their positions in the row's sequence and their log-probabilities; `decoders` the decoders that
+    played, in the order they first did.
     """
 
     def __init__(self):
         self.calls: list[tuple[dict, dict, dict]] = []
+        self.decoders: list[Any] = []
 
     def __enter__(self) -> "SamplingTap":
         from training.generation.graph_decoder import GraphDecoder
@@ -89,6 +166,8 @@ class SamplingTap:
                 results = original(decoder, sequences, max_new_tokens, **kwargs)
                 lengths = {key: len(ids) for key, ids in sequences.items()}
                 tap.calls.append((lengths, results, dict(decoder.last_logprobs)))
+                if not any(d is decoder for d in tap.decoders):
+                    tap.decoders.append(decoder)
                 return results
 
             return generate

@@ -3,7 +3,9 @@ still holds every item before the cut), `<out>/gpu_check.log`, and the summary t
 
 The targets (issue 44) the summary checks: generated tokens/s of the fastest exact decoder at 64 and 256 rows
 (SmolLM2-135M's shape), bf16 at least as fast as fp32, the sampler's log-probs within the trainer's (mean |gap|), the
-rollout's share of a GRPO step, and each learning run's targets (`gpu_learning.TARGETS`).
+rollout's share of a GRPO step, and each learning run's targets (`gpu_learning.TARGETS`). It also counts, per item,
+the CUDA-graph captures that failed (their steps then ran eagerly) and the items after which the device had to be
+repaired (`gpu_measures.settle_device`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable
+
+import gpu_measures as measures
 
 __all__ = ["ITEMS", "TARGETS", "Report"]
 
@@ -54,16 +58,22 @@ class Report:
         self.write()
 
     def run(self, item: str, fn: Callable[[], dict]) -> None:
+        """Run one item and record it: its figures or its error, its seconds, the CUDA-graph captures that failed in
+        it (`graph_errors`), and what it left broken on the device and was repaired before the next item
+        (`device_repaired`, `measures.settle_device`)."""
         self.log(f"item {ITEMS.index(item) + 1}: {item} ...")
         started = time.perf_counter()
         self.update(item, status="running", started_at_s=round(self.elapsed(), 1))
-        try:
-            figures = fn()
-            self.update(item, status="ok", **figures)
-        except Exception as exc:  # noqa: BLE001 - one failing item must not hide the next ones
-            self.update(item, status="error", error=f"{type(exc).__name__}: {exc}"[:1000],
-                        traceback=traceback.format_exc()[-3000:])
-        self.update(item, seconds=round(time.perf_counter() - started, 1))
+        with measures.CaptureFailures() as failures:
+            try:
+                figures = fn()
+                self.update(item, status="ok", **figures)
+            except Exception as exc:  # noqa: BLE001 - one failing item must not hide the next ones
+                self.update(item, status="error", error=f"{type(exc).__name__}: {exc}"[:1000],
+                            traceback=traceback.format_exc()[-3000:])
+        aftermath = {"graph_errors": failures.errors, "device_repaired": measures.settle_device()}
+        self.update(item, seconds=round(time.perf_counter() - started, 1),
+                    **{key: value for key, value in aftermath.items() if value})
         shown = {k: v for k, v in self.data["items"][item].items() if k not in ("traceback", "rates")}
         self.log(f"item {item}: {json.dumps(shown, default=str)[:1500]}")
 
@@ -113,4 +123,6 @@ class Report:
                 "rollout_share": share, "step_rollout_share": step.get("rollout_share"),
                 "logprob_gap_mean_abs": gap.get("mean_abs"),
                 "bf16_logprob_gap_mean_abs": bf16.get("logprob_gap", {}).get("mean_abs"),
-                "bf16_step_s": bf16.get("step_s"), "learning": learning, "checks": checks}
+                "bf16_step_s": bf16.get("step_s"), "learning": learning,
+                "graph_errors": {k: len(v["graph_errors"]) for k, v in items.items() if v.get("graph_errors")},
+                "device_repaired": [k for k, v in items.items() if v.get("device_repaired")], "checks": checks}

@@ -156,6 +156,39 @@ def test_sampling_tap_follows_rows_that_leave_the_batch(kind):
             assert abs(float(logps[position - 1, token]) - logp) < 1e-4
 
 
+def test_an_item_records_the_captures_that_failed_in_it(tmp_path):
+    """A capture that fails leaves its decoder decoding eagerly, silently but for a warning: each item records the
+    captures that failed in it, whatever decoder made them (a run's evals, the KL probe), and the next item starts
+    with none of them."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from gpu_report import Report
+    from training.generation.graph_decoder import GraphDecoder
+
+    torch.manual_seed(0)
+    config = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=128)
+    model = Qwen3ForCausalLM(config).eval()
+    decoders = []
+
+    def item() -> dict:
+        decoder = GraphDecoder(model, pad_id=0, eos_ids={63}, buckets=True, sync_every=4)
+        decoder.graphs.enabled = True  # as on a GPU; on a CPU the capture fails
+        decoders.append(decoder)
+        return {"tokens": sum(map(len, decoder.generate({0: [1, 2, 3], 1: [4, 5]}, 6).values()))}
+
+    report = Report(tmp_path, {})
+    report.run("exactness", item)
+    report.run("grpo_step", dict)
+    items = report.data["items"]
+    assert items["exactness"]["status"] == "ok" and items["exactness"]["tokens"] > 0
+    errors = items["exactness"]["graph_errors"]
+    assert len(errors) == 1 and decoders[0].graphs.error in errors[0]
+    assert items["grpo_step"]["status"] == "ok" and "graph_errors" not in items["grpo_step"]
+    assert report.summary()["graph_errors"] == {"exactness": 1}
+
+
 def test_plan_learning_sizes_grpo_to_the_budget():
     from training.config import TrainConfig
 

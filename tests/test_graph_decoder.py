@@ -2,9 +2,10 @@
 turns token for token those of `MultiTurnDecoder` (rows ending at different times, rows kept idle or dropped, caches
 reused, grown and moved; as on a GPU with padding rows, late checks and rounded windows, and as on a CPU), whole
 episodes with tool results and turn caps on the tiny model (SmolLM2's: tests/test_gguf_models.py), sampled
-log-probabilities within 1e-5 of a plain forward; the step a GPU captures reads nothing back to the host and leaves
-no trace for inactive rows; a failed capture falls back to eager steps; the bf16 mode computes as the trainer's
-autocast; and which decoder plays a model."""
+log-probabilities within 1e-5 of a plain forward, sampled tokens those of the Exp(1) race over a plain forward; the
+step a GPU captures reads nothing back to the host, draws no random numbers and leaves no trace for inactive rows; a
+failed capture falls back to eager steps and, on a GPU, leaves the generator and the stream as they were; the bf16
+mode computes as the trainer's autocast; and which decoder plays a model."""
 
 from __future__ import annotations
 
@@ -163,14 +164,14 @@ def test_the_step_a_gpu_captures_reads_nothing_back_and_idle_rows_leave_no_trace
             return func(*args, **kwargs)
 
     _, decoder = _decoders(random_model, **GPU_LIKE)
-    decoder.generate(_prompts(5), 6)  # slots, state, cache in place, rows kept
+    decoder.generate(_prompts(5), 6, sample=True)  # slots, state (its noise too), cache in place, rows kept
     state, cache = decoder._state, decoder._cache
     state.active[:4] = torch.tensor([True, False, True, True])
     state.count[:4], state.budget[:4] = 0, state.columns
     for sample in (False, True):
         with NoHostReads():
             decoder._decode_step(4, 32, sample)
-            decoder._choose(torch.randn(4, 96), slice(0, 4), sample)
+            state.choose(torch.randn(4, 96), slice(0, 4), sample)
 
     state.active.zero_()
     before = [t.clone() for t in state.per_slot()[:5]] + [t[:, :, :-1].clone() for t in cache.keys + cache.values]
@@ -180,14 +181,97 @@ def test_the_step_a_gpu_captures_reads_nothing_back_and_idle_rows_leave_no_trace
     assert all(torch.equal(a, b) for a, b in zip(after, before)) and torch.equal(state.out[:, :-1], before_out)
 
 
-def test_a_capture_that_fails_leaves_the_decoder_decoding_eagerly(random_model):
-    """Capturing a graph can fail (here: no CUDA device); the decoder then says why and decodes every step eagerly,
-    the rows' state as the failed capture found it."""
+def test_a_capture_that_fails_leaves_the_decoder_decoding_eagerly(random_model, caplog):
+    """Capturing a graph can fail (here: no CUDA device); the decoder then says why (`graphs.error`, and a warning a
+    run's log shows) and decodes every step eagerly, the rows' state as the failed capture found it: greedy, the
+    multi-turn decoder's tokens; sampled at a seed, the tokens of a decoder that never tried to capture."""
+    import logging
+
+    import torch
+
     old, new = _decoders(random_model, **GPU_LIKE)
     new.graphs.enabled = True  # as on a GPU: the first decoding step tries to capture
     sequences = _prompts(5)
-    assert new.generate(sequences, 12) == old.generate(sequences, 12)
+    with caplog.at_level(logging.WARNING, logger="training.generation.step_graphs"):
+        assert new.generate(sequences, 12) == old.generate(sequences, 12)
     assert new.graphs.error and not new.graphs.enabled and new.graphs.captured == 0
+    assert [r.levelno for r in caplog.records] == [logging.WARNING] and new.graphs.error in caplog.records[0].message
+    draws = []
+    for graphs in (True, False):
+        decoder = _decoders(random_model, **GPU_LIKE)[1]
+        decoder.graphs.enabled = graphs
+        torch.manual_seed(4)
+        draws.append(decoder.generate(sequences, 12, sample=True, temperature=0.8))
+    assert draws[0] == draws[1]
+
+
+@pytest.mark.parametrize("mode", [{}, GPU_LIKE], ids=["cpu", "gpu-like"])
+def test_sampling_draws_its_noise_outside_the_step_as_multinomial_draws(family, mode):
+    """A captured step must draw no random numbers: a graph that draws them ties its capture to PyTorch's default
+    generator, and a capture that failed left that generator marked as capturing, so every later draw failed ("Offset
+    increment outside graph capture encountered unexpectedly", on a lent H200). The decoding step draws none: the
+    decoder draws each step's Exp(1) noise before it, eagerly. At a fixed seed a row samples what that race
+    (`torch.multinomial`'s for one sample) draws over a plain forward's probabilities, token for token."""
+    import torch
+
+    model = _random_model(family, init=0.02)
+    _, decoder = _decoders(model, **mode)
+    decoder.generate(_prompts(3), 4, sample=True)  # slots, state and noise in place
+    state = decoder._state
+    state.active[:2] = True
+    state.count[:2], state.budget[:2] = 0, state.columns
+    before = torch.get_rng_state()
+    decoder._decode_step(2, decoder._cache.length, True)
+    assert torch.equal(torch.get_rng_state(), before)
+
+    prompt, temperature = _prompts(1)[0], 0.7
+    torch.manual_seed(11)
+    got = _decoders(model, **mode)[1].generate({0: prompt}, 12, sample=True, temperature=temperature)[0]
+    torch.manual_seed(11)
+    want, sequence = [], list(prompt)
+    while len(want) < 12 and not (want and want[-1] in EOS):
+        with torch.no_grad():
+            probs = torch.softmax(model(torch.tensor([sequence])).logits[0, -1].float() / temperature, dim=-1)
+        token = int((probs / torch.empty_like(probs).exponential_(1)).argmax())
+        want.append(token)
+        sequence.append(token)
+    assert got == want and len(want) > 1
+
+
+def test_a_capture_that_fails_on_a_gpu_leaves_the_generator_and_the_stream_as_they_were():
+    """On a CUDA device (skipped elsewhere): a step that reads a value back to the host fails its capture. PyTorch's
+    default generator still draws, the seed's numbers (the failed capture used to leave it marked as capturing: every
+    later draw failed), the default stream is current again, the garbage collector runs, and a step that captures
+    replays."""
+    import contextlib
+    import gc
+
+    import torch
+
+    from training.generation.step_graphs import StepGraphs
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    x = torch.zeros(4, device="cuda")
+
+    def reads_back() -> None:
+        x.add_(1)
+        float(x.sum())  # a host read: not allowed in a capture
+
+    torch.manual_seed(0)
+    want = torch.rand(3, device="cuda")
+    torch.manual_seed(0)
+    graphs = StepGraphs(True)
+    assert graphs.runner("bad", reads_back, contextlib.nullcontext) is reads_back
+    assert "not permitted" in graphs.error and not graphs.enabled
+    assert torch.equal(torch.rand(3, device="cuda"), want)
+    assert torch.cuda.current_stream() == torch.cuda.default_stream() and gc.isenabled()
+    good = StepGraphs(True)
+    replay = good.runner("good", lambda: x.mul_(2), contextlib.nullcontext)  # its warm-up doubles x once
+    before = x.clone()
+    replay()
+    assert good.captured == 1 and good.error is None and torch.equal(x, before * 2)
+    assert torch.rand(3, device="cuda").shape == (3,)  # the generator draws after a capture that worked, too
 
 
 def test_bf16_mode_computes_as_the_trainers_autocast(random_model):

@@ -15,9 +15,10 @@ onto the device:
   are device tensors the step updates itself; a row that has ended writes only to the scratch column. The host
   reads them back every `sync_every` steps (8 on a GPU): to stop when every row has ended, to move the rows still
   decoding into a smaller batch when they fit one, and to widen W before a row passes it.
-- **Sampling on the device**: softmax(logits / T) and the draw `argmax(p / q)`, q ~ Exp(1) — the algorithm
-  `torch.multinomial` uses for one sample (its `.item()` check left out) — and the log-probability of each drawn
-  token under that distribution, kept in `last_logprobs`.
+- **Sampling on the device** (`decode_state`): softmax(logits / T) and the draw `argmax(p / q)`, q ~ Exp(1) — the
+  algorithm `torch.multinomial` uses for one sample — and the log-probability of each drawn token under that
+  distribution, kept in `last_logprobs`. The noise q is drawn before each step, eagerly on the default generator
+  (one `exponential_` into a buffer the step reads): a graph replays no random numbers.
 
 The prefill of each turn (the rows' new tokens: a tool result, the first prompt) runs the same arithmetic eagerly.
 On a CPU there are no graphs: the same code runs eagerly, every step is checked (`sync_every` 1) and batches are the
@@ -40,6 +41,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 
+from training.generation.decode_state import DecodeState
 from training.generation.multi_turn import DecodeStats, common_prefix
 from training.generation.slot_model import SlotCache, SlotModel
 from training.generation.step_graphs import StepGraphs
@@ -58,31 +60,6 @@ class _Row:
 
     ids: list[int]
     slot: int
-
-
-class _State:
-    """The per-slot tensors a decoding step reads and writes (device tensors of fixed address).
-
-    `pos`: tokens held in the slot (where the next one goes); `token`: the next token to feed; `active`: still
-    decoding this turn; `count`: tokens generated this turn; `budget`: most tokens this turn; `out` / `logp`: the
-    tokens generated and their log-probabilities, one column each (the last column is scratch)."""
-
-    def __init__(self, slots: int, columns: int, device: Any, eos: list[int]):
-        import torch
-
-        self.slots, self.columns = slots, columns
-        self.pos = torch.zeros(slots, dtype=torch.long, device=device)
-        self.token = torch.zeros(slots, dtype=torch.long, device=device)
-        self.active = torch.zeros(slots, dtype=torch.bool, device=device)
-        self.count = torch.zeros(slots, dtype=torch.long, device=device)
-        self.budget = torch.zeros(slots, dtype=torch.long, device=device)
-        self.out = torch.zeros(slots, columns + 1, dtype=torch.long, device=device)
-        self.logp = torch.zeros(slots, columns + 1, dtype=torch.float32, device=device)
-        self.temperature = torch.ones((), dtype=torch.float32, device=device)
-        self.eos = torch.tensor(sorted(eos) or [-1], dtype=torch.long, device=device)
-
-    def per_slot(self) -> tuple:
-        return self.pos, self.token, self.active, self.count, self.budget, self.out, self.logp
 
 
 def _power_of_two(n: int) -> int:
@@ -130,7 +107,7 @@ class GraphDecoder:
         self.last_logprobs: dict[Hashable, list[float]] = {}
         self._rows: dict[Hashable, _Row] = {}
         self._cache: SlotCache | None = None
-        self._state: _State | None = None
+        self._state: DecodeState | None = None
         self._weights_key: tuple | None = None
 
     @staticmethod
@@ -211,6 +188,8 @@ class GraphDecoder:
         state.count.zero_()
         state.temperature.fill_(temperature)
         state.budget[:n] = torch.tensor([budgets[k] for k in keys], device=device)
+        if sample:
+            state.make_noise(self.slots.vocab)
         self._share_prefix(keys, sequences, keep)
         state.pos[:n] = torch.tensor([keep[k] for k in keys], device=device)
         state.active[:n] = True
@@ -271,8 +250,8 @@ class GraphDecoder:
             self.graphs.clear()
         state = self._state
         if state is None or state.slots < cache.rows or state.columns < columns:
-            self._state = _State(cache.rows, max(columns, state.columns if state else 0), self.slots.device,
-                                 sorted(self.eos_ids))
+            self._state = DecodeState(cache.rows, max(columns, state.columns if state else 0), self.slots.device,
+                                      sorted(self.eos_ids))
             self.graphs.clear()
 
     def _check_memory(self, rows: int, positions: int) -> None:
@@ -381,7 +360,9 @@ class GraphDecoder:
             logits = self.slots.forward(self._cache, rows, ids.to(device), positions.to(device),
                                         self._window(reach), last)
             self._state.pos[rows] += last + 1
-            self._choose(logits, rows, sample)
+            if sample:
+                self._state.draw(rows)
+            self._state.choose(logits, rows, sample)
             self.stats.fed += sum(len(n) for n in news[start:end])
             self.stats.forward_calls += 1
             start = end
@@ -441,9 +422,19 @@ class GraphDecoder:
             tensor[dst] = tensor[src]
 
     def _step(self, batch: int, window: int, sample: bool) -> Callable[[], None]:
-        """The decoding step over slots 0 .. batch-1: a replayed CUDA graph, or the eager function."""
-        return self.graphs.runner((batch, window, sample), functools.partial(self._decode_step, batch, window, sample),
-                                  functools.partial(self._idle, batch))
+        """The decoding step over slots 0 .. batch-1: a replayed CUDA graph, or the eager function; sampled, after
+        drawing its noise."""
+        run = self.graphs.runner((batch, window, sample), functools.partial(self._decode_step, batch, window, sample),
+                                 functools.partial(self._idle, batch))
+        if not sample:
+            return run
+        rows = slice(0, batch)
+
+        def step() -> None:
+            self._state.draw(rows)  # eagerly, before the graph: a graph replays no random numbers
+            run()
+
+        return step
 
     @contextlib.contextmanager
     def _idle(self, batch: int):
@@ -468,29 +459,4 @@ class GraphDecoder:
         positions = torch.where(active, state.pos[rows], self._cache.scratch)
         logits = self.slots.forward(self._cache, rows, state.token[rows, None], positions[:, None], window)
         state.pos[rows] += active.long()
-        self._choose(logits, rows, sample)
-
-    def _choose(self, logits: Any, rows: slice, sample: bool) -> None:
-        """The next token of each active row of `rows` (greedy, or drawn from softmax(logits / T)), written to its
-        output column with its log-probability; rows that draw an end-of-turn token or reach their budget end."""
-        import torch
-
-        state = self._state
-        scores = logits.float()
-        if sample:
-            scores = scores / state.temperature
-            probs = torch.softmax(scores, dim=-1)
-            token = (probs / torch.empty_like(probs).exponential_(1)).argmax(dim=-1)
-        else:
-            token = scores.argmax(dim=-1)
-        active = state.active[rows]
-        count = state.count[rows]
-        column = torch.where(active, count, state.columns)[:, None]
-        state.out[rows].scatter_(1, column, token[:, None])
-        if sample:
-            drawn = torch.log_softmax(scores, dim=-1).gather(1, token[:, None])
-            state.logp[rows].scatter_(1, column, drawn)
-        count += active.long()
-        ended = (token[:, None] == state.eos[None, :]).any(dim=-1) | (count >= state.budget[rows])
-        state.token[rows] = torch.where(active, token, state.token[rows])
-        active &= ~ended
+        state.choose(logits, rows, sample)

@@ -114,6 +114,7 @@ class SlotModel:
         self.embed, self.norm, self.rotary = base.embed_tokens, base.norm, base.rotary_emb
         self.layers = list(base.layers)
         self.lm_head = model.get_output_embeddings()
+        self.vocab = self.lm_head.weight.shape[0]  # the logits' width
         attention = self.layers[0].self_attn
         text = model.config.get_text_config()
         self.n_layers = len(self.layers)
