@@ -24,7 +24,6 @@ def _read(path):
 def test_the_panel_is_held_out_of_grpo_and_the_warm_start_and_apart_from_eval(tmp_path, tiny):
     import copy
 
-    from training.config import TrainConfig
     from training.grpo import build_trainer
     from training.grpo.trl_env import SQLEnvTRL
     from training.phases import _sft_settings
@@ -60,7 +59,7 @@ def test_the_panel_is_held_out_of_grpo_and_the_warm_start_and_apart_from_eval(tm
 
 
 def test_auto_panel_size_follows_the_split():
-    from training.validation import auto_panel_size, choose_panel
+    from training.panel import auto_panel_size, choose_panel
 
     assert auto_panel_size(3400) == 64
     assert auto_panel_size(473) == 59  # spider10's train split

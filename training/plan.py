@@ -251,7 +251,7 @@ class RunPlan:
         precision: `"bf16"`, `"fp16"` or `"fp32"` (mixed precision: weights stay fp32, see `TrainConfig.precision`).
         cpu_threads: torch threads on CPU runs (`None` = torch's default).
         validation_ids: the validation panel, question ids of the train split held out of it (`TrainConfig.
-            validation_questions`, chosen by `training.validation.choose_panel`); empty when the run has none.
+            validation_questions`, chosen by `training.panel.choose_panel`); empty when the run has none.
     """
 
     config: Any
@@ -285,7 +285,7 @@ class RunPlan:
         validation_ids = ()
         if config.validation_questions != 0:
             from sqlenv.data.datasets import load_questions
-            from training.validation import choose_panel
+            from training.panel import choose_panel
 
             ids = [q.question_id for q in load_questions(dataset.questions_path(config.train_split))]
             validation_ids = choose_panel(ids, config.validation_questions, config.seed)

@@ -1,7 +1,7 @@
 """The validation panel and `keep_best`: a run never hands back a model worse on validation than its start.
 
 A panel of `validation_questions` train-split questions is held out of the warm start and of GRPO
-(`RunPlan.validation_ids`, chosen once by `choose_panel`; `EpisodeSource(held_out=...)` keeps every sampler away from
+(`RunPlan.validation_ids`, chosen once by `training.panel.choose_panel`; `EpisodeSource(held_out=...)` keeps every sampler away from
 them) and played greedily at GRPO's step 0, every `eval_every` steps and at its end (`ValidationCallback`). Greedy
 play of the same questions makes two evals comparable question by question (paired): `evals.jsonl` keeps each
 question's outcome, so a reader counts the questions gained and lost between two steps.
@@ -16,17 +16,15 @@ step was kept and why, after every validation (what the run would hand back if i
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
-from typing import Any, Sequence
+from typing import Any
 
 from transformers import TrainerCallback
 
 from training.callbacks import RunRecorder, error_message
 
-__all__ = ["choose_panel", "auto_panel_size", "ValidationCallback", "WeightsSnapshot", "METRIC", "VALIDATION_SPLIT",
-           "AUTO_MAX_QUESTIONS", "AUTO_MIN_SPLIT"]
+__all__ = ["ValidationCallback", "WeightsSnapshot", "METRIC", "VALIDATION_SPLIT"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,40 +32,6 @@ logger = logging.getLogger(__name__)
 METRIC = "validation_success"
 #: The `split` of the panel's lines in evals.jsonl.
 VALIDATION_SPLIT = "validation"
-#: Auto panel: at most this many questions ...
-AUTO_MAX_QUESTIONS = 64
-#: ... and none for a train split smaller than this (it cannot spare an eighth of its questions).
-AUTO_MIN_SPLIT = 128
-
-
-def auto_panel_size(n_questions: int) -> int:
-    """The auto panel's size (`validation_questions: null`) for a train split of `n_questions`: up to 64, an eighth of
-    the split at most, none under 128 questions. 64 greedy episodes give a success rate to within ~±6 points (one
-    standard deviation at 50%), and a paired count of the questions gained and lost that is sharper than that."""
-    return min(AUTO_MAX_QUESTIONS, n_questions // 8) if n_questions >= AUTO_MIN_SPLIT else 0
-
-
-def choose_panel(question_ids: Sequence[str], n: int | None, seed: int) -> tuple[str, ...]:
-    """The validation panel: `n` of `question_ids` (None = `auto_panel_size`), drawn with `seed`, in the split's
-    order. The same arguments always give the same panel (a resumed run, the sweep's tries).
-
-    Raises:
-        ConfigError: `n` would leave the train split with fewer than half its questions.
-    """
-    from training.config.errors import ConfigError
-
-    ids = list(dict.fromkeys(str(q) for q in question_ids))
-    if n is None:
-        n = auto_panel_size(len(ids))
-    if n <= 0:
-        return ()
-    if n > len(ids) // 2:
-        raise ConfigError(f"validation_questions={n} would hold out more than half of the train split's {len(ids)} "
-                          f"questions: use at most {len(ids) // 2}, or 0 for no validation panel")
-    chosen = set(random.Random(f"validation-{seed}").sample(ids, n))
-    return tuple(q for q in ids if q in chosen)
-
-
 class WeightsSnapshot:
     """A copy of a model's trainable weights (CPU tensors, by parameter name) and the step they are from.
 
