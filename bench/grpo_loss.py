@@ -368,11 +368,12 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     from training.models import load_model_and_tokenizer
+    from training.plan import resolve_cpu_threads
 
     hf_logging.set_verbosity_error()
     datasets.disable_progress_bars()
     config = step_config(args)
-    threads = config.resolved_cpu_threads() or torch.get_num_threads()
+    threads = resolve_cpu_threads(config)
     torch.set_num_threads(threads)
     model, tokenizer = load_model_and_tokenizer(args.init or config.model, device="cpu")
     out: dict = {"model": args.model, "config": str(Path(args.config).relative_to(REPO)

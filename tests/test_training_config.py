@@ -283,3 +283,16 @@ def test_a_secret_in_a_pass_through_section_is_refused_and_the_token_comes_from_
     kept = TrainConfig(grpo={"generation_kwargs": {"top_k": 20}, "max_prompt_length": 64},
                        sft={"args": {"eos_token": "<|im_end|>", "pad_token": "<pad>"}})
     assert kept.sft.args["eos_token"] == "<|im_end|>"
+
+
+def test_cpu_threads_auto_takes_the_idle_cores_of_real_models():
+    import os
+
+    from training.config import TrainConfig
+    from training.plan import idle_cores, resolve_cpu_threads
+
+    cores = len(os.sched_getaffinity(0))
+    assert 1 <= idle_cores() <= cores
+    assert resolve_cpu_threads(TrainConfig(cpu_threads=3)) == 3
+    assert resolve_cpu_threads(TrainConfig()) == 1  # builtin:tiny: one thread
+    assert 1 <= resolve_cpu_threads(TrainConfig(model="smollm2-135m")) <= cores

@@ -42,6 +42,35 @@ def resolve_device(device: str = "auto") -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def idle_cores() -> int:
+    """The cores this process may use that no other job holds now: the cores of its CPU set less the machine's
+    1-minute load average (rounded), at least 1.
+
+    Why it matters (`python bench/cpu_threads.py`, SmolLM2-135M's forward and backward over 700 tokens, 2 cores): idle,
+    2 torch threads take 4.5-4.8 s a step and 1 thread 8.1 s; beside one other CPU job, 2 threads take 9.5-16 s
+    (their OpenMP threads wait for a core the other job holds, spinning) and 1 thread 7.9-8.1 s; at load 6 the
+    default 2 threads took 57.6 s. So a run takes the cores that are free when it starts."""
+    import os
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    try:
+        busy = round(os.getloadavg()[0])
+    except OSError:
+        busy = 0
+    return max(1, cores - busy)
+
+
+def resolve_cpu_threads(config: Any) -> int:
+    """Torch threads of a CPU run: `cpu_threads`, else 1 for `builtin:tiny` (its matrices are too small to split),
+    else `idle_cores()` when the run starts."""
+    if config.cpu_threads is not None:
+        return config.cpu_threads
+    return 1 if config.is_builtin_model else idle_cores()
+
+
 def resolve_precision(precision: str, device: str) -> str:
     """`"auto"` → bf16 on a CUDA GPU that supports it, fp32 otherwise (fp16 only when asked: GRPO's ratios are
     fragile in fp16); any other value as it is. `device` is a resolved device."""
@@ -249,7 +278,7 @@ class RunPlan:
         run_dir: the run directory (`runs/<run_id>/`).
         device: `"cpu"`, `"cuda"` or `"mps"`.
         precision: `"bf16"`, `"fp16"` or `"fp32"` (mixed precision: weights stay fp32, see `TrainConfig.precision`).
-        cpu_threads: torch threads on CPU runs (`None` = torch's default).
+        cpu_threads: torch threads on CPU runs (`resolve_cpu_threads`; None on other devices).
         validation_ids: the validation panel, question ids of the train split held out of it (`TrainConfig.
             validation_questions`, chosen by `training.panel.choose_panel`); empty when the run has none.
     """
@@ -299,7 +328,7 @@ class RunPlan:
             run_dir=Path(run_dir) if run_dir is not None else Path(config.output_dir),
             device=device,
             precision=resolve_precision(config.precision, device),
-            cpu_threads=config.resolved_cpu_threads() if device == "cpu" else None,
+            cpu_threads=resolve_cpu_threads(config) if device == "cpu" else None,
             validation_ids=validation_ids,
         )
 

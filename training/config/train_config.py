@@ -178,8 +178,9 @@ class TrainConfig:
             as GRPO's ratios are fragile in fp16; decided by the run plan), `"bf16"`, `"fp16"` or `"fp32"`. Mixed precision: weights
             and optimizer state stay fp32 (tiny GRPO updates survive), compute runs in bf16/fp16 autocast.
         cpu_threads: torch threads when training on CPU. `None` (default) = auto: 1 for `builtin:tiny` (its
-            matrices are too small to split, and on a busy machine two spinning threads per process measured
-            10x slower per forward than one), torch's default otherwise.
+            matrices are too small to split), otherwise the cores no other job holds when the run starts (the cores
+            less the 1-minute load, at least 1; `training.plan.idle_cores`): on a 2-core machine SmolLM2's step took
+            4.5 s at 2 threads and 8.1 s at 1 when idle, but 9.5-57 s at 2 threads and 8 s at 1 beside other jobs.
     """
 
     # --- model and data ---
@@ -305,11 +306,6 @@ class TrainConfig:
         if steps <= 0:
             return 50
         return max(1, math.ceil(steps / 10)) if self.is_builtin_model else steps // 2 + 1
-
-    def resolved_cpu_threads(self) -> int | None:
-        if self.cpu_threads is not None:
-            return self.cpu_threads
-        return 1 if self.is_builtin_model else None
 
     def resolved_run_id(self) -> str:
         """The run id: `run_id`, else the name of `output_dir`, else a fresh one (new on every call)."""
