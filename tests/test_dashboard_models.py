@@ -189,7 +189,7 @@ def test_record_keeps_a_bench_measurement_with_the_config_digest(tmp_path):
 
 def test_a_bench_measurement_reads_the_stages_from_the_run(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(REPO_ROOT))
-    from bench.meters import measurement
+    from bench.learning.meters import measurement
     from training.run_dir import RunDir
 
     def scores(success, ex):
@@ -200,8 +200,8 @@ def test_a_bench_measurement_reads_the_stages_from_the_run(tmp_path, monkeypatch
     run.append("comparison", {"kind": "summary", "n_episodes": 4, "random": scores(0.0, 0.0),
                               "base": scores(0.25, 0.25), "trained": scores(0.75, 0.5), "zero_shot": None})
     config = TrainConfig.from_json(CONFIGS / "tiny_cpu.json")
-    entry = measurement(config, run.path, device="cpu", minutes=5.43, command="python bench/learning_curve.py",
-                        mean_load=9.0)
+    entry = measurement(config, run.path, device="cpu", minutes=5.43,
+                        command="python bench/learning/learning_curve.py", mean_load=9.0)
     assert entry["success"] == {"random": 0.0, "zero_shot": None, "warm_start": 0.25, "after_grpo": 0.75}
     assert entry["execution_accuracy"]["after_grpo"] == 0.5 and entry["comparison_episodes"] == 4
     assert entry["minutes"] == 5.4 and entry["sft_steps"] == config.sft.max_steps and entry["cpu_minutes"] >= 0
@@ -222,7 +222,7 @@ def test_a_bench_measurement_reads_the_stages_from_the_run(tmp_path, monkeypatch
 
 def test_record_refuses_to_start_on_a_loaded_machine_unless_told(monkeypatch):
     monkeypatch.syspath_prepend(str(REPO_ROOT))
-    from bench.meters import BUSY_LOAD, refuse_shared
+    from bench.learning.meters import BUSY_LOAD, refuse_shared
 
     refusal = refuse_shared(False, load=BUSY_LOAD + 0.5)
     assert refusal.startswith(f"--record measures idle cores, and the 1-minute load is {BUSY_LOAD + 0.5:g} on ")
@@ -233,8 +233,8 @@ def test_record_refuses_to_start_on_a_loaded_machine_unless_told(monkeypatch):
 
 @pytest.mark.parametrize("bench", ["real_model.py", "learning_curve.py"])
 def test_a_bench_records_only_a_config_as_it_is(bench):
-    done = subprocess.run([sys.executable, f"bench/{bench}", "--record", "--set", "max_steps=1"], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, f"bench/learning/{bench}", "--record", "--set", "max_steps=1"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--record measures a config file as it is" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
 

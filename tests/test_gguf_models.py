@@ -214,16 +214,16 @@ def test_run_with_warm_start_compares_zero_shot_and_saves_a_plain_final_model(tm
 
 @pytest.mark.slow
 def test_real_model_bench_runs_end_to_end_and_in_chunks(tmp_path):
-    """bench/real_model.py on a tiny budget (the built-in model): one JSON line of figures; with --minutes it stops
-    at a checkpoint and --resume finishes the run, the figures adding up across the chunks."""
+    """bench/learning/real_model.py on a tiny budget (the built-in model): one JSON line of figures; with --minutes it
+    stops at a checkpoint and --resume finishes the run, the figures adding up across the chunks."""
     import subprocess
     import sys
 
     from conftest import REPO_ROOT
 
     def bench(*args):
-        done = subprocess.run([sys.executable, "bench/real_model.py", *args], cwd=REPO_ROOT, capture_output=True,
-                              text=True, timeout=600)
+        done = subprocess.run([sys.executable, "bench/learning/real_model.py", *args], cwd=REPO_ROOT,
+                              capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-2000:]
         return done.stdout.strip().splitlines()
 

@@ -1,5 +1,5 @@
-"""The GPU check and its carry, kept from rotting between GPU sessions: `bench/gpu_check.py --dry-run` plays every item
-on the CPU (tiny model, toy dataset), the sampling tap follows rows that leave the batch, and the carry's cut, join
+"""The GPU check and its carry, kept from rotting between GPU sessions: `bench/gpu/gpu_check.py --dry-run` plays every
+item on the CPU (tiny model, toy dataset), the sampling tap follows rows that leave the batch, and the carry's cut, join
 and sha256 check work on a generated file."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "bench")]
+sys.path[:0] = [str(REPO / "bench" / "gpu")]
 
 import gpu_carry  # noqa: E402
 import gpu_learning  # noqa: E402
@@ -28,7 +28,7 @@ def test_dry_run_reports_every_item(tmp_path):
     state = tmp_path / "state.json"
     env = {k: v for k, v in os.environ.items() if k not in ("OUT", "SQLENV_RUNS_DIR", "SQLENV_DATA_DIR",
                                                             "SQLENV_DECODER")}
-    done = subprocess.run([sys.executable, "bench/gpu_check.py", "--dry-run", "--out", str(out), "--state",
+    done = subprocess.run([sys.executable, "bench/gpu/gpu_check.py", "--dry-run", "--out", str(out), "--state",
                            str(state)], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
@@ -92,7 +92,7 @@ def test_a_grpo_step_through_the_graph_decoder(tmp_path):
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if k not in ("OUT", "SQLENV_RUNS_DIR", "SQLENV_DATA_DIR")}
     env["SQLENV_DECODER"] = "graph"
-    done = subprocess.run([sys.executable, "bench/gpu_check.py", "--dry-run", "--items", "4", "--out", str(out),
+    done = subprocess.run([sys.executable, "bench/gpu/gpu_check.py", "--dry-run", "--items", "4", "--out", str(out),
                            "--set", "grpo.cast_lm_head_to_fp32=true"], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -106,7 +106,7 @@ def test_a_grpo_step_through_the_graph_decoder(tmp_path):
                                   ["--config", "no/such.json"], ["--learn", "no/such.json"],
                                   ["--shape", "no/such.json"]])
 def test_bad_arguments_exit_2(args, tmp_path):
-    done = subprocess.run([sys.executable, "bench/gpu_check.py", "--dry-run", "--out", str(tmp_path), *args],
+    done = subprocess.run([sys.executable, "bench/gpu/gpu_check.py", "--dry-run", "--out", str(tmp_path), *args],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "error:" in done.stderr.strip().splitlines()[-1]

@@ -1,6 +1,6 @@
 """Soak: a real server under honest and hostile sessions at once, for a bounded time (issues 20 and 26).
 
-    python bench/soak.py [--duration 600] [--honest 64] [--hostile 64] [--dataset builtin] [--shapes all]
+    python bench/security/soak.py [--duration 600] [--honest 64] [--hostile 64] [--dataset builtin] [--shapes all]
                          [--python-slots N] [--server-args "..."] [--web]
 
 Starts `python -m sqlenv serve` on 127.0.0.1 (a free port, room for every session; stopped at the end). In one
@@ -68,7 +68,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 

@@ -1,8 +1,8 @@
 """What a lent GPU machine needs, carried in two calls of at most 64 MiB each, and the steps that use it there.
 
-    python bench/gpu_carry.py prepare                       # here: build .gpucarry/ (wheels, GGUF halves, data)
-    python3 bench/gpu_carry.py call1 --out $OUT -- ARGS     # device, call 1 (carry .gpucarry/call1)
-    python3 bench/gpu_carry.py call2 --out $OUT -- ARGS     # device, call 2 (carry .gpucarry/call2), within 30 s
+    python bench/gpu/gpu_carry.py prepare                       # here: build .gpucarry/ (wheels, GGUF halves, data)
+    python3 bench/gpu/gpu_carry.py call1 --out $OUT -- ARGS     # device, call 1 (carry .gpucarry/call1)
+    python3 bench/gpu/gpu_carry.py call2 --out $OUT -- ARGS     # device, call 2 (carry .gpucarry/call2), within 30 s
 
 The device is bare and offline: torch 2.11 and transformers 5.17 are there, trl, datasets, gguf, sqlglot, sqlparse
 (and datasets' dill and multiprocess) are not. The carry holds the transformers wheel tested here (5.24) too: the
@@ -26,10 +26,10 @@ holds the built-in dataset and spider10, prepared here (spider10 is derived from
 
 `.gpucarry/manifest.json` (copied into both halves) records every file's size and sha256. On the device, `call1`
 checks part 1 and installs the wheels into `.gpucarry/site` (an ignored path, so it stays on the warm machine for
-call 2), then runs items 1-2 of `bench/gpu_check.py` (imports, the decoders side by side), keeping the rates it
+call 2), then runs items 1-2 of `bench/gpu/gpu_check.py` (imports, the decoders side by side), keeping the rates it
 measured in `.gpucarry/state.json`. `call2` checks that call 1's files are still there (a machine that went back
 starts bare: run call 1 again), joins the parts into `.gpucarry/model/`, checks the whole file's sha256, and runs
-items 1 and 3-7 of `bench/gpu_check.py` on it with the carried data, planning with call 1's rates.
+items 1 and 3-7 of `bench/gpu/gpu_check.py` on it with the carried data, planning with call 1's rates.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CARRY = REPO / ".gpucarry"
 #: What one call may carry, the working tree included (the device tool's limit).
 CALL_LIMIT = 64 * 2**20
@@ -252,7 +252,7 @@ def _manifest(call: str, carry: Path) -> dict:
     path = carry / call / "manifest.json"
     if not path.is_file():
         raise CarryError(f"{path} is missing: carry .gpucarry/{call} with this call (built by `python "
-                         "bench/gpu_carry.py prepare`)")
+                         "bench/gpu/gpu_carry.py prepare`)")
     return json.loads(path.read_text())
 
 
@@ -282,11 +282,11 @@ def assemble(carry: Path = CARRY) -> Path:
 
 
 def run_check(carry: Path, out: str | None, args: list[str]) -> int:
-    """Run bench/gpu_check.py with the installed wheels first on the path and the carried data."""
+    """Run bench/gpu/gpu_check.py with the installed wheels first on the path and the carried data."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(carry / "site"),
                                                                      os.environ.get("PYTHONPATH")])),
                PYTHONUNBUFFERED="1", TRL_EXPERIMENTAL_SILENCE="1", HF_HUB_OFFLINE="1")
-    command = [sys.executable, str(REPO / "bench" / "gpu_check.py"), *args]
+    command = [sys.executable, str(REPO / "bench" / "gpu" / "gpu_check.py"), *args]
     if out:
         command += ["--out", out]
     return subprocess.call(command, env=env, cwd=REPO)
@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("step", choices=("prepare", "call1", "call2"))
     parser.add_argument("--carry", type=Path, default=CARRY, help="the carry folder (default .gpucarry/)")
     parser.add_argument("--out", default=os.environ.get("OUT"), help="where the check writes (default $OUT); after "
-                        "`--`, arguments for bench/gpu_check.py (after the call's own: a later --items wins)")
+                        "`--`, arguments for bench/gpu/gpu_check.py (after the call's own: a later --items wins)")
     argv = list(sys.argv[1:] if argv is None else argv)
     check_args = argv[argv.index("--") + 1:] if "--" in argv else []
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_check(args.carry, args.out, ["--items", CALL2_ITEMS, "--model", str(path), "--data-dir",
                                                 str(args.carry / "call2" / "data"), *state, *args.check_args])
     except (CarryError, subprocess.CalledProcessError, FileNotFoundError) as exc:
-        print(f"bench/gpu_carry.py {args.step}: {exc}", file=sys.stderr)
+        print(f"bench/gpu/gpu_carry.py {args.step}: {exc}", file=sys.stderr)
         return 1
 
 

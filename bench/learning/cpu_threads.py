@@ -1,9 +1,9 @@
 """Torch threads on a shared CPU: a SmolLM2 training step at 1 and 2 threads, OpenMP spinning or passive, idle or
 beside another CPU job — the measurement behind the CPU runs' thread default.
 
-    python bench/cpu_threads.py                       # every variant, on the cores as they are
-    python bench/cpu_threads.py --with-load           # the same while a busy loop holds one core (another job)
-    python bench/cpu_threads.py --model builtin:tiny --tokens 256 --reps 5
+    python bench/learning/cpu_threads.py                       # every variant, on the cores as they are
+    python bench/learning/cpu_threads.py --with-load           # the same while a busy loop holds one core (another job)
+    python bench/learning/cpu_threads.py --model builtin:tiny --tokens 256 --reps 5
 
 Each variant runs in a fresh process (OpenMP reads `OMP_WAIT_POLICY` when torch loads): the model's forward and
 backward over `--tokens` tokens, `--reps` times after one warm-up; wall and CPU seconds per step (median). On a
@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 #: (threads, policy): OMP_WAIT_POLICY ACTIVE / PASSIVE, "default" (unset: libgomp spins a while, then sleeps), or
 #: "spin<N>" (unset, GOMP_SPINCOUNT=N: a shorter spin before sleeping).
 VARIANTS = [(1, "ACTIVE"), (2, "ACTIVE"), (1, "PASSIVE"), (2, "PASSIVE"), (2, "default"), (2, "spin10000")]

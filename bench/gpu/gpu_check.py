@@ -1,9 +1,9 @@
 """One prepared check for a lent GPU, in two calls: the decoders side by side, then a real model learning.
 
-    python3 bench/gpu_carry.py call1 --out $OUT            # device, call 1: items 1-2 (docs/TRAINING.md)
-    python3 bench/gpu_carry.py call2 --out $OUT -- [ARGS]  # device, call 2: items 1, 3-7
-    python bench/gpu_check.py --out DIR                    # every item by hand (CUDA, the packaged SmolLM2)
-    python bench/gpu_check.py --dry-run --out DIR          # the same script on the CPU in ~30 s
+    python3 bench/gpu/gpu_carry.py call1 --out $OUT            # device, call 1: items 1-2 (docs/TRAINING.md)
+    python3 bench/gpu/gpu_carry.py call2 --out $OUT -- [ARGS]  # device, call 2: items 1, 3-7
+    python bench/gpu/gpu_check.py --out DIR                    # every item by hand (CUDA, the packaged SmolLM2)
+    python bench/gpu/gpu_check.py --dry-run --out DIR          # the same script on the CPU in ~30 s
 
 Items, in this order, each written to `<out>/gpu_check.json` as soon as it ends (an item that fails records its
 error and the next one runs, on a device repaired of what the item left broken, each item on decoders of its own;
@@ -51,9 +51,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent
-REPO = BENCH.parent
-sys.path[:0] = [str(REPO), str(BENCH)]
+GPU = Path(__file__).resolve().parent  # bench/gpu/: the check's pieces, imported by their module names
+REPO = GPU.parents[1]
+sys.path[:0] = [str(REPO), str(GPU)]
 
 import gpu_decoders  # noqa: E402 - after the path
 import gpu_learning  # noqa: E402
@@ -486,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
 
             config, recipes = recipe(args.config), [recipe(p) for p in learn]
         except (ConfigError, ValueError) as exc:
-            print(f"bench/gpu_check.py: error: {exc}", file=sys.stderr)
+            print(f"bench/gpu/gpu_check.py: error: {exc}", file=sys.stderr)
             return 2
         report = Report(out, {"dry_run": args.dry_run, "config": str(args.config), "model": config.model,
                               "learn": [str(p) for p in learn], "deadline_s": profile.deadline_s,

@@ -1,6 +1,6 @@
 """Rollout throughput: batched `rollout_func` vs one episode at a time, same 32 episodes, tiny model.
 
-    python bench/rollout_throughput.py [--episodes 32] [--step-budget 3] [--turn-tokens 32] [--model DIR]
+    python bench/decoding/rollout_throughput.py [--episodes 32] [--step-budget 3] [--turn-tokens 32] [--model DIR]
 
 Both sides call the real `training.grpo.rollout.BatchedRollout` through a real GRPOTrainer (rollout path): once with
 all episodes in one call (one `generate` per turn for every live episode), once per episode. Same prompts, same
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def main() -> None:

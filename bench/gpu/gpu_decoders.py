@@ -1,4 +1,4 @@
-"""Item 2 of `bench/gpu_check.py`: the decoders side by side, on one machine, one model shape, one workload.
+"""Item 2 of `bench/gpu/gpu_check.py`: the decoders side by side, on one machine, one model shape, one workload.
 
 - **kept**: today's kept-cache decoder (`MultiTurnDecoder`, transformers' forward, eager);
 - **graph**: the graph decoder (`GraphDecoder`: fixed-shape slots, each decoding step a replayed CUDA graph);

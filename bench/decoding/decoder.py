@@ -1,8 +1,8 @@
 """Multi-turn decoding: the decoder that keeps each episode's KV cache vs the one that re-reads every conversation.
 
-    nice python bench/decoder.py                                  # SmolLM2-135M, the issue's workload (~15 min)
-    python bench/decoder.py --model builtin:tiny --episodes 4     # a quick check
-    python bench/decoder.py --decoders new,graph --threads 1      # the two kept-cache decoders only
+    nice python bench/decoding/decoder.py                                # SmolLM2-135M, the issue's workload (~15 min)
+    python bench/decoding/decoder.py --model builtin:tiny --episodes 4   # a quick check
+    python bench/decoding/decoder.py --decoders new,graph --threads 1    # the two kept-cache decoders only
 
 Two workloads, each played by three decoders side by side in this one process, on the same model and episodes: the
 re-reading decoder ("old"), `MultiTurnDecoder` ("new"), and the graph decoder ("graph", `GraphDecoder`: on a CPU its
@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def log(message: str) -> None:

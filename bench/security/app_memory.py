@@ -1,6 +1,6 @@
 """What anonymous visitors' inputs leave in the dashboard's memory (issue 35, finding 4).
 
-    python bench/app_memory.py [--sessions 50] [--input-mb 30] [--allowed-sessions 256]
+    python bench/security/app_memory.py [--sessions 50] [--input-mb 30] [--allowed-sessions 256]
 
 Serves the app (`python app.py`, open mode, its own empty runs/ and data/) on 127.0.0.1 and measures its RSS:
 
@@ -30,7 +30,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 

@@ -21,7 +21,7 @@ phase's first `SETTLE_S` left out), and the cores used by the app, the training 
 client runs on the same cores as the server here (real visitors bring their own machines), so the slow-down is
 an upper bound. Loops are bounded (phase time, and `MAX_CALLS` per visitor); only 127.0.0.1 is contacted.
 
-    python bench/visitors.py [--pollers 10] [--players 10] [--phase-s 20] [--rounds 3] [--think-s 1.0]
+    python bench/serving/visitors.py [--pollers 10] [--players 10] [--phase-s 20] [--rounds 3] [--think-s 1.0]
 
 The last line is one JSON object. Run it on an otherwise idle machine and say what `uptime` showed: on 2
 shared cores another job moves the step time by tens of percent (the load before and after is printed).
@@ -41,7 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "tests"))  # serverproc: the free-port helper the tests and benches share
 

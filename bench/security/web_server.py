@@ -1,7 +1,7 @@
 """The server a Space runs (`--web`) under issue 43's shapes: a UI socket that never reads, 1,000 steps of 1 MB
 arguments, uploads and Gradio sessions under `/web`, and 16 MiB WebSocket messages of `{}`s.
 
-    python bench/web_server.py [--steps 1000] [--server-repo DIR]
+    python bench/security/web_server.py [--steps 1000] [--server-repo DIR]
 
 Starts `python -m sqlenv serve --web` on 127.0.0.1 (a free port; Gradio's temp folder one of the bench's own;
 stopped at the end) and plays each shape against it, bounded in count and time:
@@ -42,12 +42,12 @@ import uuid
 import warnings
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from serverproc import ServerProcess  # noqa: E402
-from soak import UI_HANDSHAKE, many_values, upload_body  # noqa: E402  (bench/, the script's folder)
+from soak import UI_HANDSHAKE, many_values, upload_body  # noqa: E402  (bench/security/, the script's folder)
 
 from sqlenv.server.app import TRIM_INTERVAL_S  # noqa: E402
 

@@ -1,6 +1,6 @@
 """What one statement, as wide or as long as the sandbox allows, makes a real server hold (issue 43, finding 2).
 
-    python bench/result_memory.py [--dataset builtin] [--settle 12]
+    python bench/security/result_memory.py [--dataset builtin] [--settle 12]
 
 Starts `python -m sqlenv serve` on 127.0.0.1 (a free port; stopped at the end). For each shape, one WebSocket
 session resets and sends it as a QUERY; the server's peak resident memory during the step is read from the kernel
@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 

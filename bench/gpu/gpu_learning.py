@@ -1,4 +1,4 @@
-"""The learning item of `bench/gpu_check.py`: a recipe run end to end, its GRPO sized to the seconds left, its figures.
+"""The learning item of `bench/gpu/gpu_check.py`: a recipe run end to end, GRPO sized to the seconds left, its figures.
 
 `run_learning` plays `training.train.run_training` (the dashboard's Start, the CLI) on the recipe with GRPO's
 `max_steps` from `plan_learning`: the rates the check measured before (load, decoding, a GRPO step, training
@@ -180,10 +180,10 @@ class RolloutClock:
 
 
 def generation_meter():
-    """`bench/real_model.py`'s meter of the tokens generated (and seconds spent generating) during GRPO, installed;
-    None when that bench cannot be imported (the learning run's figures then lack the rollout rate)."""
+    """`bench/learning/real_model.py`'s meter of the tokens generated (and seconds spent generating) during GRPO,
+    installed; None when that bench cannot be imported (the learning run's figures then lack the rollout rate)."""
     try:
-        from real_model import GenerationMeter
+        from bench.learning.real_model import GenerationMeter
     except ImportError:
         return None
     meter = GenerationMeter()

@@ -8,7 +8,7 @@ log lines, so model building and SFT warm-start are not counted). Prints both ra
 (target >= 0.9), then the latency from a metrics line being logged (the runner's listener sees the record) to
 the page's chart showing that step (target <= 2 s): median and max over the run.
 
-    python bench/dashboard_tax.py [--config configs/tiny_cpu.json] [--steps 20] [--repeats 2] [--set k=v ...]
+    python bench/serving/dashboard_tax.py [--config configs/tiny_cpu.json] [--steps 20] [--repeats 2] [--set k=v ...]
 
 The last line is one JSON object with the figures. Run it on an otherwise idle machine: the browser and the
 training share the cores, and another job (even a `nice`d one in another terminal session: Linux autogroups
@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
 CHROMIUM = os.environ.get("SQLENV_CHROMIUM", "/usr/bin/chromium")

@@ -1,8 +1,8 @@
 """A measured GRPO step: a Qwen3-0.6B-shaped model through the real training entry point, several variants in one run.
 
-    python bench/gpu_step.py                      # CUDA: the full Qwen3-0.6B shape; CPU: the scaled-down shape
-    python bench/gpu_step.py --shape tiny         # scaled-down shape (CPU-sized), same code path
-    python bench/gpu_step.py --model builtin:tiny # the real built-in tiny model (trained tokenizer, 0.6M params)
+    python bench/gpu/gpu_step.py                      # CUDA: the full Qwen3-0.6B shape; CPU: the scaled-down shape
+    python bench/gpu/gpu_step.py --shape tiny         # scaled-down shape (CPU-sized), same code path
+    python bench/gpu/gpu_step.py --model builtin:tiny # the real built-in tiny model (trained tokenizer, 0.6M params)
 
 Each variant is one `training.train.run_training` run (the CLI's, dashboard's and notebook's entry point) of a few
 GRPO steps on the built-in dataset — num_generations 4, step budget 10, no SFT, no evals — varying:
@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 #: Qwen/Qwen3-0.6B's config.json values (the architecture, not the weights).
 QWEN3_06B = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,

@@ -1,4 +1,4 @@
-"""What one run of `bench/gpu_check.py` plays: `Profile` (each item's sizes, the fields it sets on the recipes),
+"""What one run of `bench/gpu/gpu_check.py` plays: `Profile` (each item's sizes, the fields it sets on the recipes),
 for a real run (`real_profile`: the command line's sizes) or the dry run (`dry_profile`: the built-in tiny model on
 a toy dataset of ten questions, prepared on the fly, on the CPU, at sizes of seconds)."""
 

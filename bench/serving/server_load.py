@@ -1,6 +1,7 @@
 """Load on the OpenEnv server: many concurrent sessions playing oracle and random episodes, against in-process.
 
-    SQLENV_SPIDER_DIR=../shared/spider python bench/server_load.py [--sessions 64] [--episodes 16] [--dataset DIR]
+    SQLENV_SPIDER_DIR=../shared/spider python bench/serving/server_load.py [--sessions 64] [--episodes 16] \\
+        [--dataset DIR]
 
 Starts `python -m sqlenv serve` on 127.0.0.1 (a free port; stopped at the end), then in one asyncio loop opens
 `--sessions` WebSocket sessions with `SQLEnvClient` and warms each up (one oracle episode per database, not
@@ -34,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 

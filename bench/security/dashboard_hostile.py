@@ -21,7 +21,7 @@ password set. Clients on other loopback addresses (127.0.x.y) are other clients.
   new IPv6 address of one /64 each try (`throttled_after`: tries answered "wrong password" before the refusal;
   null: not refused in 8).
 
-    python bench/dashboard_hostile.py [--repo PATH] [--flood 20000] [--heads-wait 20] [--play-s 15]
+    python bench/security/dashboard_hostile.py [--repo PATH] [--flood 20000] [--heads-wait 20] [--play-s 15]
 
 The last line is one JSON object. Loops are bounded (counts and phase times); only 127.0.0.1 is contacted.
 """
@@ -44,7 +44,7 @@ import threading
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT / "tests"))  # the tests' helpers: a free port, Gradio's event protocol
 
 from app_server import app_config, call_event, wait_http  # noqa: E402

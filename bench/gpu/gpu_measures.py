@@ -1,4 +1,4 @@
-"""The measurements `bench/gpu_check.py` takes, each a function of a model or a trainer it is handed.
+"""The measurements `bench/gpu/gpu_check.py` takes, each a function of a model or a trainer it is handed.
 
 - `SamplingTap`: what the decoder sampled in a real rollout, with the log-probability of each drawn token under the
   distribution it was drawn from (as the decoder recorded it), row by row.

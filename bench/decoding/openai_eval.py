@@ -7,7 +7,7 @@ in this process, after a short warm-up. By default the model is the built-in tin
 `--sft-steps` (a few seconds), so that it answers in tool calls and ends episodes as a trained model does; an
 untrained model would write `--max-tokens` of noise every turn.
 
-    python bench/openai_eval.py [--episodes 200] [--concurrency 1,8] [--model builtin:tiny] [--sft-steps 400]
+    python bench/decoding/openai_eval.py [--episodes 200] [--concurrency 1,8] [--model builtin:tiny] [--sft-steps 400]
                                 [--threads 1] [--device cpu]
 
 Figures per concurrency: episodes/s, requests/s, mean request latency and the mean episode's steps; the last line
@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "tests"))  # serverproc: the server-in-a-subprocess helper tests and benches share
 

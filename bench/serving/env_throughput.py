@@ -1,6 +1,6 @@
 """QUERY steps per second of `SQLEnvironment` vs raw `sqlite3` on the spider10 gold-query mix.
 
-    SQLENV_SPIDER_DIR=../shared/spider python bench/env_throughput.py [--rounds 7] [--profile]
+    SQLENV_SPIDER_DIR=../shared/spider python bench/serving/env_throughput.py [--rounds 7] [--profile]
 
 Prepares spider10 into a temp dir (or uses --dataset DIR), then alternates rounds in one process:
 
@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from sqlenv.data.datasets import DatasetInfo, load_questions  # noqa: E402

@@ -1,6 +1,6 @@
 """The worst time of one call of every function the SQL sandbox allows, against its price (issue 35).
 
-    python bench/sql_function_costs.py [--calls 8] [--reps 3] [--before]
+    python bench/security/sql_function_costs.py [--calls 8] [--reps 3] [--before]
 
 SQLite checks the time limit only at the jumps that close a loop, so the calls between two checks run unchecked;
 `sqlenv.sandbox.sql_costs` prices every allowed function at its worst time per call and refuses a statement whose calls
@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from sqlenv.sandbox.sandbox import Sandbox, SandboxError, SandboxSettings  # noqa: E402

@@ -1,7 +1,7 @@
 """The question sampler in simulation: how many GRPO groups have mixed success, uniform draws vs `question_sampler=mixed`.
 
-    nice python bench/question_sampler.py                      # built-in train questions, 4 seeds
-    nice python bench/question_sampler.py --dataset spider10 --seeds 8
+    nice python bench/learning/question_sampler.py                      # built-in train questions, 4 seeds
+    nice python bench/learning/question_sampler.py --dataset spider10 --seeds 8
 
 No model: each question gets a synthetic success rate, and a group of G episodes is G coin flips. The rate is one per
 coarsest key of `question_groups` (a template on the built-in data, a database on Spider) plus a per-question
@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 SHAPES = ((8, 8), (4, 4))  # (questions, episodes) per generation batch
 STEPS = 40

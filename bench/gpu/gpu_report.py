@@ -1,4 +1,4 @@
-"""What `bench/gpu_check.py` writes: `<out>/gpu_check.json` (rewritten whole after every change, so a run cut short
+"""What `bench/gpu/gpu_check.py` writes: `<out>/gpu_check.json` (rewritten whole after every change, so a run cut short
 still holds every item before the cut), `<out>/gpu_check.log`, and the summary that ends the run (its last line).
 
 The targets (issue 44) the summary checks: generated tokens/s of the fastest exact decoder at 64 and 256 rows

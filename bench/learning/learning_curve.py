@@ -1,10 +1,10 @@
 """Learning curve of the dashboard's default run — random, warm start, GRPO — beside the clean-oracle reference.
 
-    nice python bench/learning_curve.py                       # configs/tiny_cpu.json on the built-in data, targets
-    nice python bench/learning_curve.py --dataset spider10    # the same recipe on spider10: honest figures, no target
-    nice python bench/learning_curve.py --set max_steps=40    # any TrainConfig field, as `python -m training.train`
-    nice python bench/learning_curve.py --no-reference        # skip the clean-oracle reference run
-    nice python bench/learning_curve.py --no-reference --record   # keep the default run's figures for the picker
+    nice python bench/learning/learning_curve.py                     # configs/tiny_cpu.json, built-in data, targets
+    nice python bench/learning/learning_curve.py --dataset spider10  # the same recipe on spider10: honest figures
+    nice python bench/learning/learning_curve.py --set max_steps=40  # any TrainConfig field, as `training.train` takes
+    nice python bench/learning/learning_curve.py --no-reference      # skip the clean-oracle reference run
+    nice python bench/learning/learning_curve.py --no-reference --record  # keep the default run's figures (the picker)
 
 It runs exactly what the dashboard's Start button runs with the form's defaults: `training.train.run_training` on
 `configs/tiny_cpu.json`, in fresh data and runs folders, so the built-in data, the tokenizer and the tiny model are
@@ -36,11 +36,11 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 DEFAULT_CONFIG = REPO / "configs" / "tiny_cpu.json"
 
-from bench.meters import MemoryMeter, PhaseClock, machine_load, refuse_shared  # noqa: E402 - after the path
+from bench.learning.meters import MemoryMeter, PhaseClock, machine_load, refuse_shared  # noqa: E402 - after the path
 
 
 def log(message: str) -> None:
@@ -157,11 +157,11 @@ def main(argv: list[str] | None = None) -> int:
                  "teacher_error_rate": config.resolved_sft().teacher_error_rate}
     default = run_once(config.with_overrides({"run_id": "default"}), "the default recipe")
     if args.record:
-        from bench.meters import command_line, measurement
+        from bench.learning.meters import command_line, measurement
         from dashboard.config_costs import record
 
         entry = measurement(config, default["run_dir"], device=default["device"], minutes=default["minutes"],
-                            command=command_line("bench/learning_curve.py", argv),
+                            command=command_line("bench/learning/learning_curve.py", argv),
                             phase_seconds=default["phase_seconds"], peak_memory_gb=default["peak_memory_gb"],
                             disk_written_gb=default["disk_written_gb"], mean_load=default["mean_load"],
                             load_before=default["load_before"], note=args.note)

@@ -1,10 +1,10 @@
 """A real pretrained model through the whole pipeline: zero-shot, warm start, GRPO, on the full eval split.
 
-    nice python bench/real_model.py --config configs/smollm2_cpu.json            # CPU, built-in data (<= 15 min)
-    python bench/real_model.py --config configs/smollm2_spider10_gpu.json        # GPU, spider10 (the issue's target)
-    python bench/real_model.py --config configs/smollm2_cpu.json --episodes 4 --set max_steps=2   # a quick check
-    python bench/real_model.py --config configs/smollm2_spider10_gpu.json --minutes 8   # in chunks: stops at a
-    python bench/real_model.py --resume runs/<run_id> --minutes 8                       # checkpoint, then resumes
+    nice python bench/learning/real_model.py --config configs/smollm2_cpu.json      # CPU, built-in data (<= 15 min)
+    python bench/learning/real_model.py --config configs/smollm2_spider10_gpu.json  # GPU, spider10 (the issue's target)
+    python bench/learning/real_model.py --config configs/smollm2_cpu.json --episodes 4 --set max_steps=2  # quick check
+    python bench/learning/real_model.py --config configs/smollm2_spider10_gpu.json --minutes 8  # in chunks: stops at a
+    python bench/learning/real_model.py --resume runs/<run_id> --minutes 8                     # checkpoint, resumes
 
 It runs the config through `training.train.run_training` (what the dashboard's Start and the CLI run) with the
 comparison played on the whole eval split (`comparison_episodes` = its size, or `--episodes`), and reads the figures
@@ -28,11 +28,11 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 DEFAULT_CONFIG = REPO / "configs" / "smollm2_cpu.json"
 
-from bench.meters import (  # noqa: E402 - after the path
+from bench.learning.meters import (  # noqa: E402 - after the path
     MemoryMeter, PhaseClock, command_line, machine_load, measurement, refuse_shared)
 
 
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             n = args.episodes if args.episodes is not None else eval_split_size(config)
             config = config.with_overrides({"comparison_episodes": n, "compare_base": True})
     except (ConfigError, ValueError, FileNotFoundError) as exc:
-        print(f"bench/real_model.py: error: {exc}", file=sys.stderr)
+        print(f"bench/learning/real_model.py: error: {exc}", file=sys.stderr)
         return 2
 
     import torch
@@ -215,11 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     figures = _add_chunk(run, clock.seconds, time.perf_counter() - start, meter, memory)
     status = run.read_status()
     if status.get("status") == "stopped" and args.minutes is not None:
-        log(f"stopped after {args.minutes} minutes at a checkpoint; continue with: python bench/real_model.py "
+        log(f"stopped after {args.minutes} minutes at a checkpoint; continue with: python bench/learning/real_model.py "
             f"--resume {run.path}" + (f" --minutes {args.minutes}" if args.minutes else ""))
         return 0
     if status.get("status") != "completed":
-        print(f"bench/real_model.py: run ended {status.get('status')}: {status.get('error')}", file=sys.stderr)
+        print(f"bench/learning/real_model.py: run ended {status.get('status')}: {status.get('error')}", file=sys.stderr)
         return 1
     summary = next(r for r in reversed(run.read("comparison")) if r.get("kind") == "summary")
     rewards = [m["reward"] for m in run.read("metrics") if m.get("phase", "grpo") == "grpo" and "reward" in m]
@@ -244,8 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.record:
         entry = measurement(config, run.path, device=status.get("device"), minutes=figures["total_seconds"] / 60,
-                            command=command_line("bench/real_model.py", argv), phase_seconds=figures["phase_seconds"],
-                            peak_memory_gb=figures["peak_rss_gb"], disk_written_gb=figures["disk_written_gb"],
+                            command=command_line("bench/learning/real_model.py", argv),
+                            phase_seconds=figures["phase_seconds"], peak_memory_gb=figures["peak_rss_gb"],
+                            disk_written_gb=figures["disk_written_gb"],
                             mean_load=memory.mean_load(), load_before=load_before, note=args.note)
         log(f"recorded in {record(args.config, entry, digest)}")
     log(json.dumps(result))

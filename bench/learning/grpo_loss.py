@@ -1,8 +1,8 @@
 """One GRPO step's loss phase through TRL's loss and through `SQLEnvGRPOTrainer`'s, on the same rollouts.
 
-    nice python bench/grpo_loss.py --model builtin:tiny                      # minutes: the gradient check
-    nice python bench/grpo_loss.py --model smollm2-135m                      # the CPU recipe's step
-    nice python bench/grpo_loss.py --model smollm2-135m --rollouts model     # ...on the zero-shot model's rollouts
+    nice python bench/learning/grpo_loss.py --model builtin:tiny                   # minutes: the gradient check
+    nice python bench/learning/grpo_loss.py --model smollm2-135m                   # the CPU recipe's step
+    nice python bench/learning/grpo_loss.py --model smollm2-135m --rollouts model  # ...on the zero-shot model's own
 
 The step has the shape of `--config` (default `configs/smollm2_cpu.json`: 16 episodes = 4 questions x 4 generations,
 1 row per micro-batch, 16 accumulated, 400-token episodes of 96-token turns, `dr_grpo`, beta 0); `--model` replaces
@@ -46,7 +46,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: no spinning threads on a shared machine
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")

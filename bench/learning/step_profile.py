@@ -1,7 +1,7 @@
 """Where a training step of `builtin:tiny` spends its time on CPU, before and after this project's changes.
 
-    nice python bench/step_profile.py                  # one SFT step and one GRPO step, each both ways
-    nice python bench/step_profile.py --warm-start     # also the whole warm start, before vs after, with eval success
+    nice python bench/learning/step_profile.py               # one SFT step and one GRPO step, each both ways
+    nice python bench/learning/step_profile.py --warm-start  # also the whole warm start, before vs after, eval success
 
 SFT: TRL's `SFTTrainer` (its fused, chunked LM head scores every position and recomputes the head in the backward
 pass; on CPU that runs as plain torch ops) against `training.warm_start.trainer.WarmStartTrainer` (the LM head only at the
@@ -11,7 +11,7 @@ reached `GRPOConfig` — against `False`. Each pair runs interleaved (A, B, A, B
 same machine; per-step times are medians after a warm-up. For each it prints where the time goes (cProfile: the
 top-level phases of the step).
 
-`--warm-start` adds the whole warm start side by side: the one `bench/learning_curve.py` ran before (TRL's
+`--warm-start` adds the whole warm start side by side: the one `bench/learning/learning_curve.py` ran before (TRL's
 `SFTTrainer`, 5000 steps of 4 oracle episodes, lr 3e-3, 2 threads) against the default recipe's
 (`configs/tiny_cpu.json`: `WarmStartTrainer`, its steps, batch and threads), both on the clean oracle so their
 eval success compares: seconds, and greedy success on the same eval episodes. The last line printed is one JSON
@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: no spinning threads on a shared machine
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")

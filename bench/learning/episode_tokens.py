@@ -1,7 +1,7 @@
 """What a recipe's model reads and writes, in its own tokens: the prompt (full vs compact) and the teacher's episodes.
 
-    python bench/episode_tokens.py --config configs/smollm2_cpu.json      # SmolLM2-135M's tokenizer (~1 min)
-    python bench/episode_tokens.py --model builtin:tiny --episodes 200     # a quick check
+    python bench/learning/episode_tokens.py --config configs/smollm2_cpu.json      # SmolLM2-135M's tokenizer (~1 min)
+    python bench/learning/episode_tokens.py --model builtin:tiny --episodes 200     # a quick check
 
 - **prompt**: the tokens of an episode's prompt (system prompt, tool schemas when the prompt renders them, first user
   turn, generation prompt) for each prompt of `sqlenv.agent.prompts.PROMPTS`, over `--questions` train questions.
@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def load_tokenizer(model: str):

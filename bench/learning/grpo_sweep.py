@@ -1,9 +1,10 @@
 """The GRPO recipe chosen by a recorded sweep: short GRPO tries from ONE saved warm start, judged on a fixed panel.
 
-    python bench/grpo_sweep.py --out runs/sweep                          # every try of TRIES, in order
-    python bench/grpo_sweep.py --out runs/sweep --tries lr3e-6,neg0.3     # some of them (the warm start is reused)
-    python bench/grpo_sweep.py --out runs/sweep --try "mine:learning_rate=2e-6,negative_advantage_weight=0.5"
-    python bench/grpo_sweep.py --config configs/tiny_cpu.json --out /tmp/s --steps 2 --validation 16 --tries lr3e-6
+    python bench/learning/grpo_sweep.py --out runs/sweep                       # every try of TRIES, in order
+    python bench/learning/grpo_sweep.py --out runs/sweep --tries lr3e-6,neg0.3  # some of them (the warm start reused)
+    python bench/learning/grpo_sweep.py --out runs/sweep --try "mine:learning_rate=2e-6,negative_advantage_weight=0.5"
+    python bench/learning/grpo_sweep.py --config configs/tiny_cpu.json --out /tmp/s --steps 2 --validation 16 \\
+        --tries lr3e-6
 
 1. **The warm start**, once: the config's SFT (`sft` section), with the validation panel held out of the teacher's
    episodes, saved to `<out>/warm_start/`. Every try starts from it, so the tries differ only in what they set.
@@ -37,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 DEFAULT_CONFIG = REPO / "configs" / "smollm2_cpu.json"
 
