@@ -101,7 +101,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 # Gradio's queue loop polls for work every 1 ms when idle (0.001 s sleeps on Linux): on a 2-core machine that
 # is ~10% of a core and a thousand GIL grabs a second taken from the training thread in the same process.
-# 50 ms between checks adds at most that to a queued click and removes the tax (bench/dashboard_tax.py).
+# 50 ms between checks adds at most that to a queued click and removes the tax (bench/serving/dashboard_tax.py).
 QUEUE_IDLE_SLEEP_S = 0.05
 
 
@@ -135,7 +135,7 @@ def sessions_kept(env: dict[str, str] | None = None) -> int:
 
 # After every queued event Gradio rebuilds a pandas summary of the last GRADIO_ANALYTICS_MAX_EVENTS (10,000)
 # events for its monitoring page, which this app does not open: with many visitors playing that was the
-# server's largest cost beside training (bench/visitors.py). Keep 100 events and summarize every 1,000.
+# server's largest cost beside training (bench/serving/visitors.py). Keep 100 events and summarize every 1,000.
 # Gradio reads these when the queue is made; a value already in the environment wins.
 GRADIO_QUEUE_ENV = {"GRADIO_ANALYTICS_MAX_EVENTS": "100", "GRADIO_ANALYTICS_CACHE_FREQUENCY": "1000"}
 

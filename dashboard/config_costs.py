@@ -6,10 +6,10 @@ success at each stage (random policy, zero-shot, warm start, after GRPO) on how 
 peak memory, disk written, seconds per phase, the steps and eval episodes it ran, the command that measured it, a
 digest of the config's content, and the machine's load before and during the run (`shared`: other work shared the
 cores, so the minutes are longer than a newcomer's idle machine gives; the cost line says so). The bench that
-measured a config writes its entry (`record`): `python bench/learning_curve.py --record` for the default run
-(configs/tiny_cpu.json), `python bench/real_model.py --config configs/X.json --record` for any config; both refuse
-to start while other work loads the machine, unless told `--shared`. The picker shows it before Start, and says so
-when the config changed since (its digest differs); a running run's remaining time is its current phase at its own
+measured a config writes its entry (`record`): `python bench/learning/learning_curve.py --record` for the default run
+(configs/tiny_cpu.json), `python bench/learning/real_model.py --config configs/X.json --record` for any config; both
+refuse to start while other work loads the machine, unless told `--shared`. The picker shows it before Start, and says
+so when the config changed since (its digest differs); a running run's remaining time is its current phase at its own
 pace, then the phases still to come at the measured pace of the config measured for the same model and dataset
 (scaled by steps and episodes), so the warm start and the evals are counted, not only GRPO.
 """

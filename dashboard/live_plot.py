@@ -3,7 +3,7 @@
 `gr.Plot` re-creates its chart on every new value: Gradio's frontend keys the plot on the value, so each update
 tears the old chart down and draws a fresh one (twice: `Plotly.react` on mount, again as its props settle),
 modebar and all. With three charts refreshed every GRPO step that was most of the browser's CPU while a page
-watched a run (bench/dashboard_tax.py), on the same cores as the training. A `LivePlot` is a `gr.HTML` whose
+watched a run (bench/serving/dashboard_tax.py), on the same cores as the training. A `LivePlot` is a `gr.HTML` whose
 template is one empty div that never changes; its `js_on_load` draws the figure with `Plotly.react` and
 redraws it in place when the value (the figure's JSON) changes, which plotly does incrementally. Zoom and
 hidden legend items survive updates (`uirevision`).

@@ -8,7 +8,7 @@ listener)`, so a run started here writes the same run directory as `python -m tr
 
 It runs in a child process (spawned), watched by a thread of the app: in the app's own process every
 visitor's request would take the interpreter lock from the training loop, step for step (measured with
-bench/visitors.py: 20 visitors slowed a tiny run by a third or more through the lock alone, while the app used
+bench/serving/visitors.py: 20 visitors slowed a tiny run by a third or more through the lock alone, while the app used
 little CPU). The child sends each record's event back through a queue (pages waiting for news wake up), and
 the stop flag is shared with it; its memory (and GPU memory) is all given back when it exits.
 

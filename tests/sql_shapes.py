@@ -1,4 +1,4 @@
-"""SQL shapes shared by the sandbox's tests and the soak (`bench/soak.py`)."""
+"""SQL shapes shared by the sandbox's tests and the soak (`bench/security/soak.py`)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ Beyond the fixed reproductions of the hardening tests, each property here is tri
   `/health`, every session is released, no process is left behind.
 
 The default profile is the fast slice run with the rest of the tests; `HYPOTHESIS_PROFILE=long` tries many more
-examples. The longer soak against a loaded server is `bench/soak.py`.
+examples. The longer soak against a loaded server is `bench/security/soak.py`.
 """
 
 from __future__ import annotations

@@ -165,8 +165,8 @@ def test_a_run_on_the_compact_prompt(tmp_path, tiny):
 
 def test_smollm2_reads_a_third_of_the_tokens(builtin_env):
     """SmolLM2-135M's tokenizer (TRL's Qwen3 template, as a run renders): the full prompt is ~550 tokens, the compact
-    one under 40% of it (measured over 200 questions: 552 vs 190 on average, `bench/episode_tokens.py`), and its tool
-    calls parse."""
+    one under 40% of it (measured over 200 questions: 552 vs 190 on average, `bench/learning/episode_tokens.py`), and
+    its tool calls parse."""
     from transformers import AutoTokenizer
 
     from training.generation.chat import ChatRenderer

@@ -13,7 +13,7 @@ NOTEBOOK = REPO / "notebooks" / "train_grpo.ipynb"
 
 # The tiny config shrunk to a couple of minutes on 2 CPU cores: one GRPO step, a one-step SFT warm-start,
 # one eval episode per split at the end and one comparison pair. The flow, files and plots are what is tested here;
-# learning itself is measured by bench/learning_curve.py.
+# learning itself is measured by bench/learning/learning_curve.py.
 SMOKE_OVERRIDES = {
     "max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 2, "step_budget": 3,
     "max_completion_length": 96, "max_turn_tokens": 24, "sft": {"max_steps": 1, "episodes": 4, "batch_size": 4},

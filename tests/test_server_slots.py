@@ -1,8 +1,8 @@
 """Python slots (`sqlenv.server.environment.PythonSlots`): a real server on 127.0.0.1 bounds how many sessions run a
 step's Python work at once, and a session's statement (a 5 s hostile query) runs without a slot, so it never holds
 up another session's steps (the server's own loop probe says how many steps hold a slot). What a bound buys (`/health`
-and honest steps answered in time beside 64 hostile sessions) is a timing, for `bench/soak.py` (docs/EXPERIMENTS.md
-section 12)."""
+and honest steps answered in time beside 64 hostile sessions) is a timing, for `bench/security/soak.py`
+(docs/EXPERIMENTS.md section 12)."""
 
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ import os as _os
 
 # OpenMP (torch's CPU threads) spins while a thread waits for the others: libgomp's default spin lasts long enough
 # that, beside another CPU job, a 2-thread step of SmolLM2 took 12.6 s (15.6 CPU-s) instead of 4.7 s idle; with a
-# spin of 10,000 it took 9.5 s (9.9 CPU-s), and idle the same 4.8 s (`python bench/cpu_threads.py`). Read by libgomp
-# when torch loads, so it applies where `training` is imported first (the CLI, the dashboard's runs, the benches).
+# spin of 10,000 it took 9.5 s (9.9 CPU-s), and idle the same 4.8 s (`python bench/learning/cpu_threads.py`).
+# Read by libgomp when torch loads, so it applies where `training` is imported first (the CLI, the dashboard's
+# runs, the benches).
 _os.environ.setdefault("GOMP_SPINCOUNT", "10000")

@@ -39,7 +39,7 @@ def eval_batch_size(config: Any, model: Any = None) -> int:
     On a CPU: 32 for the tiny model (its steps cost Python, not arithmetic, so more rows are nearly free); 16 for real
     models, which on a CPU already decode near their best rate at 16 rows (SmolLM2: 97.8 tokens/s at 16, 105.5 at 32)
     and then hold half the KV cache. On a CUDA GPU, where a small model's decoding step costs kernel launches more
-    than arithmetic (`bench/gpu_check.py` measures 16, 64 and 256 rows): as many rows as keep their KV caches
+    than arithmetic (`bench/gpu/gpu_check.py` measures 16, 64 and 256 rows): as many rows as keep their KV caches
     (keys and values of every layer for `EVAL_CONTEXT_TOKENS` tokens, in the model's dtype) within a quarter of the
     GPU's memory, 16 to 256 — all of spider10's 203 eval questions at once for SmolLM2-135M, ~40 for Qwen3-0.6B.
     """

@@ -46,9 +46,9 @@ def idle_cores() -> int:
     """The cores this process may use that no other job holds now: the cores of its CPU set less the machine's
     1-minute load average (rounded), at least 1.
 
-    Why it matters (`python bench/cpu_threads.py`, SmolLM2-135M's forward and backward over 700 tokens, 2 cores): idle,
-    2 torch threads take 4.5-4.8 s a step and 1 thread 8.1 s; beside one other CPU job, 2 threads take 9.5-16 s
-    (their OpenMP threads wait for a core the other job holds, spinning) and 1 thread 7.9-8.1 s; at load 6 the
+    Why it matters (`python bench/learning/cpu_threads.py`, SmolLM2-135M's forward and backward over 700 tokens, 2
+    cores): idle, 2 torch threads take 4.5-4.8 s a step and 1 thread 8.1 s; beside one other CPU job, 2 threads take
+    9.5-16 s (their OpenMP threads wait for a core the other job holds, spinning) and 1 thread 7.9-8.1 s; at load 6 the
     default 2 threads took 57.6 s. So a run takes the cores that are free when it starts."""
     import os
 

@@ -87,8 +87,8 @@ class SandboxSettings:
             reopened connection starts with cold caches, so keep this above the number of databases in use.
         statement_cache_size: Prepared statements Python's `sqlite3` keeps per connection (`cached_statements`,
             default 64): a repeated query skips SQLite's prepare step (~50 us of a ~110 us QUERY step on
-            spider10's gold mix, `bench/env_throughput.py`). They live on SQLite's shared heap, up to ~0.1 MB each
-            (`max_columns`, `max_program_ops`), and an idle connection keeps them: when a statement or an opening
+            spider10's gold mix, `bench/serving/env_throughput.py`). They live on SQLite's shared heap, up to ~0.1 MB
+            each (`max_columns`, `max_program_ops`), and an idle connection keeps them: when a statement or an opening
             needs that memory, idle connections are closed, least recently used first, whichever session owns
             them (`sqlenv.sandbox.heap_room`). 0 finalizes each statement when its cursor closes.
     """

@@ -8,7 +8,7 @@ behaviours keep that memory in the process after it is freed:
 - glibc's mmap threshold is dynamic: each time a mapped block is freed the threshold rises to its size (up to 32
   MiB), so later blocks of that size come from the arenas instead of their own mappings, where they fragment and
   stay. `fix_mmap_threshold` sets it once, which also turns the adjustment off, so big blocks keep their own
-  mappings and go back to the system when freed. Measured in the soak (`bench/soak.py`, 180 s, 64 honest + 64
+  mappings and go back to the system when freed. Measured in the soak (`bench/security/soak.py`, 180 s, 64 honest + 64
   hostile sessions): server RSS at rest after the soak 794 MB without it, 248 MB with it; peak 1,409 → 728 MB.
 """
 

@@ -8,8 +8,8 @@ against a 5 s limit (issue 35). What one stretch without a check can cost is bou
 - how many instructions a statement has (`SandboxSettings.max_program_ops`), and how long the values and patterns
   they work on may be (`max_value_bytes`, `max_like_pattern_chars`, `max_function_args`);
 - a price for every function: its worst time per call with arguments at those limits, measured by
-  `bench/sql_function_costs.py` (the table in docs/SECURITY.md). The authorizer refuses every function without a
-  price (`ALLOWED_FUNCTIONS`), so a function nobody measured never runs;
+  `bench/security/sql_function_costs.py` (the table in docs/SECURITY.md). The authorizer refuses every function without
+  a price (`ALLOWED_FUNCTIONS`), so a function nobody measured never runs;
 - before a statement runs, its program as `EXPLAIN` lists it (after SQLite's own rewriting: flattening a
   subquery copies its expressions into every reference, so one call in the text can be hundreds in the program)
   is priced: the worst times of all its function calls, summed, may not exceed `max_uninterruptible_s`. A stretch
@@ -42,7 +42,7 @@ class Price:
     """The worst time of one call.
 
     Args:
-        seconds: measured worst time of one call at `DEFAULT_LIMITS` (one core, `bench/sql_function_costs.py`,
+        seconds: measured worst time of one call at `DEFAULT_LIMITS` (one core, `bench/security/sql_function_costs.py`,
             rounded up).
         growth: how that time grows with the limits: "1" (a constant), "L" (the value bytes), "LA" (value bytes
             times arguments), "LP" (value bytes times pattern bytes), "LL" (value bytes squared).

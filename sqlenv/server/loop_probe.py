@@ -1,6 +1,6 @@
 """A bench-only probe of the server's event loop: how late it wakes, and what the process did meanwhile.
 
-Off unless the server's environment names a file in `SQLENV_LOOP_PROBE_FILE` (the soak, `bench/soak.py`, sets
+Off unless the server's environment names a file in `SQLENV_LOOP_PROBE_FILE` (the soak, `bench/security/soak.py`, sets
 it); nothing is served over HTTP. When on, a task on the event loop sleeps `TICK_S` (50 ms) again and again and
 writes one JSON line per `WINDOW_S` (1 s) to that file:
 

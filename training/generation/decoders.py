@@ -6,8 +6,8 @@ Two decoders keep each episode's KV cache across turns, with the same interface 
   and end-of-turn checks on the device. The choice on a CUDA device, for the models it runs (Llama, Mistral, Qwen2,
   Qwen3 in float weights, no PEFT adapter).
 - `MultiTurnDecoder` (`training.generation.multi_turn`): transformers' forward, eager. The choice on a CPU (where
-  the graph decoder, eager there too, is no faster: `bench/decoder.py --decoders new,graph`) and for every other
-  model with a plain KV cache.
+  the graph decoder, eager there too, is no faster: `bench/decoding/decoder.py --decoders new,graph`) and for every
+  other model with a plain KV cache.
 
 `SQLENV_DECODER` forces one: `graph` (on any device: on a CPU the graph decoder runs eagerly), `kept`
 (`MultiTurnDecoder`), or `auto` (the default: as above).

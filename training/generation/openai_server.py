@@ -6,7 +6,7 @@
 It renders a request exactly as training renders a conversation (`training.generation.chat.ChatRenderer`: the chat template
 with the request's tool schemas, TRL's training template for Qwen3) and parses the generated turn with TRL's
 `parse_response`, so a trained run answers with the tool calls it learned. It is what the tests and
-`bench/openai_eval.py` evaluate against on 127.0.0.1; for real models use vLLM or `transformers serve`.
+`bench/decoding/openai_eval.py` evaluate against on 127.0.0.1; for real models use vLLM or `transformers serve`.
 
 Concurrent requests are decoded together: a batcher thread takes every request waiting (up to `--max-batch`)
 and runs one batched generation (`training.generation.decoding.generate_new_tokens`), as a serving engine batches, so N

@@ -69,8 +69,8 @@ class SamplerSettings:
     Args:
         half_life: generation batches after which an outcome counts half (default 8.0). The policy changes from step
             to step (a question that failed every episode 30 steps ago may be mixed today), but a group is seen only
-            every few steps: in a simulation of the built-in data at 8 questions a step (`bench/question_sampler.py`),
-            a half-life of 4 kept less of the gain than 8 or 16.
+            every few steps: in a simulation of the built-in data at 8 questions a step
+            (`bench/learning/question_sampler.py`), a half-life of 4 kept less of the gain than 8 or 16.
         prior_strength: how alike the questions under one key are, in episodes (default 2.0): a question's success
             rate is taken to scatter around its group's as a Beta of this many pseudo-episodes, so a group seen often
             speaks for its unseen questions, and a question's own group of `num_generations` episodes outweighs it.

@@ -313,7 +313,7 @@ def run_sft(
             scheduler, RNG and step are restored; the episodes are rebuilt the same from the seed).
         tracker_dir: where file-based trackers (TensorBoard) write (default: under the trainer's folder).
         trainer_class: the trainer (default `training.warm_start.trainer.WarmStartTrainer`; TRL's `SFTTrainer` gives the
-            same training, slower on CPU: `bench/step_profile.py` runs both).
+            same training, slower on CPU: `bench/learning/step_profile.py` runs both).
 
     Returns:
         an `SFTResult` with the number of episodes, steps, first and last loss, seconds and the trainer's log.

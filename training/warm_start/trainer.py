@@ -4,7 +4,7 @@ TRL 1.16 computes the SFT loss with a fused, chunked LM head (`trl.kernels.chunk
 `[tokens, vocab]` logits, which saves a lot of GPU memory on big vocabularies, and on a GPU its Triton kernels are
 fast. On a CPU it falls back to plain torch ops over every position of the batch, prompt tokens included, and
 recomputes the head in the backward pass: profiled on `builtin:tiny` (batch 4), that loss was about half of each
-step (`bench/step_profile.py`).
+step (`bench/learning/step_profile.py`).
 
 On CPU this trainer runs the backbone as usual and the LM head only at the positions whose next token is trained
 (the assistant turns, about a third of an episode), then takes the same token-mean cross-entropy TRL takes. The
