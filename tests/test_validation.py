@@ -77,13 +77,13 @@ def test_auto_panel_size_follows_the_split():
 
 def _destructive(tmp_path, name, **overrides):
     """A clean-oracle warm start, then GRPO at a rate that wrecks the model (issue 45's destructive run, small)."""
-    return small_train_config(
-        tmp_path / name, rollout="rollout_func", step_budget=4, max_turn_tokens=24, max_completion_length=128,
+    values = dict(
+        rollout="rollout_func", step_budget=4, max_turn_tokens=24, max_completion_length=128,
         num_generations=4, per_device_train_batch_size=8, learning_rate=0.05, max_steps=3, eval_every=0,
         validation_questions=16, comparison_episodes=6, compare_base=True,
         sft={"enabled": True, "max_steps": 60, "learning_rate": 0.003, "batch_size": 4, "describe": False,
-             "teacher_error_rate": 0.0, "eval_every": 0},
-        **overrides)
+             "teacher_error_rate": 0.0, "eval_every": 0})
+    return small_train_config(tmp_path / name, **{**values, **overrides})
 
 
 def _tensors(folder):
@@ -153,3 +153,29 @@ def test_health_metrics_on_both_rollout_paths(tmp_path, rollout):
         assert record["health/sampled_entropy"] > 0 and record["health/kl_start"] >= 0
     panel = [e for e in _read(tmp_path / "run" / "evals.jsonl") if e["split"] == "validation"]
     assert [e["step"] for e in panel] == [0, 1, 2]
+
+
+def test_a_stopped_run_hands_back_its_best_validated_weights_not_the_unvalidated_last(tmp_path):
+    """A stop ends GRPO at a step the panel never played: keep_best puts the best validated weights back (here the
+    start's), so final/ holds them, tensor for tensor, though the rate moved every weight."""
+    import threading
+
+    import torch
+
+    from training.run_dir import RunDir
+    from training.train import run_training
+
+    stop = threading.Event()
+
+    def listener(event, payload):
+        if event == "metrics" and payload.get("phase") == "grpo":
+            stop.set()  # after GRPO step 1
+
+    config = _destructive(tmp_path, "stopped", max_steps=20)
+    run = RunDir(run_training(config, stop_event=stop, listener=listener))
+    status = run.read_status()
+    assert status["status"] == "stopped" and status["step"] == 1
+    keep = status["keep_best"]
+    assert keep["kept"] == "start" and keep["step"] == 0 and "stopped at step 1" in keep["reason"], keep
+    final, start = _tensors(run.final_dir), _tensors(run.path / "warm_start")
+    assert all(torch.equal(final[k], start[k]) for k in final)

@@ -136,8 +136,8 @@ class ValidationCallback(TrainerCallback):
             return control
         if not self._stopping() and self._last_validated != state.global_step:
             self.validate(model, state.global_step)
-        if self.keep_best and self._best is not None and self._best.step != self._last_validated:
-            self._best.restore(model)
+        if self.keep_best and self._best is not None and self._best.step != state.global_step:
+            self._best.restore(model)  # also when a stop left the model at a step never validated
         if self.kept is not None:
             self._decide(final_step=state.global_step)
         self._close()
