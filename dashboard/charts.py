@@ -158,8 +158,27 @@ _AXIS = {"gridcolor": "#EBF0F8", "zerolinecolor": "#EBF0F8", "linecolor": "#EBF0
          "ticks": "", "zerolinewidth": 2, "title": {"standoff": 8}}
 
 
-#: The legend's top, in plot heights under the plot (see `_layout`).
-LEGEND_Y = -0.25
+#: The legend's top, in plot heights under the plot: ~66 px, below the tick labels and the x-axis title (which
+#: end ~55 px under the plot).
+LEGEND_Y = -0.28
+#: A legend row's height, and the rows the bottom margin holds before the figure grows.
+LEGEND_ROW_PX, LEGEND_ROWS_IN_MARGIN = 29, 2
+#: The width a legend row has in the narrowest chart the dashboard draws (three charts across a 1440 px window).
+LEGEND_ROW_WIDTH_PX = 330
+
+
+def legend_rows(data: list[dict[str, Any]]) -> int:
+    """The rows plotly's horizontal legend takes for these traces in the narrowest chart: entries are packed
+    left to right, each ~40 px of symbol and gaps plus ~5.3 px a character at font size 11."""
+    rows, used = 0, float(LEGEND_ROW_WIDTH_PX)
+    for trace in data:
+        if trace.get("showlegend") is False or not trace.get("name"):
+            continue
+        width = 40 + 5.3 * len(str(trace["name"]))
+        if used + width > LEGEND_ROW_WIDTH_PX:
+            rows, used = rows + 1, 0.0
+        used += width
+    return rows
 
 
 def scatter(x, y, name: str, **props: Any) -> dict[str, Any]:
@@ -168,16 +187,19 @@ def scatter(x, y, name: str, **props: Any) -> dict[str, Any]:
 
 def _layout(data: list[dict], title: str, y_title: str, empty_note: str | None = None,
             x_title: str = "step", **extra: Any) -> Figure:
+    grown = max(0, legend_rows(data) - LEGEND_ROWS_IN_MARGIN) * LEGEND_ROW_PX
     layout: dict[str, Any] = {
         "title": {"text": title, "x": 0.01, "font": {"size": 15}},
-        "height": CHART_HEIGHT,
+        "height": CHART_HEIGHT + grown,
         # The bottom margin holds the tick labels, the x-axis title under them, then the legend (see "legend").
-        "margin": {"l": 55, "r": 15, "t": 40, "b": 125},
+        # It is not pushed by the legend (autoexpand): a pushed margin shrinks the plot, and with it the legend's
+        # distance under the plot (LEGEND_Y is in plot heights), into the axis titles. A legend of more rows than
+        # the margin holds grows the figure instead, so the plot area stays 235 px tall.
+        "margin": {"l": 55, "r": 15, "t": 40, "b": 125 + grown, "autoexpand": False},
         "paper_bgcolor": "white",
         "plot_bgcolor": "white",
         "font": {"color": "#2a3f5f"},
-        # Below the plot: above it, a legend of several rows ran over the title. Its top sits ~60 px under the plot
-        # (LEGEND_Y of the 235 px plot area), below the x-axis title (tick labels + title end ~45 px under it).
+        # Below the plot: above it, a legend of several rows ran over the title.
         "legend": {"orientation": "h", "yanchor": "top", "y": LEGEND_Y, "x": 0.0, "font": {"size": 11}},
         "hovermode": "x unified",
         "xaxis": {**_AXIS, "title": {"text": x_title}},

@@ -54,6 +54,19 @@ def test_success_and_tool_health_charts():
     assert not empty["data"] and empty["layout"]["annotations"]
 
 
+def test_a_legend_of_many_rows_grows_the_figure_not_into_the_axis_titles():
+    """The legend is not allowed to push the margin (that shrinks the plot and pulls the legend up into the
+    x-axis titles): a legend of more rows than the margin holds makes the figure taller, the plot area unchanged."""
+    evals = [{"step": s, "split": split, "success_rate": 0.5, "n_episodes": n, "explore_rate": 0.5}
+             for s in (0, 2) for split, n in (("train", 2), ("eval", 2), ("validation", 64))]
+    few = charts.success_figure(evals[:2])["layout"]
+    many = charts.success_figure(evals)["layout"]
+    assert few["margin"]["autoexpand"] is False and many["margin"]["autoexpand"] is False
+    assert charts.legend_rows(charts.success_figure(evals)["data"]) == 3
+    assert few["height"] == charts.CHART_HEIGHT and many["height"] == charts.CHART_HEIGHT + charts.LEGEND_ROW_PX
+    assert many["height"] - many["margin"]["b"] == few["height"] - few["margin"]["b"]  # the same plot area
+
+
 def test_train_tab_charts_during_the_warm_start(tmp_path):
     """While SFT runs (before any GRPO step) every Train-tab chart already has data, on one minutes timeline; once
     GRPO logs, its reward joins the SFT loss, after a 'GRPO' marker."""

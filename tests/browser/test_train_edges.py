@@ -86,12 +86,12 @@ def test_a_run_from_start_to_end(app, page, screenshot):
     loss_ticks = _tick_labels(page, "chart-reward", "ytick")
     values = [float(t) for t in loss_ticks]
     assert len(values) >= 2 and values == sorted(values) and len(set(values)) == len(values), loss_ticks
+    screenshot(page, "train_edges_grpo")
     # No x-axis title runs into the legend, in any Train-tab chart.
     for chart in ("chart-reward", "chart-success", "chart-health"):
         legend = page.locator(f"#{chart} g.legend").bounding_box()
         for title in page.locator(f"#{chart} .g-xtitle text, #{chart} .g-x2title text").all():
-            assert not _boxes_overlap(title.bounding_box(), legend), chart
-    screenshot(page, "train_edges_grpo")
+            assert not _boxes_overlap(title.bounding_box(), legend), (chart, title.text_content())
 
     # The run ends: every phase ticked, and Start usable (and looking it) without a reload.
     page.wait_for_function("() => document.querySelector('#train-status')?.dataset.status === 'completed'",
