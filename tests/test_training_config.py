@@ -287,12 +287,23 @@ def test_a_secret_in_a_pass_through_section_is_refused_and_the_token_comes_from_
 
 def test_cpu_threads_auto_takes_the_idle_cores_of_real_models():
     import os
+    import subprocess
+    import sys
+    import time
 
     from training.config import TrainConfig
     from training.plan import idle_cores, resolve_cpu_threads
 
     cores = len(os.sched_getaffinity(0))
     assert 1 <= idle_cores() <= cores
+    # A job that keeps a core busy now is counted (a load average would still lag behind it).
+    spinner = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 4\nwhile time.time() < end: pass"])
+    try:
+        time.sleep(0.5)
+        assert idle_cores() <= max(1, cores - 1)
+    finally:
+        spinner.kill()
+        spinner.wait()
     assert resolve_cpu_threads(TrainConfig(cpu_threads=3)) == 3
     assert resolve_cpu_threads(TrainConfig()) == 1  # builtin:tiny: one thread
     assert 1 <= resolve_cpu_threads(TrainConfig(model="smollm2-135m")) <= cores

@@ -42,9 +42,33 @@ def resolve_device(device: str = "auto") -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def busy_cores_now(window_s: float = 1.0) -> float | None:
+    """The cores the machine keeps busy now: its CPU time that was not idle over the next `window_s` seconds
+    (Linux's /proc/stat), in cores. None where /proc/stat cannot be read."""
+    import os
+    import time
+
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat", encoding="ascii") as stat:
+            ticks = [int(t) for t in stat.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+        return sum(ticks), ticks[3] + ticks[4]
+
+    try:
+        total0, idle0 = sample()
+        time.sleep(window_s)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    if total1 <= total0:
+        return None
+    return (1 - (idle1 - idle0) / (total1 - total0)) * (os.cpu_count() or 1)
+
+
 def idle_cores() -> int:
-    """The cores this process may use that no other job holds now: the cores of its CPU set less the machine's
-    1-minute load average (rounded), at least 1.
+    """The cores this process may use that no other job holds now: the cores of its CPU set less the cores the
+    machine kept busy over the last second (`busy_cores_now`, rounded; the 1-minute load average where that cannot
+    be read), at least 1. The load average is not the first choice: it decays over minutes, so a run started just
+    after another job ended read that job's load and took one core of two for its whole length.
 
     Why it matters (`python bench/learning/cpu_threads.py`, SmolLM2-135M's forward and backward over 700 tokens, 2
     cores): idle, 2 torch threads take 4.5-4.8 s a step and 1 thread 8.1 s; beside one other CPU job, 2 threads take
@@ -56,11 +80,13 @@ def idle_cores() -> int:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
-    try:
-        busy = round(os.getloadavg()[0])
-    except OSError:
-        busy = 0
-    return max(1, cores - busy)
+    busy = busy_cores_now()
+    if busy is None:
+        try:
+            busy = os.getloadavg()[0]
+        except (OSError, AttributeError):
+            busy = 0.0
+    return max(1, min(cores, (os.cpu_count() or cores) - round(busy)))
 
 
 def resolve_cpu_threads(config: Any) -> int:
