@@ -677,6 +677,15 @@ def _chained(ctes: int) -> str:
     return f"WITH {', '.join(defined)} SELECT x FROM a{ctes - 1}"
 
 
+def _named_chain(ctes: int) -> str:
+    """CTEs that each name the next, in under 20,000 characters: a chain deeper than Python's recursion limit."""
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    keywords = {"as", "by", "do", "if", "in", "is", "no", "of", "on", "or", "to"}
+    names = [a + b for a in letters for b in letters if (a + b).lower() not in keywords][:ctes + 1]
+    defined = [f"{names[i]} AS(SELECT {names[i + 1]})" for i in range(ctes)] + [f"{names[ctes]} AS(SELECT 1)"]
+    return f"WITH {','.join(defined)} SELECT * FROM {names[0]}"
+
+
 def _balanced(n: int, term: str) -> str:
     """A sum of `n` terms, nested shallowly (SQLite's expression depth limit is 100)."""
     return term if n == 1 else f"({_balanced(n // 2, term)}+{_balanced(n - n // 2, term)})"
@@ -687,7 +696,8 @@ _ALIASED = f"SELECT {_balanced(1500, 'age')} AS a FROM singer WHERE {_balanced(1
 
 
 @pytest.mark.parametrize("sql", [_nested(15), _chained(18), _ALIASED,
-                                 "SELECT " + "(SELECT " * 150 + "1" + ")" * 150])  # deeper than the pricing goes
+                                 "SELECT " + "(SELECT " * 150 + "1" + ")" * 150,  # deeper than the pricing goes
+                                 _named_chain(1050)])
 def test_a_statement_whose_preparation_copies_too_much_is_refused_unprepared(sandbox, sql):
     """Issue 43: SQLite checks no time limit while it prepares a statement, and it copies a CTE into every
     reference and a flattened subquery's expression into every use of its column: 470 characters of nested

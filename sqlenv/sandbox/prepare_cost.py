@@ -168,29 +168,34 @@ def _parse(sql: str) -> tuple[_Block, dict[str, list[_Block]], int]:
     return top, ctes, deepest
 
 
-def _price(block: _Block, ctes: dict[str, list[_Block]], context: int, cap: int) -> int:
+def _price(block: _Block, ctes: dict[str, list[_Block]], context: int, cap: int, depth: int = 0) -> int:
     """The bound of `block`'s copies (`block.size`), given the most a use of a column of an enclosing block's source
-    can be replaced by (`context`); sets `block.item_size`, the most a use of one of its own columns can be."""
+    can be replaced by (`context`); sets `block.item_size`, the most a use of one of its own columns can be.
+    `depth` counts the blocks the pricing is inside: nesting and CTEs naming CTEs alike (a chain of 1,100 CTEs,
+    each naming the next, fits in 20,000 characters); past MAX_NESTING the block is priced past any bound."""
     if block.size is not None:
         return 1 if block.size < 0 else block.size
+    if depth > MAX_NESTING:
+        block.size = block.item_size = cap + 1
+        return block.size
     block.size, block.item_size = -1, 1
     total = block.tokens
     for body in block.ctes:  # defined here, copied where they are named
-        _price(body, ctes, context, cap)
+        _price(body, ctes, context, cap, depth + 1)
     largest = context  # what a use of a column here can be replaced by
     for source in block.sources:
-        total += _price(source, ctes, context, cap)
+        total += _price(source, ctes, context, cap, depth + 1)
         largest = max(largest, source.item_size)
     for name in block.names:
         for body in ctes.get(name, ()):
-            total += _price(body, ctes, context, cap)
+            total += _price(body, ctes, context, cap, depth + 1)
             largest = max(largest, body.item_size)
         if total > cap:
             break
     for other in block.others:  # subqueries in its other parts may use its sources' columns
         if total > cap:
             break
-        total += _price(other, ctes, largest, cap)
+        total += _price(other, ctes, largest, cap, depth + 1)
     item_size, listed = 1, 0
     for item in block.items:
         copied = sum(max(sub.size or 0, 0) for sub in item.blocks)  # a scalar subquery is copied with its item
