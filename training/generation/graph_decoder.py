@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 
 from training.generation.decode_state import DecodeState
-from training.generation.multi_turn import DecodeStats, common_prefix
+from training.generation.multi_turn import DecodeStats, KeptRows, common_prefix
 from training.generation.slot_model import SlotCache, SlotModel
 from training.generation.step_graphs import StepGraphs
 
@@ -66,7 +66,7 @@ def _power_of_two(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
-class GraphDecoder:
+class GraphDecoder(KeptRows):
     """Decodes turns of many conversations at once, each keeping its KV cache in a slot across turns; on CUDA each
     decoding step is a replayed CUDA graph (see the module docstring). Same interface as `MultiTurnDecoder`.
 
@@ -114,18 +114,6 @@ class GraphDecoder:
     def supports(model: Any) -> bool:
         """Whether `SlotModel` can run `model` (a Llama / Mistral / Qwen2 / Qwen3 layout in float weights)."""
         return SlotModel.unsupported(model) is None
-
-    def forget(self, keys: Any = None) -> None:
-        """Drop the caches of `keys` (default: all)."""
-        if keys is None:
-            self._rows.clear()
-        for key in keys or ():
-            self._rows.pop(key, None)
-
-    def cached_ids(self, key: Hashable) -> list[int] | None:
-        """The token ids whose keys/values `key`'s slot holds (None when it holds none)."""
-        row = self._rows.get(key)
-        return list(row.ids) if row is not None else None
 
     def release(self) -> None:
         """Free the device memory held (slots, state, graphs); the next call allocates anew."""

@@ -56,7 +56,25 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
-class MultiTurnDecoder:
+class KeptRows:
+    """What the kept-cache decoders share: `_rows`, each conversation's kept cache by key (an object with `ids`)."""
+
+    _rows: dict[Hashable, Any]
+
+    def forget(self, keys: Any = None) -> None:
+        """Drop the caches of `keys` (default: all)."""
+        if keys is None:
+            self._rows.clear()
+        for key in keys or ():
+            self._rows.pop(key, None)
+
+    def cached_ids(self, key: Hashable) -> list[int] | None:
+        """The token ids whose keys/values `key`'s cache holds (None when it holds none)."""
+        row = self._rows.get(key)
+        return list(row.ids) if row is not None else None
+
+
+class MultiTurnDecoder(KeptRows):
     """Decodes turns of many conversations at once, each conversation keeping its KV cache across turns.
 
     Args:
@@ -93,18 +111,6 @@ class MultiTurnDecoder:
         except Exception:  # noqa: BLE001 - an unusual config: re-read instead
             return False
         return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
-
-    def forget(self, keys: Any = None) -> None:
-        """Drop the caches of `keys` (default: all)."""
-        if keys is None:
-            self._rows.clear()
-        for key in keys or ():
-            self._rows.pop(key, None)
-
-    def cached_ids(self, key: Hashable) -> list[int] | None:
-        """The token ids whose keys/values `key`'s row holds (None when it holds none)."""
-        row = self._rows.get(key)
-        return list(row.ids) if row is not None else None
 
     # ------------------------------------------------------------------------------------------------- generate
     def generate(self, sequences: dict[Hashable, list[int]], max_new_tokens: int | dict[Hashable, int], *,
