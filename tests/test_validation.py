@@ -40,6 +40,11 @@ def test_the_panel_is_held_out_of_grpo_and_the_warm_start_and_apart_from_eval(tm
     # The panel is the same for the same seed (a resumed run, the sweep's tries) and another for another seed.
     assert RunPlan.resolve(small_train_config(tmp_path, validation_questions=40)).validation_ids == plan.validation_ids
     assert set(RunPlan.resolve(small_train_config(tmp_path, validation_questions=40, seed=1)).validation_ids) != panel
+    # keep_best asked for with no panel to judge by is refused, not quietly ignored.
+    from training.config import ConfigError
+
+    with pytest.raises(ConfigError, match="keep_best: true needs a validation panel"):
+        RunPlan.resolve(small_train_config(tmp_path, validation_questions=0, keep_best=True))
 
     # GRPO: its dataset holds no panel question, and its environments refuse one.
     model, tokenizer = copy.deepcopy(tiny[0]), copy.deepcopy(tiny[1])

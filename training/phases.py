@@ -227,6 +227,8 @@ class GRPO(Phase):
             recorder, plan, state.tokenizer, stop_event=state.stop_event, resumed=resumed,
             weights_file=plan.phase_dir("grpo") / "best_weights.pt" if config.resolved_save_steps("grpo") > 0
             else None)
+        # In this order: the run's end-of-GRPO eval plots the last step's weights (the curve's end, at its step);
+        # then keep_best puts the kept weights back, which final/ and the comparison hold.
         trainer = build_trainer(plan, state.model, state.tokenizer, callbacks=[callback, validation])
         from training.models.trainable import trainable_parameters
 

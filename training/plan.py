@@ -66,8 +66,8 @@ def busy_cores_now(window_s: float = 1.0) -> float | None:
 
 def idle_cores() -> int:
     """The cores this process may use that no other job holds now: the cores of its CPU set less the cores the
-    machine kept busy over the last second (`busy_cores_now`, rounded; the 1-minute load average where that cannot
-    be read), at least 1. The load average is not the first choice: it decays over minutes, so a run started just
+    machine keeps busy over the next second (`busy_cores_now`, rounded; the call waits that second; the 1-minute load
+    average where /proc/stat cannot be read), at least 1. The load average is not the first choice: it decays over minutes, so a run started just
     after another job ended read that job's load and took one core of two for its whole length.
 
     Why it matters (`python bench/learning/cpu_threads.py`, SmolLM2-135M's forward and backward over 700 tokens, 2
@@ -344,6 +344,12 @@ class RunPlan:
 
             ids = [q.question_id for q in load_questions(dataset.questions_path(config.train_split))]
             validation_ids = choose_panel(ids, config.validation_questions, config.seed)
+        if config.keep_best and not validation_ids:
+            from training.config import ConfigError
+
+            raise ConfigError(f"keep_best: true needs a validation panel to pick the best weights by, and this run has "
+                              f"none (validation_questions={config.validation_questions}): set validation_questions "
+                              f"above 0, or keep_best to false")
         if config.validation_questions is None or config.keep_best is None:  # auto: decided by the panel's size
             config = dataclasses.replace(
                 config, validation_questions=len(validation_ids),

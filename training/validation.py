@@ -32,6 +32,8 @@ logger = logging.getLogger(__name__)
 METRIC = "validation_success"
 #: The `split` of the panel's lines in evals.jsonl.
 VALIDATION_SPLIT = "validation"
+
+
 class WeightsSnapshot:
     """A copy of a model's trainable weights (CPU tensors, by parameter name) and the step they are from.
 
@@ -137,7 +139,7 @@ class ValidationCallback(TrainerCallback):
         if not self._stopping() and self._last_validated != state.global_step:
             self.validate(model, state.global_step)
         if self.keep_best and self._best is not None and self._best.step != state.global_step:
-            self._best.restore(model)  # also when a stop left the model at a step never validated
+            self._best.restore(_unwrap(model))  # also when a stop left the model at a step never validated
         if self.kept is not None:
             self._decide(final_step=state.global_step)
         self._close()
@@ -193,6 +195,8 @@ class ValidationCallback(TrainerCallback):
         kept = self.kept
         best, start, last = kept["best_step"], kept["start_step"], kept["last_step"]
         start_name = "the warm start" if self.config.sft.enabled else "the starting weights"
+        if start != 0:  # GRPO's start was not validated (its panel raised, or a resume lost the record)
+            start_name = f"the first validated step ({start})"
         unvalidated = final_step is not None and final_step != last
         if not self.keep_best:
             kept.update(kept="last", reason="keep_best is off: the last weights are kept")

@@ -72,7 +72,7 @@ class TrainConfig:
             displacement). 0 keeps only the better-than-average episodes (rejection-sampling fine-tuning, RAFT-like).
         kl_probe_episodes: episodes sampled once at GRPO's start from the starting policy, on which the KL from that
             policy is measured after every logged step (`health/kl_start`, nats per model token; one forward pass
-            without gradients, `training.grpo.health`). Default 8; 0 = no probe.
+            without gradients, `training.grpo.kl_probe`). Default 8; 0 = no probe.
         beta: KL coefficient against the starting model (default 0.0, TRL's default: no reference model is
             loaded, which halves forward passes). Try 0.01-0.04 if the policy drifts into gibberish.
         temperature: sampling temperature during rollouts (default 1.0). Lower values make groups more alike
@@ -179,7 +179,7 @@ class TrainConfig:
             and optimizer state stay fp32 (tiny GRPO updates survive), compute runs in bf16/fp16 autocast.
         cpu_threads: torch threads when training on CPU. `None` (default) = auto: 1 for `builtin:tiny` (its
             matrices are too small to split), otherwise the cores no other job holds when the run starts (the cores
-            less those busy over the second before it, at least 1; `training.plan.idle_cores`): on a 2-core machine SmolLM2's step took
+            less those busy over one second measured as it starts, at least 1; `training.plan.idle_cores`): on a 2-core machine SmolLM2's step took
             4.5 s at 2 threads and 8.1 s at 1 when idle, but 9.5-57 s at 2 threads and 8 s at 1 beside other jobs.
     """
 

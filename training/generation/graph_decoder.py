@@ -405,7 +405,10 @@ class GraphDecoder(KeptRows):
 
         device = self.slots.device
         src, dst = torch.tensor(sources, device=device), torch.tensor(targets, device=device)
-        self._cache.move(src, dst, min(reach + 1, self._cache.length))
+        # A swapped-out slot may hold a kept row that is not in this turn (a bucket wider than the turn), whose cache
+        # can be longer than the turn's reach: move all of it.
+        kept = [len(self._rows[key].ids) for key in map(by_slot.get, sources) if key is not None]
+        self._cache.move(src, dst, min(max([reach + 1, *kept]), self._cache.length))
         for tensor in self._state.per_slot():
             tensor[dst] = tensor[src]
 
