@@ -163,18 +163,19 @@ _AXIS = {"gridcolor": "#EBF0F8", "zerolinecolor": "#EBF0F8", "linecolor": "#EBF0
 LEGEND_Y = -0.28
 #: A legend row's height, and the rows the bottom margin holds before the figure grows.
 LEGEND_ROW_PX, LEGEND_ROWS_IN_MARGIN = 29, 2
-#: The width a legend row has in the narrowest chart the dashboard draws (three charts across a 1440 px window).
-LEGEND_ROW_WIDTH_PX = 330
+#: The width a legend row has in the narrowest chart the dashboard draws (three charts across a 1440 px window:
+#: ~300 px), less a margin: a row too many leaves blank space, a row too few is cut off at the figure's bottom.
+LEGEND_ROW_WIDTH_PX = 270
 
 
 def legend_rows(data: list[dict[str, Any]]) -> int:
-    """The rows plotly's horizontal legend takes for these traces in the narrowest chart: entries are packed
-    left to right, each ~40 px of symbol and gaps plus ~5.3 px a character at font size 11."""
+    """The rows plotly's horizontal legend takes for these traces in the narrowest chart, erring high: entries are
+    packed left to right, each ~45 px of symbol and gaps plus ~6 px a character at font size 11."""
     rows, used = 0, float(LEGEND_ROW_WIDTH_PX)
     for trace in data:
         if trace.get("showlegend") is False or not trace.get("name"):
             continue
-        width = 40 + 5.3 * len(str(trace["name"]))
+        width = 45 + 6.0 * len(str(trace["name"]))
         if used + width > LEGEND_ROW_WIDTH_PX:
             rows, used = rows + 1, 0.0
         used += width

@@ -87,11 +87,19 @@ def test_a_run_from_start_to_end(app, page, screenshot):
     values = [float(t) for t in loss_ticks]
     assert len(values) >= 2 and values == sorted(values) and len(set(values)) == len(values), loss_ticks
     screenshot(page, "train_edges_grpo")
-    # No x-axis title runs into the legend, in any Train-tab chart.
-    for chart in ("chart-reward", "chart-success", "chart-health"):
-        legend = page.locator(f"#{chart} g.legend").bounding_box()
-        for title in page.locator(f"#{chart} .g-xtitle text, #{chart} .g-x2title text").all():
-            assert not _boxes_overlap(title.bounding_box(), legend), (chart, title.text_content())
+    # No x-axis title runs into the legend, in any Train-tab chart, and the legend is not cut off at the bottom:
+    # measured in one script, so that a chart redrawn meanwhile cannot be half read.
+    boxes = page.evaluate("""() => ['chart-reward', 'chart-success', 'chart-health'].map(id => {
+        const box = e => { const r = e.getBoundingClientRect(); return {x: r.x, y: r.y, width: r.width, height: r.height}; };
+        const chart = document.querySelector('#' + id);
+        return {id, legend: box(chart.querySelector('g.legend')), svg: box(chart.querySelector('svg.main-svg')),
+                titles: [...chart.querySelectorAll('.g-xtitle text, .g-x2title text')].map(t => [t.textContent, box(t)])};
+    })""")
+    for chart in boxes:
+        for text, title in chart["titles"]:
+            assert not _boxes_overlap(title, chart["legend"]), (chart["id"], text, title, chart["legend"])
+        legend, svg = chart["legend"], chart["svg"]
+        assert legend["y"] + legend["height"] <= svg["y"] + svg["height"] + 1, (chart["id"], legend, svg)
 
     # The run ends: every phase ticked, and Start usable (and looking it) without a reload.
     page.wait_for_function("() => document.querySelector('#train-status')?.dataset.status === 'completed'",
