@@ -277,6 +277,11 @@ def test_one_client_address_cannot_take_every_session(guarded):
         assert "per-client" in refused["data"]["message"]
         with pytest.raises(ConnectionClosed):
             _reset(extra)
+        # A handshake to another path is no session: refused as at rest (403), not accepted to be told why.
+        from websockets.exceptions import InvalidStatus
+
+        with pytest.raises(InvalidStatus, match="403"):
+            connect(f"ws://127.0.0.1:{guarded.port}/ws/ui", proxy=None, compression=None, open_timeout=10)
         honest = stack.enter_context(_ws_from(guarded, "127.0.0.2"))
         assert _reset(honest)["type"] == "observation"
         assert guarded.sessions()["open"] == PER_CLIENT + 1

@@ -213,7 +213,10 @@ class _WebSocketGuard:
         self._open: dict[str, int] = {}  # client address -> its WebSockets now
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "websocket":
+        # Only the session route is counted and refused here: a handshake to any other path goes on to the app,
+        # which has no other WebSocket route and refuses it (403). Refusing it here instead accepted it first
+        # (101), to say why in a message: a client at its cap got a 101 from `/ws/ui`.
+        if scope["type"] != "websocket" or scope.get("path") != SESSION_PATH:
             await self.app(scope, receive, send)
             return
         client = client_key(scope, self.proxy_hops)
@@ -280,6 +283,10 @@ def _is_reset(text: Any) -> bool:
     except (ValueError, RecursionError):
         return False
     return isinstance(message, dict) and message.get("type") == "reset"
+
+
+#: OpenEnv's WebSocket route: one session per connection.
+SESSION_PATH = "/ws"
 
 
 async def _refuse_websocket(receive: Any, send: Any, per_client: int) -> None:
