@@ -187,7 +187,7 @@ def test_run_with_warm_start_compares_zero_shot_and_saves_a_plain_final_model(tm
     from training_helpers import small_train_config
 
     config = small_train_config(tmp_path, model="smollm2-135m", max_steps=1, max_completion_length=64,
-                                max_turn_tokens=24, learning_rate=1e-5, compare_base=True,
+                                max_turn_tokens=24, learning_rate=1e-5, compare_base=True, save_steps=0,
                                 sft={"enabled": True, "max_steps": 1, "batch_size": 2, "eval_every": 0,
                                      "learning_rate": 1e-5},
                                 comparison_episodes=1)
