@@ -67,8 +67,9 @@ def busy_cores_now(window_s: float = 1.0) -> float | None:
 def idle_cores() -> int:
     """The cores this process may use that no other job holds now: the cores of its CPU set less the cores the
     machine keeps busy over the next second (`busy_cores_now`, rounded; the call waits that second; the 1-minute load
-    average where /proc/stat cannot be read), at least 1. The load average is not the first choice: it decays over minutes, so a run started just
-    after another job ended read that job's load and took one core of two for its whole length.
+    average where /proc/stat cannot be read), at least 1. The load average is not the first choice: it decays over
+    minutes, so a run started just after another job ended read that job's load and took one core of two for its
+    whole length.
 
     Why it matters (`python bench/learning/cpu_threads.py`, SmolLM2-135M's forward and backward over 700 tokens, 2
     cores): idle, 2 torch threads take 4.5-4.8 s a step and 1 thread 8.1 s; beside one other CPU job, 2 threads take
