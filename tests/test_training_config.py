@@ -297,7 +297,8 @@ def test_cpu_threads_auto_takes_the_idle_cores_of_real_models():
     cores = len(os.sched_getaffinity(0))
     assert 1 <= idle_cores() <= cores
     # A job that keeps a core busy now is counted (a load average would still lag behind it).
-    spinner = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 4\nwhile time.time() < end: pass"])
+    spin = "import time\nend = time.time() + 4\nwhile time.time() < end: pass"
+    spinner = subprocess.Popen([sys.executable, "-c", spin])
     try:
         time.sleep(0.5)
         assert idle_cores() <= max(1, cores - 1)

@@ -174,6 +174,10 @@ class _HttpGuard:
         await send({"type": "http.response.body", "body": data})
 
 
+#: OpenEnv's WebSocket route: one session per connection.
+SESSION_PATH = "/ws"
+
+
 class _WebSocketGuard:
     """ASGI middleware for `/ws` connections: how many one client may hold, and how long one may stay silent.
 
@@ -283,10 +287,6 @@ def _is_reset(text: Any) -> bool:
     except (ValueError, RecursionError):
         return False
     return isinstance(message, dict) and message.get("type") == "reset"
-
-
-#: OpenEnv's WebSocket route: one session per connection.
-SESSION_PATH = "/ws"
 
 
 async def _refuse_websocket(receive: Any, send: Any, per_client: int) -> None:

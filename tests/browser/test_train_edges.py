@@ -90,10 +90,14 @@ def test_a_run_from_start_to_end(app, page, screenshot):
     # No x-axis title runs into the legend, in any Train-tab chart, and the legend is not cut off at the bottom:
     # measured in one script, so that a chart redrawn meanwhile cannot be half read.
     boxes = page.evaluate("""() => ['chart-reward', 'chart-success', 'chart-health'].map(id => {
-        const box = e => { const r = e.getBoundingClientRect(); return {x: r.x, y: r.y, width: r.width, height: r.height}; };
+        const box = e => {
+            const r = e.getBoundingClientRect();
+            return {x: r.x, y: r.y, width: r.width, height: r.height};
+        };
         const chart = document.querySelector('#' + id);
+        const titles = chart.querySelectorAll('.g-xtitle text, .g-x2title text');
         return {id, legend: box(chart.querySelector('g.legend')), svg: box(chart.querySelector('svg.main-svg')),
-                titles: [...chart.querySelectorAll('.g-xtitle text, .g-x2title text')].map(t => [t.textContent, box(t)])};
+                titles: [...titles].map(t => [t.textContent, box(t)])};
     })""")
     for chart in boxes:
         for text, title in chart["titles"]:

@@ -179,8 +179,9 @@ class TrainConfig:
             and optimizer state stay fp32 (tiny GRPO updates survive), compute runs in bf16/fp16 autocast.
         cpu_threads: torch threads when training on CPU. `None` (default) = auto: 1 for `builtin:tiny` (its
             matrices are too small to split), otherwise the cores no other job holds when the run starts (the cores
-            less those busy over one second measured as it starts, at least 1; `training.plan.idle_cores`): on a 2-core machine SmolLM2's step took
-            4.5 s at 2 threads and 8.1 s at 1 when idle, but 9.5-57 s at 2 threads and 8 s at 1 beside other jobs.
+            less those busy over one second measured as it starts, at least 1; `training.plan.idle_cores`): on a
+            2-core machine SmolLM2's step took 4.5 s at 2 threads and 8.1 s at 1 when idle, but 9.5-57 s at 2
+            threads and 8 s at 1 beside other jobs.
     """
 
     # --- model and data ---
