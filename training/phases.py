@@ -328,7 +328,8 @@ SHORT_WARM_START_STEPS = 200
 
 
 def _sft_settings(plan: Any):
-    """The warm start's settings: the config's `sft` section, the plan's dataset and precision, checkpoints."""
+    """The warm start's settings: the config's `sft` section, the plan's dataset and precision (`sft.precision` when
+    set), checkpoints."""
     import dataclasses
 
     from training.warm_start import SFTSettings
@@ -340,7 +341,8 @@ def _sft_settings(plan: Any):
     steps = config.resolved_sft().max_steps
     logging_steps = config.plot_every if 0 < steps <= SHORT_WARM_START_STEPS else settings.logging_steps
     return dataclasses.replace(
-        settings, dataset=plan.dataset, output_dir=str(plan.phase_dir("sft")), precision=plan.precision,
+        settings, dataset=plan.dataset, output_dir=str(plan.phase_dir("sft")),
+        precision=config.sft.precision or plan.precision,
         logging_steps=logging_steps, held_out=tuple(plan.validation_ids),
         save_steps=config.resolved_save_steps("sft"), save_total_limit=config.save_total_limit,
         report_to=list(config.report_to), run_name=config.run_id)

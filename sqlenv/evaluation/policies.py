@@ -1,5 +1,6 @@
-"""Policies that play `SQLEnvironment` episodes: a seeded random agent, a gold-reading oracle, and the two
-mistakes an untrained agent makes (answering without looking; querying with a wrong filter or column).
+"""Policies that play `SQLEnvironment` episodes: a seeded random agent, a gold-reading oracle, the two mistakes an
+untrained agent makes (answering without looking; querying with a wrong filter or column), and the oracle that
+fixes a broken query from its error.
 
 A policy is anything with a `name` attribute and two methods (the `Policy` protocol):
 
@@ -13,7 +14,8 @@ reward); the oracle is the ceiling and the calibration check of the reward layer
 `GuessPolicy` and `WrongQueryPolicy` are the imperfect teacher's mistakes (`MISTAKES`): the SFT warm-start mixes
 a share of their episodes into the oracle's (`training.warm_start`), so the warm-started model samples careless as well
 as careful behaviour and GRPO, rewarded by the verifier, has something to learn: that exploring before
-answering pays.
+answering pays. `QueryFixPolicy` (`query_fix`) shows the use of the environment's feedback instead: a query that
+fails, its error, and the fixed query (its broken turn is left out of the warm start's loss).
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 from sqlenv.types import SQLAction, SQLObservation
 
-__all__ = ["Policy", "RandomPolicy", "OraclePolicy", "GuessPolicy", "WrongQueryPolicy", "MISTAKES", "table_names",
-           "guess_from_question", "corrupt_sql"]
+__all__ = ["Policy", "RandomPolicy", "OraclePolicy", "GuessPolicy", "WrongQueryPolicy", "QueryFixPolicy", "MISTAKES",
+           "table_names", "guess_from_question", "corrupt_sql"]
 
 
 @runtime_checkable
@@ -165,33 +167,64 @@ class OraclePolicy:
     """Reads the gold answer: DESCRIBE each table involved, QUERY the gold SQL, ANSWER the formatted gold.
 
     It is the ceiling of every metric and the calibration check of the rewards (an oracle episode totals
-    about 1.1–1.3). It also produces the trajectories the SFT warm-start imitates. It needs `env.question`.
+    about 1.1–1.3). It also produces the trajectories the SFT warm-start imitates. It needs `env.question`
+    (and `env.sandbox` for `tidy_sql`).
 
     Args:
         describe: DESCRIBE the tables involved before querying (as a careful analyst would). Default True.
+        tidy_sql: query with the gold SQL in one spelling (`sqlenv.evaluation.teacher_sql.tidy_sql`), when it returns
+            the gold query's rows; else the gold text as written. Default False: the dataset's own text.
+        sample_values: SAMPLE each table whose column the gold SQL compares with a string, after the DESCRIBEs and
+            before the query, to see how the data spells such values (`teacher_sql.filtered_tables`). Default False.
     """
 
-    def __init__(self, describe: bool = True):
+    def __init__(self, describe: bool = True, tidy_sql: bool = False, sample_values: bool = False):
         self.describe = describe
+        self.tidy_sql = tidy_sql
+        self.sample_values = sample_values
         self.name = "oracle"
         self._plan: list[SQLAction] = []
+
+    def query(self, env: Any) -> str:
+        """The SQL this oracle queries with: the gold, tidied when asked and when it returns the same rows."""
+        gold = env.question.gold_sql
+        if not self.tidy_sql:
+            return gold
+        from sqlenv.evaluation.teacher_sql import tidy_sql
+
+        tidy = tidy_sql(gold)
+        if tidy == gold:
+            return gold
+        database = env.question.database_name
+        try:
+            same = env.sandbox.execute(database, tidy).rows == env.sandbox.execute(database, gold).rows
+        except Exception:  # noqa: BLE001 - a tidied query that fails is not used
+            same = False
+        return tidy if same else gold
 
     def reset(self, env: Any, observation: SQLObservation) -> None:
         from sqlenv.scoring.verifier import format_answer  # lazily: the verifier is only needed to play
 
         question = env.question
         answer = SQLAction("ANSWER", format_answer(question.gold_answer, question.answer_type))
-        query = SQLAction("QUERY", question.gold_sql)
-        describes: list[SQLAction] = []
+        query = SQLAction("QUERY", self.query(env))
+        looks: list[SQLAction] = []
+        seen: set[str] = set()
         if self.describe:
-            seen: set[str] = set()
             for table in question.tables_involved:
                 if table.lower() not in seen:
                     seen.add(table.lower())
-                    describes.append(SQLAction("DESCRIBE", table))
+                    looks.append(SQLAction("DESCRIBE", table))
+        if self.sample_values:
+            from sqlenv.evaluation.teacher_sql import filtered_tables
+
+            involved = {t.lower(): t for t in question.tables_involved}
+            for table in filtered_tables(question.gold_sql):
+                if table.lower() in involved:
+                    looks.append(SQLAction("SAMPLE", involved[table.lower()]))
         # Always leave room for the query and the answer, however many tables the question touches.
         room = max(observation.budget_remaining - 2, 0)
-        self._plan = describes[:room] + [query, answer]
+        self._plan = looks[:room] + [query, answer]
         if observation.budget_remaining < 2:
             self._plan = [answer]
 
@@ -342,5 +375,53 @@ class WrongQueryPolicy:
         return self._plan.pop(0)
 
 
+class QueryFixPolicy(OraclePolicy):
+    """The oracle's episode with one broken query first: a column taken from the wrong place (`teacher_sql.
+    broken_queries`), SQLite's `no such column` error, then the right query and the right answer. What it shows is
+    the step a careful analyst takes after an error: read it and fix the query.
+
+    The broken query is the teacher's deliberate mistake, not a move to copy: `mistake_turns` names its turn, and the
+    warm start leaves it out of the loss (the model learns the fix from the error, not to make the error). When no
+    broken query applies, or the budget has no room for one, the episode is the oracle's. It needs `env.question` and
+    `env.sandbox`. Other arguments as `OraclePolicy`'s.
+
+    Args:
+        seed: seeds the choice among the broken queries. Default 0.
+    """
+
+    def __init__(self, seed: int = 0, describe: bool = True, tidy_sql: bool = False, sample_values: bool = False):
+        super().__init__(describe=describe, tidy_sql=tidy_sql, sample_values=sample_values)
+        self.name = "query_fix"
+        self._rng = random.Random(seed)
+        self.mistake_turns: set[int] = set()
+
+    def reset(self, env: Any, observation: SQLObservation) -> None:
+        from sqlenv.evaluation.teacher_sql import broken_queries
+
+        super().reset(env, observation)
+        self.mistake_turns = set()
+        at = next((i for i, a in enumerate(self._plan) if a.action_type == "QUERY"), None)
+        if at is None or observation.budget_remaining < len(self._plan) + 1:
+            return
+        database = env.question.database_name
+        sandbox = env.sandbox
+
+        def columns(table: str) -> list[str]:
+            try:
+                return [name for name, _, _ in sandbox.find_table(database, table).columns]
+            except Exception:  # noqa: BLE001 - an unknown table has no columns to offer
+                return []
+
+        candidates = broken_queries(self._plan[at].argument, columns, sandbox.table_names(database))
+        self._rng.shuffle(candidates)
+        for sql in candidates:
+            try:
+                sandbox.execute(database, sql)
+            except Exception:  # noqa: BLE001 - it fails, as a broken query should: this is the one
+                self._plan.insert(at, SQLAction("QUERY", sql))
+                self.mistake_turns = {at}
+                return
+
+
 #: The imperfect teacher's mistakes by name (see `training.warm_start`).
-MISTAKES = {"guess": GuessPolicy, "wrong_query": WrongQueryPolicy}
+MISTAKES = {"guess": GuessPolicy, "wrong_query": WrongQueryPolicy, "query_fix": QueryFixPolicy}

@@ -48,6 +48,22 @@ class WarmStart:
             from the random-init model's 0%. `None` (default) = auto: about six evals over the warm start; 0 = none.
         describe: the teacher DESCRIBEs the tables before querying (default True, the strategy the system prompt
             advises). False makes episodes shorter, which the tiny model learns faster.
+        tidy_sql: the teacher writes every gold query in one spelling (keywords upper-case, single spaces, strings in
+            single quotes; `sqlenv.evaluation.teacher_sql.tidy_sql`), checked to return the same rows (default
+            False: the dataset's text). Spider's gold SQL spells the same query many ways (`count(*)`/`COUNT(*)`,
+            `a ,  b`), and a small model learns every spelling it is shown.
+        sample_values: the teacher SAMPLEs each table whose column the gold query compares with a string, before
+            querying (default False): how the data spells a value (`'USA'` or `'United States'`) is in the rows.
+        extra_dataset: a second prepared dataset whose train questions the teacher also plays (default None), for
+            more SQL than the run's own train split: e.g. `spider_dev` (Spider's 140 train databases) beside
+            `spider10`. Every question on a database of the run's own dataset is left out, so no eval question and
+            no question on an eval database enters.
+        extra_episodes: how many episodes of `extra_dataset` (a seeded sample; default 0).
+        precision: the warm start's own precision, `"bf16"`, `"fp16"` or `"fp32"` (mixed: the weights stay fp32, the
+            forward and backward passes are autocast), or `None` (default) = the run's `precision`. SFT is all
+            prefill-shaped matrix products, which bf16 runs ~1.8x faster on a CPU with AVX512-BF16 (SmolLM2-135M, 2
+            cores, 700-token episodes: 308 tokens/s against 170), while decoding one token at a time is slower in bf16
+            there: so a CPU recipe warm-starts in bf16 and plays (evals, GRPO rollouts) in fp32.
         args: any other `trl.SFTConfig` field, e.g. `{"lr_scheduler_type": "constant", "max_length": 1024}` (CLI:
             `--set sft.args.max_length=1024`). Default `{}`. Fields set above, precision, device, the run directory
             and checkpoints are refused, naming the field to set instead; TRL checks the rest when the run is
@@ -64,6 +80,11 @@ class WarmStart:
     teacher_mistakes: list[str] = dataclasses.field(default_factory=lambda: list(DEFAULT_TEACHER_MISTAKES))
     eval_every: int | None = None
     describe: bool = True
+    tidy_sql: bool = False
+    sample_values: bool = False
+    extra_dataset: str | None = None
+    extra_episodes: int = 0
+    precision: str | None = None
     args: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -87,6 +108,12 @@ class WarmStart:
             fail(f"sft.teacher_mistakes must name one or more of {list(MISTAKES)} (got {self.teacher_mistakes})")
         if self.eval_every is not None and self.eval_every < 0:
             fail(f"sft.eval_every must be >= 0 or null (got {self.eval_every}; 0 turns it off)")
+        if self.extra_episodes < 0:
+            fail(f"sft.extra_episodes must be >= 0 (got {self.extra_episodes})")
+        if self.extra_episodes and not self.extra_dataset:
+            fail("sft.extra_episodes needs sft.extra_dataset: the prepared dataset to take them from")
+        if self.precision not in (None, "bf16", "fp16", "fp32"):
+            fail(f"sft.precision must be bf16, fp16, fp32 or null (the run's precision), got {self.precision!r}")
         check_owned_keys("sft.args", self.args, SFT_OWNED)
 
     @classmethod

@@ -37,7 +37,7 @@ from training.config import DEFAULT_TEACHER_MISTAKES, WarmStart
 from training.warm_start.examples import build_sft_dataset
 
 __all__ = ["SFTResult", "SFTSettings", "build_sft_dataset", "teacher_conversations", "teacher_plan", "run_sft",
-           "DEFAULT_MISTAKES"]
+           "foreign_questions", "DEFAULT_MISTAKES"]
 
 #: The mistakes the imperfect teacher makes, by `sqlenv.evaluation.policies.MISTAKES` name (`TrainConfig.sft`'s
 #: default).
@@ -101,6 +101,11 @@ class SFTSettings:
         enable_thinking: the chat template's `enable_thinking` (False, `TrainConfig.enable_thinking`), as play renders:
             off, the generation prompt holds an empty `<think>` block; on, the model learns to write it.
         held_out: question ids the teacher never plays (a run's validation panel, `RunPlan.validation_ids`).
+        tidy_sql: the teacher's gold queries in one spelling (False; `OraclePolicy`).
+        sample_values: the teacher SAMPLEs the tables whose values the gold query filters on (False).
+        extra_dataset: a second dataset whose train questions the teacher also plays (None), less every question on
+            a database of `dataset` (`foreign_questions`).
+        extra_episodes: episodes of `extra_dataset` (0).
     """
 
     dataset: Any = "builtin"
@@ -133,6 +138,10 @@ class SFTSettings:
     prompt: str = "full"
     enable_thinking: bool = False
     held_out: tuple[str, ...] = ()
+    tidy_sql: bool = _DEFAULTS.tidy_sql
+    sample_values: bool = _DEFAULTS.sample_values
+    extra_dataset: str | None = _DEFAULTS.extra_dataset
+    extra_episodes: int = _DEFAULTS.extra_episodes
 
     @classmethod
     def from_config(cls, config: Any) -> "SFTSettings":
@@ -219,14 +228,21 @@ def teacher_conversations(
     seed: int = 0,
     prompt: str = "full",
     held_out: tuple[str, ...] | frozenset[str] = (),
+    tidy_sql: bool = False,
+    sample_values: bool = False,
 ) -> list[dict[str, Any]]:
     """Play the teacher through `SQLEnvTRL` and return each episode as `{"messages", "tools", "question_id",
     "teacher"}`. `dataset` is a name, a prepared directory or a resolved `DatasetInfo`.
 
     The teacher is the oracle (`sqlenv.evaluation.policies.OraclePolicy`), except on the share `error_rate` of the
     episodes (`teacher_plan`) where it makes one of `mistakes`: "guess" answers without looking, "wrong_query" queries
-    with a wrong filter or column and answers from that (`sqlenv.evaluation.policies`). `error_rate=0` gives exactly the
-    oracle's episodes. `teacher` names who played the episode.
+    with a wrong filter or column and answers from that, "query_fix" queries with a column from the wrong place, reads
+    the error and fixes the query (`sqlenv.evaluation.policies`). `error_rate=0` gives exactly the oracle's episodes.
+    `teacher` names who played the episode. `describe`, `tidy_sql` and `sample_values` are the oracle's
+    (`OraclePolicy`), and the query fixer's, which plays the oracle's episode around its mistake.
+
+    A turn the teacher plays as a deliberate mistake not to imitate (the query fixer's broken query, its
+    `mistake_turns`) carries `"trained": False`: the warm start leaves it out of the loss (`examples.episode_example`).
 
     `messages` is what GRPO's tool loop would have built had the model played the teacher's moves: the train
     row's prompt with `reset()`'s text appended to its user turn, then per action an assistant turn with one tool
@@ -259,8 +275,10 @@ def teacher_conversations(
             order += block
         order = sorted(order[:episodes]) if episodes <= len(rows) else order[:episodes]
     plan = teacher_plan(len(order), error_rate, mistakes, seed)
-    oracle = OraclePolicy(describe=describe)
-    policies = {name: cls(seed=seed) for name, cls in MISTAKES.items() if name in plan}
+    options = dict(describe=describe, tidy_sql=tidy_sql, sample_values=sample_values)
+    oracle = OraclePolicy(**options)
+    policies = {name: cls(seed=seed, **options) if issubclass(cls, OraclePolicy) else cls(seed=seed)
+                for name, cls in MISTAKES.items() if name in plan}
     conversations = []
     for index, who in zip(order, plan):
         row = rows[index]
@@ -270,18 +288,36 @@ def teacher_conversations(
         inner = env.environment
         teacher = policies.get(who, oracle)
         teacher.reset(inner, env.observation)
+        mistakes_at = set(getattr(teacher, "mistake_turns", ()))
+        turn = 0
         while not env.done:
             action = teacher.act(inner, env.observation)
             call = action_to_tool_call(action)
             name, arguments = call["function"]["name"], call["function"]["arguments"]
             result = getattr(env, name)(**arguments)
             call["function"]["arguments"] = json.dumps(arguments, ensure_ascii=False)
-            messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+            message = {"role": "assistant", "content": "", "tool_calls": [call]}
+            if turn in mistakes_at:
+                message["trained"] = False
+            messages.append(message)
+            turn += 1
             messages.append({"role": "tool", "name": name, "content": str(result)})
         messages.append({"role": "assistant", "content": FINAL_MESSAGE})
         conversations.append({"messages": messages, "tools": tools_json, "question_id": row["question_id"],
                               "teacher": who})
     return conversations
+
+
+def foreign_questions(extra: Any, dataset: Any) -> frozenset[str]:
+    """The ids of `extra`'s train questions that are on a database of `dataset` (any split): what a warm start that
+    adds `extra`'s questions to `dataset`'s leaves out, so no eval question of `dataset`, and no other question on
+    its databases, enters through `extra`."""
+    from sqlenv.data.datasets import load_questions, resolve_dataset
+
+    own = resolve_dataset(dataset)
+    databases = {q.database_name for split in own.splits for q in load_questions(own.questions_path(split))}
+    return frozenset(q.question_id for q in load_questions(resolve_dataset(extra).questions_path("train"))
+                     if q.database_name in databases)
 
 
 # ---------------------------------------------------------------------------------------------------- training
@@ -334,18 +370,15 @@ def run_sft(
         describe = settings.describe
         if describe is None:
             describe = sum(p.numel() for p in model.parameters()) >= 20_000_000
-        conversations = teacher_conversations(
-            settings.dataset,
-            settings.split,
-            step_budget=settings.step_budget,
-            episodes=settings.episodes,
-            describe=describe,
-            error_rate=settings.teacher_error_rate,
-            mistakes=settings.teacher_mistakes,
-            seed=settings.seed,
-            prompt=settings.prompt,
-            held_out=settings.held_out,
-        )
+        teacher = dict(step_budget=settings.step_budget, describe=describe, error_rate=settings.teacher_error_rate,
+                       mistakes=settings.teacher_mistakes, seed=settings.seed, prompt=settings.prompt,
+                       tidy_sql=settings.tidy_sql, sample_values=settings.sample_values)
+        conversations = teacher_conversations(settings.dataset, settings.split, episodes=settings.episodes,
+                                              held_out=settings.held_out, **teacher)
+        if settings.extra_dataset and settings.extra_episodes:
+            conversations += teacher_conversations(
+                settings.extra_dataset, "train", episodes=settings.extra_episodes,
+                held_out=foreign_questions(settings.extra_dataset, settings.dataset), **teacher)
     if not conversations:
         raise ValueError(f"no oracle episodes to imitate in {settings.dataset!r} split {settings.split!r}")
     from training.generation.chat import ChatRenderer

@@ -92,7 +92,8 @@ def episode_example(renderer: ChatRenderer, messages: list[dict[str, Any]]) -> d
     """`{"input_ids", "assistant_masks"}` of one conversation, segment by segment as play builds it.
 
     The messages before the first assistant turn are the prompt (`ChatRenderer.prompt_ids`, mask 0); each assistant
-    turn is `assistant_turn_ids` (mask 1); the tool messages after a turn are `ChatRenderer.tool_suffix_ids` (mask 0).
+    turn is `assistant_turn_ids` (mask 1, or 0 for a turn marked `"trained": False`: a teacher's deliberate mistake,
+    seen as context but not imitated); the tool messages after a turn are `ChatRenderer.tool_suffix_ids` (mask 0).
     Where TRL's training template marks fed tokens as generated, so does the mask: the empty `<think>` block ending
     the prompt and each tool suffix (`think_tail_length`), and the newline after each turn's `<|im_end|>`.
     The conversation must alternate assistant turns and (one or more) tool results, and end on an assistant turn.
@@ -107,9 +108,9 @@ def episode_example(renderer: ChatRenderer, messages: list[dict[str, Any]]) -> d
         message = messages[i]
         if message["role"] != "assistant":
             raise ValueError(f"message {i}: expected an assistant turn, got {message['role']!r}")
-        turn = assistant_turn_ids(renderer, message)
+        turn = assistant_turn_ids(renderer, {k: v for k, v in message.items() if k != "trained"})
         ids += turn
-        mask += [1] * len(turn)
+        mask += [int(message.get("trained", True))] * len(turn)  # a teacher's deliberate mistake is not imitated
         i += 1
         tools = []
         while i < len(messages) and messages[i]["role"] == "tool":
