@@ -4,8 +4,15 @@ Anyone may play, and an episode holds database connections and its last QUERY re
 visitor's environment in one `PlayEpisodes` (a page's `gr.State` holds only a handle): at most
 `SQLENV_PLAY_MAX_EPISODES` open, at most `MAX_EPISODES_PER_CLIENT` of them one client's, each closed after
 `SQLENV_PLAY_IDLE_S` seconds without a step. A client is `AccessPolicy.client` (its address behind the trusted
-proxies, an IPv6 one as its /64), so a visitor who opens episode after episode closes its own, never another's: 16
-anonymous "New episode" calls in 2 s once closed an honest visitor's episode.
+proxies, an IPv6 one as its /64).
+
+No one's opening closes an episode played within its idle window: only its own page's New episode replaces it.
+When there is no room the newcomer is refused (`PlayFull`, saying when a place frees at the latest). 16 anonymous
+"New episode" calls in 2 s once closed an honest visitor's episode (issue 43), and then, with one episode each
+from 16 addresses, the least recently played of all went: the visitor still reading the question (issue 49). What
+a few addresses can hold together is bounded too: a client's second and later episodes are opened only while
+fewer than half the places are taken (`shared_room`), so it takes at least half as many addresses as places, plus
+a few, to fill Play.
 
 `ClientSlots` bounds the Play events one client runs at once (`STEPS_PER_CLIENT`); Play's events have no shared
 concurrency limit beside it (only Gradio's worker threads, 40). With the one limit of 4 that every event had, 8
@@ -18,7 +25,7 @@ import os
 import secrets
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -31,7 +38,7 @@ IDLE_ENV = "SQLENV_PLAY_IDLE_S"
 MAX_EPISODES = 16
 IDLE_S = 600.0
 #: Episodes one client may hold open: a person plays one per page, a household or an office behind one address a
-#: few. Its next one closes its own least recently played.
+#: few (and those beyond its first only while fewer than half the places are taken: `PlayEpisodes.shared_room`).
 MAX_EPISODES_PER_CLIENT = 4
 #: Play events (New episode, Step) one client may run at once; one more is refused at once, not queued, so a
 #: client's slow queries hold no worker that another client's step would wait for.
@@ -85,16 +92,21 @@ class EpisodeBusy(Exception):
     """A step of this episode is still running."""
 
 
+class PlayFull(Exception):
+    """No room for one more episode of this client; the message says why and when a place frees at the latest."""
+
+
 class PlayEpisodes:
     """The Play environments the app keeps open, bounded in number, per client and in idle time.
 
     Args:
-        capacity: most episodes open at once (default `MAX_EPISODES`). Opening one more closes the least recently
-            used episode of the client that holds the most: the visitor who opened many loses its own first.
+        capacity: most episodes open at once (default `MAX_EPISODES`). One more is refused (`PlayFull`): an episode
+            is closed only when idle for `idle_s`, when its page goes or asks for a new one, never for another
+            client's.
         idle_s: an episode with no step for this long is closed by `sweep` (which every `open` runs, and Gradio
             runs through the state's delete callback once the page's state has been idle as long).
-        per_client: most episodes one client holds (default `MAX_EPISODES_PER_CLIENT`); its next closes its own
-            least recently used.
+        per_client: most episodes one client holds (default `MAX_EPISODES_PER_CLIENT`); those beyond its first
+            only while fewer than `shared_room` are open.
         clock: seconds, monotonic (default `time.monotonic`).
 
     A closed episode drops its environment (connections closed, its last result freed); its visitor's next step
@@ -112,26 +124,59 @@ class PlayEpisodes:
         self._lock = threading.Lock()
         fix_mmap_threshold()  # a closed episode's big blocks go back to the system (see sqlenv.sandbox.native_memory)
 
+    @property
+    def shared_room(self) -> int:
+        """While fewer episodes than this are open (half the capacity), a client may open more than one: beyond it,
+        each client one (up to `per_client` while there is room, one place at a time after)."""
+        return self.capacity // 2
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._episodes)
 
-    def open(self, env: Any, key: tuple, session: str | None = None, client: str = "") -> str:
-        """Keep `env` open for a new episode of `client`; returns its handle (unguessable: the page's state holds
-        it)."""
+    def refusal(self, client: str = "", replaces: Any = None) -> str | None:
+        """Why `client` cannot open an episode now (the `PlayFull` message), or None; `replaces` is the handle of
+        the episode its page holds, which a new one replaces. Run before the environment is built, so a refused
+        visitor costs nothing; `open` checks again."""
+        with self._lock:
+            dropped = self._expired()
+            why = self._refusal(client, replaces)
+        self._finish(dropped)
+        return why
+
+    def open(self, env: Any, key: tuple, session: str | None = None, client: str = "", replaces: Any = None) -> str:
+        """Keep `env` open for a new episode of `client`, replacing its page's episode `replaces` (closed); returns
+        its handle (unguessable: the page's state holds it). Raises `PlayFull` when there is no room for it (the
+        caller keeps `env`); no other episode played within `idle_s` is closed for it."""
         handle = secrets.token_urlsafe(16)
         with self._lock:
-            self._episodes[handle] = Episode(env, key, session, client, self.clock())
-            dropped = self._expired()
-            own = [h for h, e in self._episodes.items() if e.client == client]
-            dropped += [self._episodes.pop(h) for h in own[:max(len(own) - self.per_client, 0)]]
-            while len(self._episodes) > self.capacity:
-                counts = Counter(e.client for e in self._episodes.values())
-                most = max(counts.values())
-                victim = next(h for h, e in self._episodes.items() if counts[e.client] == most)
-                dropped.append(self._episodes.pop(victim))
+            old = self._episodes.pop(replaces, None) if isinstance(replaces, str) else None
+            dropped = self._expired() + ([old] if old is not None else [])
+            why = self._refusal(client)
+            if why is None:
+                self._episodes[handle] = Episode(env, key, session, client, self.clock())
         self._finish(dropped)
+        if why is not None:
+            raise PlayFull(why)
         return handle
+
+    def _refusal(self, client: str, replaces: Any = None) -> str | None:  # under the lock, expired ones swept
+        held = [e for h, e in self._episodes.items() if h != replaces]
+        own = sum(e.client == client for e in held)
+        if len(held) >= self.capacity:
+            why = f"Play is full: {self.capacity} episodes are open, each played within {_minutes(self.idle_s)}."
+        elif own >= self.per_client:
+            why = f"You already have {own} episodes open (from this page or others at your address)."
+        elif own and len(held) >= self.shared_room:
+            why = (f"You already have an episode open (from this page or others at your address), and half of "
+                   f"Play's {self.capacity} places or more are taken: one episode per address until they free up.")
+        else:
+            return None
+        yours = "close one of yours or " if own else ""
+        first = min(e.used for e in held) + self.idle_s - self.clock() if held else 0.0
+        return (f"{why} No one's episode is closed for yours: {yours}try again later (an episode closes after "
+                f"{_minutes(self.idle_s)} without a step, or when its page is closed: the least recently played one "
+                f"open now within {_minutes(max(0.0, first))}).")
 
     def take(self, handle: Any) -> Episode | None:
         """The open episode `handle` names, marked busy for one step (give it back with `give_back`); None when
@@ -194,6 +239,11 @@ class PlayEpisodes:
                 freed = True
         if freed and _TRIM is not None:
             _TRIM(0)  # give what the environments held back to the system (a few ms)
+
+
+def _minutes(seconds: float) -> str:
+    minutes = max(1, round(seconds / 60))
+    return f"{minutes} minute{'s' if minutes != 1 else ''}" if seconds >= 60 else f"{max(1, round(seconds))} s"
 
 
 class ClientSlots:

@@ -3,7 +3,8 @@
 Each browser session plays its own `SQLEnvironment`, so two people playing at once never see each other's
 episode. The app keeps the environments in one `dashboard.play_episodes.PlayEpisodes` (the session's `gr.State`
 holds only a handle), bounded in all and per client; an episode closes after `SQLENV_PLAY_IDLE_S` seconds without
-a step (Gradio expires the state) or when its page is closed (unload). Each client runs at most
+a step (Gradio expires the state) or when its page is closed (unload), never for another visitor's: one more than
+there is room for is refused (`PlayFull`), before anything is opened for it. Each client runs at most
 `STEPS_PER_CLIENT` Play events at once (`ClientSlots`), and Play's events share no other concurrency limit.
 Anyone may play: dataset names, splits, question ids and arguments are checked (dashboard.inputs) before
 anything is opened or run.
@@ -17,7 +18,7 @@ import gradio as gr
 
 from dashboard import inputs as checked
 from dashboard.context import AppContext, dataset_choices, dataset_splits
-from dashboard.play_episodes import ClientSlots, EpisodeBusy, PlayEpisodes, close_env, limits_from_env
+from dashboard.play_episodes import ClientSlots, EpisodeBusy, PlayEpisodes, PlayFull, close_env, limits_from_env
 from dashboard.transcripts import esc, format_gold, layers_html, steps_table, transcript_html, verdict_badge
 
 RANDOM = "random"
@@ -40,6 +41,10 @@ def _duration(seconds: float) -> str:
 
 def refused(exc: Any) -> str:
     return f'<div class="sqe-err-box" id="play-refused">{esc(exc)}</div>'
+
+
+def full_html(why: Any) -> str:
+    return f'<div class="sqe-err-box" id="play-full">{esc(why)}</div>'
 
 
 def question_choices(name: str, split: str, data_root) -> tuple[list, str | None]:
@@ -128,9 +133,7 @@ def build(ctx: AppContext) -> dict[str, Any]:
     slots = ClientSlots()
     closed_html = (
         '<div class="sqe-err-box" id="play-closed">No episode is open: press <b>New episode</b> to start one. '
-        f"(An episode closes after {_duration(episodes.idle_s)} without a step, or sooner when you open more than "
-        f"{episodes.per_client}, or more than {episodes.capacity} are open: the least recently played of whoever "
-        "holds the most closes first.)</div>")
+        f"(An episode closes after {_duration(episodes.idle_s)} without a step, or when its page is closed.)</div>")
     busy_html = '<div class="sqe-err-box">Your last step is still running: wait for its result.</div>'
     slots_html = (f'<div class="sqe-err-box" id="play-slots">You already have {slots.per_client} Play steps running '
                   "(from this page or others at your address): wait for one of them to finish.</div>")
@@ -189,7 +192,7 @@ def build(ctx: AppContext) -> dict[str, Any]:
             episode = episodes.take(handle)
         except EpisodeBusy:
             return current, gr.skip(), busy_html, gr.skip()
-        env = None
+        env, reuse, why = None, False, None
         try:
             from sqlenv.data.datasets import resolve_dataset
             from sqlenv.environment import SQLEnvironment
@@ -197,13 +200,16 @@ def build(ctx: AppContext) -> dict[str, Any]:
             questions = resolve_dataset(source, ctx.data_root).questions_path(split)
             key = (source, split, int(step_budget or 15), questions.stat().st_mtime_ns)
             # The same dataset, split and budget as this session's last episode: reset its environment again.
-            if episode is not None and episode.key == key:
-                env = episode.env
-            else:
-                env = SQLEnvironment.from_dataset(source, split=split, data_root=ctx.data_root, step_budget=key[2])
-            env.reset(question_id=question)
+            reuse = episode is not None and episode.key == key and not episode.closed
+            # Else a new episode: a visitor with no room is told so before an environment is built for them.
+            why = None if reuse else episodes.refusal(client, replaces=handle)
+            if why is None:
+                env = episode.env if reuse else SQLEnvironment.from_dataset(source, split=split,
+                                                                             data_root=ctx.data_root,
+                                                                             step_budget=key[2])
+                env.reset(question_id=question)
         except Exception as exc:
-            if env is not None and (episode is None or env is not episode.env):
+            if env is not None and not reuse:
                 close_env(env)
             if episode is not None:
                 episodes.give_back(episode)
@@ -211,10 +217,15 @@ def build(ctx: AppContext) -> dict[str, Any]:
             return {}, f'<div class="sqe-err-box">Cannot start an episode: {esc(exc)}</div>', "", ""
         if episode is not None:
             episodes.give_back(episode)
-            if env is episode.env and not episode.closed:
-                return current, episode_header(env), "", steps_table([])
-            episodes.close(handle)  # (a reused environment dropped meanwhile is kept again below)
-        handle = episodes.open(env, key, session, client)
+        if why is not None:
+            return current, full_html(why), "", gr.skip()
+        if reuse and not episode.closed:
+            return current, episode_header(env), "", steps_table([])
+        try:  # (a reused environment whose episode was closed meanwhile is kept again here)
+            handle = episodes.open(env, key, session, client, replaces=handle)
+        except PlayFull as full:  # taken since the check above: this page's own episode is gone, not another's
+            close_env(env)
+            return {}, full_html(full), "", ""
         return {"episode": handle}, episode_header(env), "", steps_table([])
 
     def step_episode(kind, arg, current):
@@ -222,7 +233,7 @@ def build(ctx: AppContext) -> dict[str, Any]:
             episode = episodes.take(_handle(current))
         except EpisodeBusy:
             return current, gr.skip(), busy_html, gr.skip()
-        if episode is None:  # never started, or closed (idle, or the least recently played of too many)
+        if episode is None:  # never started, or closed (idle, or its page gone)
             return {}, gr.skip(), closed_html, gr.skip()
         try:
             env = episode.env

@@ -328,13 +328,13 @@ def _opened(episodes, builtin, session=None):
 
     env = SQLEnvironment.from_dataset(builtin, split="eval", step_budget=5)
     env.reset(seed=0)
-    return episodes.open(env, ("builtin", "eval", 5), session), weakref.ref(env)
+    return episodes.open(env, ("builtin", "eval", 5), session, client=f"client-{session}"), weakref.ref(env)
 
 
 def test_play_episodes_are_bounded_in_number_and_idle_time_and_free_their_environments(builtin):
     import gc
 
-    from dashboard.play_episodes import EpisodeBusy, PlayEpisodes
+    from dashboard.play_episodes import EpisodeBusy, PlayEpisodes, PlayFull
 
     now = [0.0]
     episodes = PlayEpisodes(capacity=2, idle_s=60, clock=lambda: now[0])
@@ -342,14 +342,18 @@ def test_play_episodes_are_bounded_in_number_and_idle_time_and_free_their_enviro
     now[0] = 1
     b, b_env = _opened(episodes, builtin, "s2")
     now[0] = 2
-    episode = episodes.take(a)  # a played: b is now the least recently played
+    episode = episodes.take(a)
     with pytest.raises(EpisodeBusy):
         episodes.take(a)  # one step at a time
     episodes.give_back(episode)
     del episode
-    c, c_env = _opened(episodes, builtin, "s3")
+    with pytest.raises(PlayFull, match="Play is full: 2 episodes are open"):
+        _opened(episodes, builtin, "s3")  # no room: refused, and nobody's episode closed for it
+    assert len(episodes) == 2 and b_env() is not None
+    episodes.close(b)
     gc.collect()
-    assert len(episodes) == 2 and episodes.take(b) is None and b_env() is None  # closed and freed
+    assert episodes.take(b) is None and b_env() is None  # closed and freed
+    c, c_env = _opened(episodes, builtin, "s3")
 
     busy = episodes.take(c)  # a step is running on c when it is closed: it closes when the step ends
     episodes.close(c)
@@ -381,32 +385,55 @@ class _Env:
         self.closed = True
 
 
-def test_play_episodes_close_the_opener_s_own_first():
-    """Issue 43, finding 10: 16 anonymous New episode calls closed an honest visitor's episode (the least recently
-    used of all went). A client's next episode past its own bound closes its own oldest; past the total, the
-    client holding the most loses its oldest."""
-    from dashboard.play_episodes import ClientSlots, PlayEpisodes
+def test_play_never_closes_an_episode_played_within_its_idle_window():
+    """Issue 43, finding 10: 16 anonymous New episode calls closed an honest visitor's episode. Issue 49, finding 5:
+    then, with one episode each from 16 addresses, the next address's New episode closed the least recently played
+    of all, the visitor still reading the question. Now no one's episode played within the idle window is closed
+    for another's: one more than there is room for is refused, saying why; a client holds at most `per_client`,
+    and more than one only while fewer than half the places are taken; a page's New episode replaces its own."""
+    from dashboard.play_episodes import ClientSlots, PlayEpisodes, PlayFull
 
     now = [0.0]
-    episodes = PlayEpisodes(capacity=4, idle_s=60, per_client=2, clock=lambda: now[0])
+    key = ("builtin", "eval", 5)
+    episodes = PlayEpisodes(capacity=16, idle_s=600, per_client=4, clock=lambda: now[0])
     honest_env = _Env()
-    honest = episodes.open(honest_env, ("builtin", "eval", 5), "honest", client="198.51.100.1")
-    hostile = []
-    for i in range(16):
-        now[0] += 0.1
-        hostile.append(_Env())
-        episodes.open(hostile[-1], ("builtin", "eval", 5), f"anon-{i}", client="2001:db8:1:2::/64")
-    assert not honest_env.closed and len(episodes) == 3
-    assert [e.closed for e in hostile] == [True] * 14 + [False] * 2  # its own oldest, in order
-    others = [_Env() for _ in range(2)]
-    for i, env in enumerate(others):
-        now[0] += 0.1
-        episodes.open(env, ("builtin", "eval", 5), f"other-{i}", client=f"203.0.113.{i}")
-    # 5 open > 4: the client with the most (2) loses its oldest; the honest visitor, the oldest of all, stays.
-    assert not honest_env.closed and hostile[14].closed and not hostile[15].closed and len(episodes) == 4
-    episode = episodes.take(honest)
+    honest = episodes.open(honest_env, key, "honest", client="198.51.100.1")
+    visitors, handles = [_Env() for _ in range(15)], []
+    for i, env in enumerate(visitors):
+        now[0] += 1
+        handles.append(episodes.open(env, key, f"visitor-{i}", client=f"203.0.113.{i}"))
+    assert len(episodes) == 16
+    newcomer = _Env()
+    with pytest.raises(PlayFull, match="Play is full: 16 episodes are open") as full:
+        episodes.open(newcomer, key, "newcomer", client="192.0.2.1")
+    assert "within 10 minutes" in str(full.value) and "No one's episode is closed for yours" in str(full.value)
+    assert episodes.refusal("192.0.2.1") == str(full.value)  # the check made before an environment is built
+    assert not honest_env.closed and not any(e.closed for e in visitors) and not newcomer.closed
+    episode = episodes.take(honest)  # the least recently played of all is still open
     assert episode is not None and episode.env is honest_env
     episodes.give_back(episode)
+    # A page's New episode replaces its own episode, even in a full Play.
+    replaced = episodes.open(_Env(), key, "visitor-0", client="203.0.113.0", replaces=handles[0])
+    assert visitors[0].closed and len(episodes) == 16 and episodes.take(replaced) is not None
+    # An idle window gone by frees a place: the least recently played goes for the newcomer (not before).
+    now[0] = 601.9  # visitor 1 was last played at 2, the honest visitor at 15
+    with pytest.raises(PlayFull, match="within 1 s"):
+        episodes.open(newcomer, key, "newcomer", client="192.0.2.1")
+    now[0] = 602
+    episodes.open(newcomer, key, "newcomer", client="192.0.2.1")
+    assert visitors[1].closed and not visitors[2].closed and not honest_env.closed
+
+    # Few addresses: one client holds 4 at most, more than one only while fewer than half the places are taken.
+    episodes = PlayEpisodes(capacity=16, idle_s=600, per_client=4, clock=lambda: now[0])
+    many = [episodes.open(_Env(), key, f"m-{i}", client="2001:db8:1:2::/64") for i in range(4)]
+    with pytest.raises(PlayFull, match="You already have 4 episodes open"):
+        episodes.open(_Env(), key, "m-4", client="2001:db8:1:2::/64")
+    for i in range(4):
+        episodes.open(_Env(), key, f"n-{i}", client="2001:db8:9:9::/64")
+    episodes.open(_Env(), key, "x", client="2001:db8:a:a::/64")  # its first: room for it
+    with pytest.raises(PlayFull, match="half of Play's 16 places or more are taken"):
+        episodes.open(_Env(), key, "x2", client="2001:db8:a:a::/64")
+    assert len(episodes) == 9 and len(many) == 4  # to fill 16 places takes 2 + 8 addresses at least, not 4
 
     slots = ClientSlots(per_client=2)
     assert slots.enter("a") and slots.enter("a") and not slots.enter("a") and slots.enter("b")

@@ -332,29 +332,36 @@ def wait_for(predicate, timeout: float, what: str) -> float:
 
 def test_play_keeps_few_episodes_and_closes_idle_and_abandoned_ones():
     """Each Play session's environment (connections and last result, ~100 MB) lived as long as the server: 8
-    sessions took the app from 286 to 1,084 MB for good. Now at most SQLENV_PLAY_MAX_EPISODES are open (the least
-    recently played closes first, its visitor told to start again), an episode idle for SQLENV_PLAY_IDLE_S closes,
-    and so does one whose page is closed."""
+    sessions took the app from 286 to 1,084 MB for good. Now at most SQLENV_PLAY_MAX_EPISODES are open, an episode
+    idle for SQLENV_PLAY_IDLE_S closes, and so does one whose page is closed. Issue 49, finding 5: with every place
+    taken by one visitor each, the next visitor's New episode closed the least recently played episode (a visitor
+    still reading the question); now that visitor is told Play is full, and every episode stays open."""
     idle_s = 15  # long enough that nothing expires before the idle part, even on a loaded machine
     with serve({"SQLENV_PLAY_MAX_EPISODES": "2", "SQLENV_PLAY_IDLE_S": str(idle_s)}, log_name="play") as app:
         config = app_config(app["url"])
         new, step = event(config, "new_episode"), event(config, "do_step")
 
-        def play(session, sql="SELECT 1"):
-            started = call(app, new, ["builtin", "eval", "random", 15, None], session_hash=session)
+        def play(session, sql="SELECT 1", source=None):
+            started = call(app, new, ["builtin", "eval", "random", 15, None], session_hash=session, source=source)
             assert started["success"] and 'data-budget="15"' in started["output"][1], started
-            return call(app, step, ["QUERY", sql, None], session_hash=session)
+            return call(app, step, ["QUERY", sql, None], session_hash=session, source=source)
 
-        for session in ("a", "b", "c"):
-            assert 'data-budget="14"' in play(session)["output"][1]
-        assert open_databases(app) <= 2, open_databases(app)  # a's, the least recently played, closed for c
-        closed = call(app, step, ["QUERY", "SELECT 1", None], session_hash="a")
+        for session, source in (("a", "127.0.0.1"), ("b", "127.0.0.2")):
+            assert 'data-budget="14"' in play(session, source=source)["output"][1]
+        full = call(app, new, ["builtin", "eval", "random", 15, None], session_hash="c", source="127.0.0.3")
+        assert full["success"] and 'id="play-full"' in full["output"][1], full
+        assert "Play is full: 2 episodes are open" in full["output"][1]
+        assert open_databases(app) <= 2, open_databases(app)  # nothing opened for the refused visitor
+        # a, the least recently played, is still open; so is b
+        assert 'data-budget="13"' in call(app, step, ["QUERY", "SELECT 2", None], session_hash="a")["output"][1]
+        assert 'data-budget="13"' in call(app, step, ["QUERY", "SELECT 2", None], session_hash="b",
+                                          source="127.0.0.2")["output"][1]
+        closed = call(app, step, ["QUERY", "SELECT 1", None], session_hash="c", source="127.0.0.3")
         assert 'id="play-closed"' in closed["output"][2] and "New episode" in closed["output"][2], closed
-        assert 'data-budget="13"' in call(app, step, ["QUERY", "SELECT 2", None], session_hash="b")["output"][1]
 
         # Nobody plays for SQLENV_PLAY_IDLE_S: every episode closes and its connections with it.
         wait_for(lambda: open_databases(app) == 0, idle_s + 10, "idle episodes closed")
-        assert 'id="play-closed"' in call(app, step, ["QUERY", "SELECT 1", None], session_hash="b")["output"][2]
+        assert 'id="play-closed"' in call(app, step, ["QUERY", "SELECT 1", None], session_hash="a")["output"][2]
 
         # A page that goes away (its heartbeat stream ends: tab closed or reloaded) closes its episode at once.
         with httpx.Client(timeout=30) as http:
@@ -486,7 +493,7 @@ SLOW_SQL = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT
 def test_play_keeps_an_honest_visitor_s_episode_and_step_beside_hostile_visitors(password_app):
     """16 anonymous New episode calls in 2 s closed an honest visitor's episode, and 8 visitors running 5 s queries
     made an honest step wait 7.8 s (one concurrency limit of 4 for every visitor's steps). Episodes are now bounded
-    per client (its own oldest closes first) and each client runs at most 2 Play events at once, with no limit
+    per client (no one's episode closed for another's) and each client runs at most 2 Play events at once, no limit
     shared by all: the honest step is answered while every hostile query still runs. Other clients are other
     loopback addresses (127.0.0.x)."""
     import threading
@@ -496,16 +503,18 @@ def test_play_keeps_an_honest_visitor_s_episode_and_step_beside_hostile_visitors
     fresh = ["builtin", "eval", "random", 15, None]
     honest = "honest-player"
     assert 'data-budget="15"' in call(password_app, new, fresh, session_hash=honest)["output"][1]
+    # Hostile visitors: 7 addresses with one session each, and one address with three (its third step is refused).
+    # The three are opened first: a client's second and later episodes only while Play is less than half full.
+    visitors = [("127.0.0.10", f"slow-many-{i}") for i in range(3)] + [(f"127.0.0.{3 + i}", f"slow-{i}")
+                                                                        for i in range(7)]
+    for source, session in visitors[:3]:
+        assert 'data-budget="15"' in call(password_app, new, fresh, session_hash=session, source=source)["output"][1]
     for i in range(16):
         call(password_app, new, fresh, session_hash=f"anon-new-{i}", source="127.0.0.2")
     played = call(password_app, step, ["QUERY", "SELECT 1", None], session_hash=honest)
     assert 'data-budget="14"' in played["output"][1], played  # still open
-
-    # Hostile visitors: 7 addresses with one session each, and one address with three (its third is refused).
-    visitors = [(f"127.0.0.{3 + i}", f"slow-{i}") for i in range(7)] + [("127.0.0.10", f"slow-many-{i}")
-                                                                         for i in range(3)]
-    for source, session in visitors:
-        assert call(password_app, new, fresh, session_hash=session, source=source)["success"]
+    for source, session in visitors[3:]:
+        assert 'data-budget="15"' in call(password_app, new, fresh, session_hash=session, source=source)["output"][1]
     results: dict[str, dict] = {}
 
     def slow(source, session):
