@@ -4,8 +4,9 @@ reused, grown and moved; as on a GPU with padding rows, late checks and rounded 
 episodes with tool results and turn caps on the tiny model (SmolLM2's: tests/test_gguf_models.py), sampled
 log-probabilities within 1e-5 of a plain forward, sampled tokens those of the Exp(1) race over a plain forward; the
 step a GPU captures reads nothing back to the host, draws no random numbers and leaves no trace for inactive rows; a
-failed capture falls back to eager steps and, on a GPU, leaves the generator and the stream as they were; the bf16
-mode computes as the trainer's autocast; and which decoder plays a model."""
+failed capture falls back to eager steps and, on a GPU, leaves the generator and the stream as they were; graphs
+captured after the cache grew go to a memory pool of their own (the allocator's books on a CPU); the bf16 mode
+computes as the trainer's autocast; and which decoder plays a model."""
 
 from __future__ import annotations
 
@@ -272,6 +273,125 @@ def test_a_capture_that_fails_on_a_gpu_leaves_the_generator_and_the_stream_as_th
     replay()
     assert good.captured == 1 and good.error is None and torch.equal(x, before * 2)
     assert torch.rand(3, device="cuda").shape == (3,)  # the generator draws after a capture that worked, too
+
+
+class AllocatorPools:
+    """`StepGraphs`' torch.cuda calls (`step_graphs.CudaCapture`) on a CPU, keeping the books PyTorch's caching
+    allocator keeps on graph pools (c10/cuda/CUDACachingAllocator.cpp) and cuBLAS's workspaces
+    (aten/src/ATen/cuda/CublasHandlePool.cpp):
+
+    - a capture into pool P (`create_or_incref_pool`): a new P with `use_count` 1, or an existing P's count + 1;
+      an existing P at count 0 is refused ("it->second->use_count > 0 INTERNAL ASSERT FAILED");
+    - a graph's destruction (`CUDAGraph::reset` -> `releasePool`): its pool's count - 1;
+    - `torch.cuda.graph` empties the cache before each capture: a pool at count 0 none of whose blocks is live is
+      erased (`release_cached_blocks`);
+    - a stream's first matrix product makes its cuBLAS workspace, kept for the process: in the pool of the capture
+      under way on that stream, if one is (a live block of that pool for good); `outliving`: every capture leaves one
+      more block of its pool alive (any other allocation that outlives its graphs).
+
+    A capture records `step` without running it; the graph's replay runs it, as a CUDA graph's does."""
+
+    def __init__(self, outliving: bool = False):
+        self.outliving = outliving
+        self.pools: dict = {}  # pool -> {"use_count", "live"}
+        self.workspaces: dict = {}  # stream -> the pool its workspace is a block of (None: no pool)
+        self.opened: list = []
+        self.erased: list = []
+        self._handles = 0
+
+    def pool(self):
+        self._handles += 1
+        return (0, self._handles)
+
+    def stream(self):
+        return "the capture stream"
+
+    def warm_up(self, step, stream):
+        self.workspaces.setdefault(stream, None)
+        step()
+
+    def capture(self, step, pool, stream):
+        import weakref
+
+        for key in [k for k, p in self.pools.items() if p["use_count"] == 0 and p["live"] == 0]:
+            del self.pools[key]
+            self.erased.append(key)
+        if pool in self.pools:
+            if self.pools[pool]["use_count"] == 0:
+                raise RuntimeError("it->second->use_count > 0 INTERNAL ASSERT FAILED at "
+                                   "\"c10/cuda/CUDACachingAllocator.cpp\", please report a bug to PyTorch.")
+            self.pools[pool]["use_count"] += 1
+        else:
+            self.pools[pool] = {"use_count": 1, "live": 0}
+            self.opened.append(pool)
+        if stream not in self.workspaces:
+            self.workspaces[stream] = pool
+            self.pools[pool]["live"] += 1
+        self.pools[pool]["live"] += self.outliving
+
+        class Graph:
+            replay = staticmethod(step)
+
+        graph = Graph()
+        weakref.finalize(graph, self._release, pool)
+        return graph
+
+    def _release(self, pool):
+        self.pools[pool]["use_count"] -= 1
+
+
+@pytest.mark.parametrize("outliving", [False, True], ids=["workspaces", "a-block-outlives-its-graphs"])
+def test_graphs_captured_after_the_cache_grew_open_a_pool_of_their_own(outliving):
+    """On a lent H200 the first capture after a decoder's cache grew failed ("use_count > 0 INTERNAL ASSERT FAILED",
+    CUDACachingAllocator.cpp) and the decoder ran eagerly from then on: the new graphs were captured into the pool of
+    the graphs the growth had dropped, which the allocator refuses while a block of it lives on. Replayed here by the
+    allocator's books on a CPU, over turns whose cache grows: every capture succeeds, each generation of graphs in a
+    pool of its own, the tokens those of the multi-turn decoder; cuBLAS's workspace is made by the warm-up, in no pool,
+    so every pool whose graphs are gone is erased (with a block that outlives its graphs, pools stay, and captures
+    still succeed)."""
+    from training.generation.step_graphs import StepGraphs
+
+    old, new = _decoders(_random_model("llama"), **GPU_LIKE)
+    pools = AllocatorPools(outliving)
+    new.graphs = StepGraphs(True, cuda=pools)
+    sequences = _prompts(5)
+    lengths = []
+    for turn in range(5):
+        want = old.generate(sequences, 12)
+        assert new.generate(sequences, 12) == want, f"turn {turn}"
+        lengths.append(new._cache.length)
+        sequences = {k: sequences[k] + want[k] + [1 + turn, 2, 3] for k in sequences}
+    assert new.graphs.error is None and new.graphs.captured > len(pools.opened) >= 3
+    assert len(set(lengths)) >= 3  # the cache grew twice: the graphs were dropped and captured again
+    assert pools.workspaces == {"the capture stream": None}
+    if outliving:
+        assert pools.erased == [] and all(p["live"] for p in pools.pools.values())
+    else:
+        assert pools.erased == pools.opened[:-1] and list(pools.pools) == pools.opened[-1:]
+
+
+def test_graphs_are_captured_again_after_a_clear_on_a_gpu():
+    """On a CUDA device (skipped elsewhere): a step with a matrix product captured, its graphs dropped, captured again
+    (the pool of the first is never opened again), replayed: the product's numbers."""
+    import contextlib
+
+    import torch
+
+    from training.generation.step_graphs import StepGraphs
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    a = torch.randn(64, 64, device="cuda")
+    out = torch.empty_like(a)
+    graphs = StepGraphs(True)
+    for key in ("first", "second"):
+        graphs.runner(key, lambda: torch.mm(a, a, out=out), contextlib.nullcontext)
+        graphs.clear()
+    replay = graphs.runner("third", lambda: torch.mm(a, a, out=out), contextlib.nullcontext)
+    out.zero_()
+    replay()
+    torch.cuda.synchronize()
+    assert graphs.error is None and graphs.captured == 3 and torch.allclose(out, a @ a)
 
 
 def test_bf16_mode_computes_as_the_trainers_autocast(random_model):

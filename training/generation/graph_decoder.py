@@ -39,7 +39,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable
+from typing import Any, Callable, Hashable, NamedTuple
 
 from training.generation.decode_state import DecodeState
 from training.generation.multi_turn import DecodeStats, KeptRows, common_prefix
@@ -60,6 +60,14 @@ class _Row:
 
     ids: list[int]
     slot: int
+
+
+class StepKey(NamedTuple):
+    """What a decoding step's graph is captured for (a failed capture's warning names it)."""
+
+    batch: int
+    window: int
+    sampled: bool
 
 
 def _power_of_two(n: int) -> int:
@@ -415,7 +423,8 @@ class GraphDecoder(KeptRows):
     def _step(self, batch: int, window: int, sample: bool) -> Callable[[], None]:
         """The decoding step over slots 0 .. batch-1: a replayed CUDA graph, or the eager function; sampled, after
         drawing its noise."""
-        run = self.graphs.runner((batch, window, sample), functools.partial(self._decode_step, batch, window, sample),
+        run = self.graphs.runner(StepKey(batch, window, sample),
+                                 functools.partial(self._decode_step, batch, window, sample),
                                  functools.partial(self._idle, batch))
         if not sample:
             return run
