@@ -90,8 +90,8 @@ def _percent(value: Any) -> str:
 
 def reached_text(entry: dict[str, Any]) -> str:
     """What a measured run reached, stage by stage: "zero-shot 0% → warm start 43% → after GRPO 43% on 100 eval
-    questions" (the random policy stands first only where no zero-shot eval was played; EX after GRPO when
-    measured)."""
+    questions" (the random policy stands first only where no zero-shot eval was played; EX after GRPO, and the eval
+    questions GRPO fixed and broke against the warm start, when measured)."""
     success = entry.get("success") if isinstance(entry.get("success"), dict) else {}
     stages = [(key, words) for key, words in STAGES if isinstance(success.get(key), (int, float))]
     if any(key == "zero_shot" for key, _ in stages):
@@ -103,6 +103,9 @@ def reached_text(entry: dict[str, Any]) -> str:
         entry.get("execution_accuracy"), dict) else None
     if isinstance(ex, (int, float)) and stages[-1][0] == "after_grpo":
         text += f" (EX {_percent(ex)})"
+    fixed, broken = entry.get("fixed"), entry.get("broken")
+    if isinstance(fixed, int) and isinstance(broken, int) and stages[-1][0] == "after_grpo":
+        text += f", {fixed} fixed / {broken} broken"
     n = entry.get("comparison_episodes")
     return f"<b>{html.escape(text)}</b>" + (f" on {n} eval questions" if isinstance(n, int) else "")
 

@@ -123,6 +123,9 @@ def test_cost_line_says_what_a_config_reaches_and_costs():
             "execution_accuracy": {"after_grpo": 0.825}, "comparison_episodes": 200}
     assert "random policy 0% → warm start 0% → after GRPO 73.5% (EX 82.5%) on 200 eval questions" in _text(
         reached_text(tiny))
+    # The paired count, when measured: the eval questions GRPO fixed and broke against the warm start.
+    assert "after GRPO 73.5% (EX 82.5%), 50 fixed / 9 broken on 200 eval questions" in _text(
+        reached_text({**tiny, "fixed": 50, "broken": 9}))
     # Measured while other work loaded the cores: the line says so, with the load and the run's CPU time; an entry
     # from idle cores says that too (what a newcomer's idle machine gives).
     shared = {**table["smollm2_cpu.json"], "mean_load": 9.5, "cores": 2, "cpu_minutes": 41.2}
