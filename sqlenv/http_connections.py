@@ -18,7 +18,8 @@ held at 65 s, and 20,000 filled the process's descriptors, so honest GETs were r
   that has waited longest for a head (one that has sent nothing useful yet; a request being served is never cut),
   or itself when none waits. So a client holds a bounded share, and a crowd of clients cannot keep a newcomer out.
   A connection upgraded to a WebSocket leaves these bounds (this protocol hears nothing more of it): the OpenEnv
-  server bounds those by its session caps, and the dashboard's page talks over HTTP (SSE), not WebSockets.
+  server bounds those by its session caps and its WebSocket protocol (`sqlenv.server.websocket_guard`,
+  `sqlenv.server.connections.websocket_protocol`), and the dashboard's page talks over HTTP (SSE), not WebSockets.
 
 Used by the OpenEnv server (`sqlenv.server.app.serve`: the deadline) and the dashboard (`dashboard.app.launch`: the
 deadline and the bounds). No import outside the standard library but uvicorn's, inside `http_protocol`.

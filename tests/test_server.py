@@ -282,6 +282,26 @@ def test_http_reset_answers_bad_values_with_422(no_leak, body, words):
     assert words in json.dumps(json.loads(reply)["detail"]) and len(reply) < 1000, reply[:300]
 
 
+@pytest.mark.parametrize("body", [
+    {"action": {"action_type": "QUERY", "argument": {"x": "y" * 900_000}}},  # OpenEnv's own 422
+    {"action": {"action_type": "QUERY", "z" * 900_000: 1}},  # a key is the client's too
+    {"action": "a" * 900_000},  # FastAPI's 422 (the request's model)
+])
+def test_no_422_carries_the_value_back(no_leak, body):
+    """Issue 49: OpenEnv raises `/step`'s 422 itself, with pydantic's errors (each failing value whole), so the
+    app's own handler never ran: 1 MB in, 1 MB back. Every error reply is now made in one place, which keeps
+    where, what and the error's type, never the value."""
+    import urllib.error
+
+    request = urllib.request.Request(no_leak.url + "/step", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    reply = refused.value.read()
+    assert refused.value.code == 422 and len(reply) < 2000, (refused.value.code, len(reply), reply[:300])
+    assert json.loads(reply)["detail"][0]["type"], reply[:300]
+
+
 def test_a_state_reply_is_bounded(no_leak):
     """Issue 26: a 1,000-step episode of 10 KB arguments made `state` replies of 10 MB, each built on the server's
     event loop (~50 ms of every session's time). A transcript over the bound is left out of the reply, saying

@@ -318,6 +318,36 @@ def test_a_websocket_that_never_resets_is_closed(guarded):
     assert guarded.wait_sessions(0) == 0
 
 
+def test_a_few_client_addresses_cannot_take_every_session(guarded):
+    """Issue 49: four addresses of 16 silent sessions each took 64 of 64 (each within its per-client limit), and
+    honest clients were refused. A client that holds sessions gets one more only while more than it holds are
+    free: the addresses that would fill the server (here 3 x 3 of 8) leave room, and a newcomer plays."""
+    from websockets.exceptions import ConnectionClosed
+
+    assert guarded.wait_sessions(0) == 0
+    with contextlib.ExitStack() as stack:
+        held: dict[str, int] = {}
+        for source in ("127.0.0.11", "127.0.0.12", "127.0.0.13"):
+            held[source] = 0
+            for _ in range(PER_CLIENT):
+                ws = stack.enter_context(_ws_from(guarded, source))
+                with contextlib.suppress(ConnectionClosed):  # a refusal may have closed it already
+                    ws.send(json.dumps({"type": "reset", "data": {}}))
+                reply = json.loads(ws.recv(timeout=30))
+                if reply["type"] != "observation":
+                    assert reply["data"]["code"] == "CAPACITY_REACHED" and "free" in reply["data"]["message"]
+                    break
+                held[source] += 1
+        assert list(held.values()) == [PER_CLIENT, PER_CLIENT, 1]  # the old server: 3, 3 and 2, 8 of 8
+        honest = stack.enter_context(_ws_from(guarded, "127.0.0.14"))
+        assert _reset(honest)["type"] == "observation"
+        step = {"type": "step", "data": {"action_type": "QUERY", "argument": "SELECT 1"}}
+        honest.send(json.dumps(step))
+        assert json.loads(honest.recv(timeout=30))["type"] == "observation"
+        assert guarded.sessions()["open"] == 2 * PER_CLIENT + 2
+    assert guarded.wait_sessions(0) == 0
+
+
 # ------------------------------------------------------------ behind a reverse proxy (a Space): SQLENV_PROXY_HOPS
 @pytest.fixture(scope="module")
 def proxied(builtin):

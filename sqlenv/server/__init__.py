@@ -8,6 +8,9 @@ Needs the `server` extra (`pip install "sqlenv[server]"`, which installs PyPI's 
 - `sqlenv.server.app`: `create_app(config)` (OpenEnv's FastAPI app plus `/sessions`) and `serve(...)`;
 - `sqlenv.server.playground`: the page `--web` serves at `/web/` (it plays over `/ws`);
 - `sqlenv.server.json_values`: how many JSON values a message holds, counted before it is parsed;
+- `sqlenv.server.websocket_guard`: one guard for every WebSocket route (sessions per client and their share,
+  the idle and reset clocks, the message bound); `sqlenv.server.connections`: the listening sockets and what a
+  WebSocket connection may make the server hold;
 - `sqlenv.server.client`: `SQLEnvClient`, OpenEnv's `EnvClient` with SQLEnv's types;
 - `sqlenv.server.remote`: `RemoteSQLEnvironment`, `SQLEnvironment`'s interface on a server (for training).
 

@@ -8,20 +8,25 @@ playground page at `/web/` (`sqlenv.server.playground`: each visitor plays a ses
 OpenEnv's shared-episode web interface is not served). SQLEnv adds `GET /sessions`: how many environments are
 open and the session limit, so a leak is visible from outside.
 
-A session lives as long as its WebSocket, and a WebSocket as long as its client speaks:
+A session lives as long as its WebSocket, and a WebSocket as long as its client speaks and reads:
 - OpenEnv's HTTP way of opening a session (`POST /mcp` with `openenv/session/create`) is refused, judged on the
   parsed JSON-RPC request (batches too), since a session no connection holds would take a slot for good
   (16 such calls once filled a 16-session server);
-- a WebSocket that sends nothing for `session_timeout_s`, or no `reset` within `reset_timeout_s` of connecting,
-  is closed by the server, which ends its session. OpenEnv's own idle reaper is off: it freed the environment
-  but left the WebSocket playing on outside the session limit;
-- one client address holds at most `max_sessions_per_client` WebSockets at once, so one client cannot take
-  every slot. Behind `proxy_hops` trusted reverse proxies (a Space has one) the address is the one they
-  appended to `X-Forwarded-For` (`sqlenv.client_address`), not the proxy's.
+- every WebSocket route (`/ws`, OpenEnv's `/mcp`, any later one) goes through one guard
+  (`sqlenv.server.websocket_guard`): a WebSocket that keeps the server waiting on it for `session_timeout_s`
+  (for a message, or to read a reply), or sends no `reset` within `reset_timeout_s` of connecting, is closed,
+  which ends its session. OpenEnv's own idle reaper is off: it freed the environment but left the WebSocket
+  playing on outside the session limit;
+- one client address holds at most `max_sessions_per_client` WebSockets at once, and no more than the sessions
+  the other clients leave free, so neither one client nor a few can take every slot. Behind `proxy_hops`
+  trusted reverse proxies (a Space has one) the address is the one they appended to `X-Forwarded-For`
+  (`sqlenv.client_address`), not the proxy's;
+- a connection whose client does not read what it was sent reads nothing more from it (pings included), and is
+  aborted once its session has ended (`sqlenv.server.connections.websocket_protocol`).
 Every connection must also send its request head within `request_timeout_s` (and a POST body within as long
 again), no HTTP request body may exceed `MAX_HTTP_BODY_BYTES` nor a WebSocket message `WS_MAX_MESSAGE_BYTES`,
 neither may hold more than `MAX_JSON_VALUES` JSON values (`sqlenv.server.json_values`: refused before anything
-parses it), and bad `/reset` values are answered 422.
+parses it), bad `/reset` values are answered 422, and no error reply carries the client's values back.
 """
 
 from __future__ import annotations
@@ -33,22 +38,26 @@ import os
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.utils import is_body_allowed_for_status_code
 from openenv.core.env_server.http_server import create_fastapi_app
 from openenv.core.env_server.types import ConcurrencyConfig
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sqlenv.asgi_body import BodyTooLarge, read_body, replaying
-from sqlenv.client_address import FORWARDED_ALLOW_IPS_ENV, client_key, proxy_hops_setting
+from sqlenv.client_address import FORWARDED_ALLOW_IPS_ENV, proxy_hops_setting
 from sqlenv.sandbox.native_memory import fix_mmap_threshold, malloc_trim
 from sqlenv.http_connections import http_protocol
-from sqlenv.server.connections import listening_sockets
+from sqlenv.server.connections import listening_sockets, websocket_protocol
 from sqlenv.server.environment import (PYTHON_SLOTS_ENV, PythonSlots, ResetArgumentError, ServerConfig,
                                       SQLEnvServerEnvironment, step_activity)
 from sqlenv.server.json_values import MAX_JSON_VALUES, too_many_values
 from sqlenv.server.loop_probe import HealthTimer, probe_path, run_probe
 from sqlenv.server.models import EpisodeState, SQLAction, SQLObservation
 from sqlenv.server.playground import add_playground
+from sqlenv.server.websocket_guard import WebSocketGuard
 
 __all__ = ["create_app", "serve", "DEFAULT_MAX_SESSIONS", "DEFAULT_SESSION_TIMEOUT_S", "DEFAULT_REQUEST_TIMEOUT_S",
            "DEFAULT_MAX_SESSIONS_PER_CLIENT", "DEFAULT_RESET_TIMEOUT_S", "WS_MAX_MESSAGE_BYTES", "MAX_HTTP_BODY_BYTES"]
@@ -58,7 +67,7 @@ DEFAULT_MAX_SESSIONS = 64
 #: Seconds a session may sit idle (no message) before the server closes it: far above a trainer's pause
 #: between two rollouts, so only abandoned sessions go.
 DEFAULT_SESSION_TIMEOUT_S = 600.0
-#: WebSockets one client address may hold at once (`_WebSocketGuard`): a trainer opens one per generation of a
+#: WebSockets one client address may hold at once (`WebSocketGuard`): a trainer opens one per generation of a
 #: batch, so one training against the server needs up to that many (raise it with `--max-sessions-per-client`).
 DEFAULT_MAX_SESSIONS_PER_CLIENT = 16
 #: Seconds a new WebSocket has to send its first `reset` before the server closes it (clients reset at once).
@@ -75,11 +84,6 @@ MAX_HTTP_BODY_BYTES = 1024 * 1024
 DEFAULT_REQUEST_TIMEOUT_S = 10.0
 
 _SESSION_CREATE = "openenv/session/create"
-#: The close reason sent to a WebSocket closed for silence (at most 123 bytes, as the protocol requires).
-_IDLE_CLOSE_REASON = "no message for {s:g} s: the session is closed; connect again for a new one"
-_NO_RESET_CLOSE_REASON = "no reset within {s:g} s of connecting: the session is closed; connect again and reset"
-_TOO_MANY_VALUES_CLOSE_REASON = f"a message of more than {MAX_JSON_VALUES} JSON values: the session is closed"
-_MAX_RESET_CHARS = 65_536
 #: Seconds between two `malloc_trim` calls (glibc only; see `_trim_freed_memory`).
 TRIM_INTERVAL_S = 10.0
 
@@ -126,7 +130,7 @@ class _HttpGuard:
       WebSocket.
 
     Both replies close the connection. WebSocket traffic passes untouched (uvicorn's `ws_max_size` bounds its
-    messages, `_WebSocketGuard` their values, their number per client and their silences)."""
+    messages, `WebSocketGuard` their values, their number per client and their silences)."""
 
     def __init__(self, app: Any, max_body: int = MAX_HTTP_BODY_BYTES,
                  body_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S):
@@ -174,141 +178,37 @@ class _HttpGuard:
         await send({"type": "http.response.body", "body": data})
 
 
-#: OpenEnv's WebSocket route: one session per connection.
-SESSION_PATH = "/ws"
+#: The most characters of an error's text (`detail`, `msg`) and of each part of its location an error reply keeps.
+_ERROR_TEXT_CHARS, _ERROR_LOC_CHARS = 200, 60
 
 
-class _WebSocketGuard:
-    """ASGI middleware for `/ws` connections: how many one client may hold, and how long one may stay silent.
-
-    - A client address (an IPv6 client: its /64) holds at most `per_client` WebSockets at once: one more is
-      accepted, told `CAPACITY_REACHED` in OpenEnv's error message (saying why) and closed (code 1008). 64 sockets
-      from one client that never sent a message once took all 64 slots, and kept them with one `state` each
-      per `idle_s`.
-    - A WebSocket that has not sent a `reset` within `reset_s` of connecting is closed: a session is for playing
-      episodes, and a client's first message is its reset.
-    - A WebSocket that sends no message for `idle_s` seconds is closed.
-    - A WebSocket that sends a message of more than `MAX_JSON_VALUES` JSON values is closed before anything parses
-      the message (code 1009, as for a message over the size limit, which uvicorn refuses unread).
-
-    A closed connection gets a close frame (code 1000 for silences, a reason saying why); the app gets the
-    disconnect a client's own close would give it, so OpenEnv ends the session as it ends a dropped one:
-    environment closed, slot free. The idle clock runs only while the app waits for the next message (a 5 s step
-    does not count as silence), and any message restarts it.
-
-    This is the server's idle timeout. OpenEnv's reaper (`ConcurrencyConfig.session_timeout`) is left off: it
-    closed an idle session's environment but not its WebSocket, and OpenEnv's loop went on resetting and
-    stepping there, outside the session limit (12 working sessions on a 4-session server, `/sessions` saying
-    0). Ending the connection ends everything the session holds, through one path.
-
-    The client address is the TCP peer's, or with `proxy_hops` trusted proxies the `X-Forwarded-For` entry the
-    outermost of them appended (entries further left are the client's own words). `serve` has uvicorn trust no
-    proxy's header itself unless the operator names the proxies in `FORWARDED_ALLOW_IPS` instead (behind a proxy,
-    every client would otherwise share its address, and any local client could name a new address per
-    connection)."""
-
-    def __init__(self, app: Any, idle_s: float, reset_s: float = DEFAULT_RESET_TIMEOUT_S,
-                 per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT, proxy_hops: int = 0):
-        self.app = app
-        self.idle_s = idle_s
-        self.reset_s = reset_s
-        self.per_client = per_client
-        self.proxy_hops = proxy_hops
-        self._open: dict[str, int] = {}  # client address -> its WebSockets now
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        # Only the session route is counted and refused here: a handshake to any other path goes on to the app,
-        # which has no other WebSocket route and refuses it (403). Refusing it here instead accepted it first
-        # (101), to say why in a message: a client at its cap got a 101 from `/ws/ui`.
-        if scope["type"] != "websocket" or scope.get("path") != SESSION_PATH:
-            await self.app(scope, receive, send)
-            return
-        client = client_key(scope, self.proxy_hops)
-        if self._open.get(client, 0) >= self.per_client:
-            await _refuse_websocket(receive, send, self.per_client)
-            return
-        self._open[client] = self._open.get(client, 0) + 1
-        try:
-            await self._serve(scope, receive, send)
-        finally:
-            left = self._open.pop(client) - 1
-            if left:
-                self._open[client] = left
-
-    async def _serve(self, scope: dict, receive: Any, send: Any) -> None:
-        loop = asyncio.get_running_loop()
-        reset_by = loop.time() + self.reset_s
-        reset_seen = False
-        closed = False
-        reason = _IDLE_CLOSE_REASON.format(s=self.idle_s)
-
-        async def close(code: int, why: str) -> dict:
-            nonlocal closed, reason
-            closed, reason = True, why
-            try:
-                await send({"type": "websocket.close", "code": code, "reason": why})
-            except Exception:  # noqa: BLE001 - the client left meanwhile: nothing to close
-                pass
-            return {"type": "websocket.disconnect", "code": code, "reason": why}
-
-        async def timed_receive() -> dict:
-            nonlocal reset_seen
-            if closed:
-                return {"type": "websocket.disconnect", "code": 1000, "reason": reason}
-            wait = self.idle_s if reset_seen else min(self.idle_s, max(0.0, reset_by - loop.time()))
-            try:
-                async with asyncio.timeout(wait):  # a cancelled wait leaves the message in uvicorn's queue
-                    message = await receive()
-            except TimeoutError:
-                silent_before_reset = not reset_seen and wait < self.idle_s
-                return await close(1000, _NO_RESET_CLOSE_REASON.format(s=self.reset_s) if silent_before_reset
-                                   else _IDLE_CLOSE_REASON.format(s=self.idle_s))
-            text = message.get("text") if message["type"] == "websocket.receive" else None
-            if text is not None and too_many_values(text):
-                return await close(1009, _TOO_MANY_VALUES_CLOSE_REASON)
-            if not reset_seen and text is not None:
-                reset_seen = _is_reset(text)
-            return message
-
-        async def guarded_send(message: dict) -> None:
-            if not closed:  # after the server's close, the app's own close (and anything else) has nowhere to go
-                await send(message)
-
-        await self.app(scope, timed_receive, guarded_send)
+def _error_detail(detail: Any) -> Any:
+    """An error's `detail` as the server sends it: a list of validation errors (FastAPI's, or pydantic's that
+    OpenEnv's `/step` raises as `HTTPException(422, e.errors())`) keeps where (`loc`, each part cut short: a key is
+    the client's too), what (`msg`) and the error `type`, never the failing value (`input`, `ctx`); a text is cut
+    short (OpenEnv's 404 quotes a path's environment name); anything else is named by its type."""
+    if isinstance(detail, str):
+        return detail[:_ERROR_TEXT_CHARS]
+    if isinstance(detail, (list, tuple)):
+        return [{"loc": [part if isinstance(part, int) else str(part)[:_ERROR_LOC_CHARS]
+                         for part in (error.get("loc") or ())[:20]],
+                 "msg": str(error.get("msg", ""))[:_ERROR_TEXT_CHARS], "type": str(error.get("type", ""))[:60]}
+                if isinstance(error, dict) else type(error).__name__ for error in detail[:20]]
+    return type(detail).__name__
 
 
-def _is_reset(text: Any) -> bool:
-    """Whether a WebSocket message is OpenEnv's `reset` (read as OpenEnv reads it: `json.loads`, then `type`).
-    A reset is a few hundred bytes: a longer message is not parsed here (OpenEnv reads it as usual)."""
-    if not isinstance(text, str) or len(text) > _MAX_RESET_CHARS:
-        return False
-    try:
-        message = json.loads(text)
-    except (ValueError, RecursionError):
-        return False
-    return isinstance(message, dict) and message.get("type") == "reset"
-
-
-async def _refuse_websocket(receive: Any, send: Any, per_client: int) -> None:
-    """Accept, say why in OpenEnv's error message (`CAPACITY_REACHED`, as a full server does), and close."""
-    if (await receive())["type"] != "websocket.connect":
-        return
-    message = (f"this client address already holds {per_client} sessions, the most one client may hold on this "
-               "server (--max-sessions-per-client): close one first")
-    await send({"type": "websocket.accept"})
-    await send({"type": "websocket.send", "text": json.dumps({"type": "error", "data": {
-        "message": message, "code": "CAPACITY_REACHED", "active_sessions": per_client, "max_sessions": per_client}})})
-    await send({"type": "websocket.close", "code": 1008, "reason": "too many sessions from this client address"})
-
-
-async def _refuse_invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-    """FastAPI's 422 for a body that fails its model, without the values: FastAPI's own reply carries each
-    failing value whole (`input`), so a 1 MB `episode_id` came back as 1 MB. Kept: where (`loc`, each part cut
-    short, since a key is the client's too), what (`msg`) and the error `type`."""
-    detail = [{"loc": [part if isinstance(part, int) else str(part)[:60] for part in error.get("loc", ())],
-               "msg": str(error.get("msg", ""))[:200], "type": str(error.get("type", ""))}
-              for error in exc.errors()[:20]]
-    return JSONResponse({"detail": detail}, status_code=422)
+async def _error_reply(request: Request, exc: Exception) -> Any:
+    """The one place every error reply is made, for the routes OpenEnv registers as for the app's own: a request
+    that fails its model (`RequestValidationError`) and any `HTTPException`, answered with their status and
+    headers and `_error_detail` of their detail. FastAPI's own replies carry each failing value whole: a 1 MB
+    `episode_id` to `/reset`, or a 1 MB field of `/step`'s action (OpenEnv raises that 422 itself), came back as
+    1 MB (issue 49)."""
+    if isinstance(exc, RequestValidationError):
+        return JSONResponse({"detail": _error_detail(exc.errors())}, status_code=422)
+    if not is_body_allowed_for_status_code(exc.status_code):
+        return await http_exception_handler(request, exc)
+    return JSONResponse({"detail": _error_detail(exc.detail)}, status_code=exc.status_code,
+                        headers=getattr(exc, "headers", None))
 
 
 def _run_while_serving(app: FastAPI, coroutine: Any) -> None:
@@ -339,14 +239,16 @@ def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS
         max_sessions: most concurrent WebSocket sessions (default 64); one more gets a `CAPACITY_REACHED` error.
         web: also serve SQLEnv's playground page at `/web/` (default False; `/` redirects there). Each visitor
             plays a session of their own over `/ws`, under every limit below (`sqlenv.server.playground`).
-        session_timeout_s: seconds a WebSocket may go without sending a message before the server closes it,
-            and its session with it (default 600). A client that comes back later finds the connection closed
-            and opens a new one (`RemoteSQLEnvironment` does so at its next reset).
+        session_timeout_s: seconds a WebSocket may keep the server waiting on it (for its next message, or to
+            read a reply) before the server closes it, and its session with it (default 600). A client that comes
+            back later finds the connection closed and opens a new one (`RemoteSQLEnvironment` does so at its
+            next reset).
         request_timeout_s: seconds a client has to send a request body once its head is read (default 10; the
             head's own deadline is the HTTP protocol's, set by `serve`).
         max_sessions_per_client: most WebSockets one client address (an IPv6 one: its /64) may hold at once
             (default 16); one more gets `CAPACITY_REACHED`. A trainer opens one per generation of a batch: serve
-            a training with at least that many.
+            a training with at least that many. A client that holds some gets one more only while more than it
+            holds are free, unless no other client holds any (`sqlenv.server.websocket_guard.SessionShares`).
         reset_timeout_s: seconds a new WebSocket has to send its first `reset` before the server closes it
             (default 20; clients reset as soon as they connect).
         proxy_hops: trusted reverse proxies in front of the server, each appending to `X-Forwarded-For`
@@ -370,7 +272,7 @@ def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS
         raise ValueError(f"reset_timeout_s must be > 0, got {reset_timeout_s}")
     if not isinstance(proxy_hops, int) or proxy_hops < 0:
         raise ValueError(f"proxy_hops must be a non-negative integer, got {proxy_hops!r}")
-    # No reaper (session_timeout=None): `_WebSocketGuard` closes silent connections, which ends their sessions.
+    # No reaper (session_timeout=None): `WebSocketGuard` closes silent connections, which ends their sessions.
     concurrency = ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=None)
     factory = functools.partial(SQLEnvServerEnvironment, config)
     app = create_fastapi_app(factory, SQLAction, SQLObservation, concurrency_config=concurrency,
@@ -378,15 +280,16 @@ def create_app(config: ServerConfig, *, max_sessions: int = DEFAULT_MAX_SESSIONS
     if web:
         add_playground(app)
     app.add_middleware(_HttpGuard, body_timeout_s=request_timeout_s)
-    app.add_middleware(_WebSocketGuard, idle_s=session_timeout_s, reset_s=reset_timeout_s,
-                       per_client=max_sessions_per_client, proxy_hops=proxy_hops)
+    app.add_middleware(WebSocketGuard, router=app.router, max_sessions=max_sessions, idle_s=session_timeout_s,
+                       reset_s=reset_timeout_s, per_client=max_sessions_per_client, proxy_hops=proxy_hops)
 
     async def refuse_reset(request: Request, exc: ResetArgumentError) -> JSONResponse:
         # A client's bad value (OpenEnv's /reset lets the environment's ValueError become a 500).
         return JSONResponse({"detail": str(exc)}, status_code=422)
 
     app.add_exception_handler(ResetArgumentError, refuse_reset)
-    app.add_exception_handler(RequestValidationError, _refuse_invalid_request)
+    app.add_exception_handler(RequestValidationError, _error_reply)
+    app.add_exception_handler(StarletteHTTPException, _error_reply)
     fix_mmap_threshold()  # big freed blocks go back to the system (see sqlenv.sandbox.native_memory)
     trim = malloc_trim()
     if trim is not None:
@@ -468,7 +371,7 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, *,
     # both ends than the bytes it saves.
     server = uvicorn.Server(uvicorn.Config(
         app, host=host, port=port, log_level=log_level, ws_max_size=WS_MAX_MESSAGE_BYTES,
-        ws_per_message_deflate=False, http=http_protocol(request_timeout_s),
+        ws_per_message_deflate=False, http=http_protocol(request_timeout_s), ws=websocket_protocol(),
         forwarded_allow_ips=os.environ.get(FORWARDED_ALLOW_IPS_ENV, "")))
     try:
         server.run(sockets=sockets)

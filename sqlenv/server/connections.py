@@ -1,5 +1,6 @@
-"""How the server takes connections: its listening sockets (uvicorn's HTTP protocol with a deadline on request
-heads is `sqlenv.http_connections.http_protocol`, which the dashboard uses too).
+"""How the server takes connections: its listening sockets, and what a WebSocket connection may make it hold
+(`websocket_protocol`). uvicorn's HTTP protocol with a deadline on request heads is
+`sqlenv.http_connections.http_protocol`, which the dashboard uses too.
 
 Why several listening sockets: uvicorn's event loop (uvloop, over libuv) accepts one connection per listening
 socket per turn of the loop. Under load a turn takes 0.1-0.3 s on two cores (64 honest and 64 hostile
@@ -14,9 +15,11 @@ address and port), and the loop accepts from each of them every turn: the same s
 
 from __future__ import annotations
 
+import asyncio
 import socket
+from typing import Any
 
-__all__ = ["LISTENERS", "listening_sockets"]
+__all__ = ["LISTENERS", "LINGER_S", "listening_sockets", "websocket_protocol"]
 
 #: Listening sockets sharing the server's port (`listening_sockets`): the connections the loop can accept in one
 #: turn. 16 held `/health` under 1 s with 64 hostile sessions reconnecting; 64 did no better.
@@ -52,3 +55,72 @@ def listening_sockets(host: str, port: int, count: int = LISTENERS) -> list[sock
             sock.close()
         raise
     return sockets
+
+
+#: Seconds a WebSocket connection may outlive the app's part in it (its close frame sent, or the app returned):
+#: uvicorn waits 10 s for the client's answer to a close frame, then closes, which waits for the client to take
+#: what is still buffered. Past these seconds the connection is aborted, its buffer dropped.
+LINGER_S = 12.0
+
+
+def websocket_protocol() -> type:
+    """uvicorn's WebSocket protocol (websockets' sans-I/O implementation, the one uvicorn's "auto" picks) with two
+    bounds at the transport, for `uvicorn.Config(ws=...)`:
+
+    - Unread output stops reading: while the transport holds more unsent bytes than its high-water mark (64 KiB:
+      the client is not reading what it was sent), the connection reads nothing more from the client. uvicorn's
+      `send` already waits there with the app's replies, but it answers each ping at once with a pong written past
+      any bound, and stops reading only while a data message waits for the app: a client that sent pings and
+      never read made the server keep every pong (issue 49: 500 MB of pings, RSS 282 -> 738 MB, held while the
+      client stayed). Now a connection holds at most the mark plus one read's pongs (~0.3 MB), and the client's
+      pings wait in its own buffers. uvicorn's "websockets" implementation (deprecated) waits for the buffer to
+      drain before each pong, "wsproto" writes them as "websockets-sansio" does.
+    - An ended connection ends: `LINGER_S` after the app's part in it ended (`run_asgi` returned), a connection
+      still open is aborted. A graceful close waits for the client to take what is buffered, which a client that
+      never reads never does: the socket and its buffer were held as long as the client stayed.
+
+    When the server stops reading, or ends a connection, is decided above it (`sqlenv.server.websocket_guard`: the
+    idle and reset clocks, bounded whatever the client does)."""
+    from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+
+    class BoundedWebSocketProtocol(WebSocketsSansIOProtocol):
+        _sqlenv_output_waits = False  # the transport's unsent bytes are over its high-water mark
+        _sqlenv_linger: asyncio.TimerHandle | None = None
+        _sqlenv_lost = False
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            self._sqlenv_output_waits = True
+            self.transport.pause_reading()
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            self._sqlenv_output_waits = False
+            if not self.read_paused:  # uvicorn's own pause: a message the app has not taken yet
+                self.transport.resume_reading()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self._sqlenv_output_waits:
+                self.transport.pause_reading()  # uvicorn resumed reading as the app took a message
+
+        async def run_asgi(self) -> None:
+            try:
+                await super().run_asgi()
+            finally:
+                if not self._sqlenv_lost:
+                    self._sqlenv_linger = self.loop.call_later(LINGER_S, self._sqlenv_abort)
+
+        def connection_lost(self, exc: Any) -> None:
+            self._sqlenv_lost = True
+            if self._sqlenv_linger is not None:
+                self._sqlenv_linger.cancel()
+                self._sqlenv_linger = None
+            super().connection_lost(exc)
+
+        def _sqlenv_abort(self) -> None:
+            self._sqlenv_linger = None
+            if not self._sqlenv_lost:
+                self.transport.abort()
+
+    return BoundedWebSocketProtocol
