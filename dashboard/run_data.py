@@ -4,24 +4,43 @@ The pages poll every second; re-parsing every JSONL file on every tick would tax
 cores, so a snapshot is re-read only when one of the run's files changed size or mtime, and then only the
 lines appended since the last read are parsed (run files are append-only; metrics.jsonl gains a line per
 step, and re-reading thousands of lines per step for every watching page was the server's main cost with many
-visitors). Names coming from the browser go through `resolve_run`, which refuses anything that could leave
-the runs folder.
+visitors). What a snapshot holds of metrics.jsonl, evals.jsonl and transcripts.jsonl is bounded whatever their
+length (`dashboard.run_sample.RecordSample`: a spread of the file and its newest records; of transcripts, a
+summary each, the one shown read from its line when asked): any visitor may open any run, and a 58 MB metrics
+file was once sent whole to each. Names coming from the browser go through `resolve_run`, which refuses anything
+that could leave the runs folder.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from training.run_dir import (InvalidRunName, RunDir, default_runs_root, list_runs, live_status, read_records,
+from dashboard.run_sample import SPREAD, TAIL, RecordSample
+from training.run_dir import (InvalidRunName, RunDir, default_runs_root, list_runs, live_status, read_line_at,
                               redact_secrets, resolve_run)
 from training.run_results import Measured, final_measure, last_eval_measure
 
 WATCHED = ("status.json", "config.json", "metrics.jsonl", "evals.jsonl", "transcripts.jsonl", "comparison.jsonl")
+#: Transcripts listed per run (each a summary; the Run detail's picker): a spread over the run and the newest.
+TRACES_SPREAD, TRACES_TAIL = 150, 50
+#: The longest text a transcript summary keeps of a field (its outcome, its question id).
+SUMMARY_CHARS = 200
+
+
+def trace_summary(offset: int, record: dict[str, Any]) -> dict[str, Any]:
+    """What a snapshot keeps of a transcripts.jsonl line: where it is, its step and what the picker shows; the
+    transcript itself is read from its line when it is shown (`RunSnapshot.transcript`)."""
+    transcript = record.get("transcript")
+    words = transcript if isinstance(transcript, dict) else {}
+    step = record.get("step")
+    return {"offset": offset, "step": step if isinstance(step, (int, float)) and not isinstance(step, bool) else None,
+            "time": record.get("time") if isinstance(record.get("time"), (int, float)) else None,
+            "has_transcript": isinstance(transcript, dict),
+            **{key: str(words.get(key, ""))[:SUMMARY_CHARS] for key in ("outcome", "question_id")}}
 
 
 @dataclass
@@ -36,6 +55,9 @@ class RunSnapshot:
     comparison: list[dict[str, Any]] = field(default_factory=list)
     signature: tuple = ()
     raw_status: dict[str, Any] = field(default_factory=dict)  # status.json as written (status: as read, live)
+    path: Path | None = None  # the run directory (where `transcript` reads a transcript's line)
+    # Per JSONL kind: (its complete lines, whether that count is exact: a stretch read as a sample is estimated).
+    line_counts: dict[str, tuple[int, bool]] = field(default_factory=dict)
 
     @property
     def state(self) -> str:
@@ -61,10 +83,21 @@ class RunSnapshot:
 
     @property
     def latest_transcript(self) -> dict[str, Any] | None:
-        for record in reversed(self.transcripts):
-            if isinstance(record, dict) and isinstance(record.get("transcript"), dict):
-                return record
-        return None
+        """The newest transcript's summary (`trace_summary`), or None."""
+        return next((r for r in reversed(self.transcripts) if r.get("has_transcript")), None)
+
+    def transcript(self, offset: Any) -> dict[str, Any] | None:
+        """The transcripts.jsonl record of the summary at `offset` (one this snapshot lists: no other line is read),
+        read from its line; None when it is not listed, or its file changed since (a resumed run rewrites it)."""
+        listed = {r["offset"] for r in self.transcripts if r.get("has_transcript")}
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset not in listed or self.path is None:
+            return None
+        try:
+            with open(self.path / "transcripts.jsonl", "rb") as f:
+                start, record, _ = read_line_at(f, offset)
+        except OSError:
+            return None
+        return record if start == offset and isinstance(record, dict) else None
 
 
 def signature(path: Path) -> tuple:
@@ -85,8 +118,8 @@ class RunCache:
         self.runs_root = Path(runs_root) if runs_root is not None else default_runs_root()
         self._cache: dict[str, RunSnapshot] = {}
         self._lock = threading.Lock()
-        # (run path, kind) -> (inode, bytes parsed, records so far) of each JSONL file read.
-        self._tails: dict[tuple[str, str], tuple[int, int, list[Any]]] = {}
+        # (run path, kind) -> what is kept of each JSONL file read (bounded: `RecordSample`).
+        self._samples: dict[tuple[str, str], RecordSample] = {}
         self._read_lock = threading.Lock()  # one reader per cache: a burst of pages reads a change once
 
     def resolve(self, name: str) -> RunDir:
@@ -133,33 +166,42 @@ class RunCache:
             transcripts=self.read_jsonl(run, "transcripts"),
             comparison=self.read_jsonl(run, "comparison"),
             signature=sig,
+            path=run.path,
+            line_counts={kind: self.line_count(run, kind) for kind in ("metrics", "evals", "transcripts")},
         )
         with self._lock:
             self._cache[run.run_id] = snap
         return snap
 
+    @staticmethod
+    def _new_sample(kind: str) -> RecordSample:
+        if kind == "transcripts":
+            return RecordSample(TRACES_SPREAD, TRACES_TAIL, keep=trace_summary)
+        # comparison.jsonl is bounded by its writer (a pair per comparison episode, then a summary): read whole.
+        return RecordSample(None) if kind == "comparison" else RecordSample(SPREAD, TAIL)
+
     def read_jsonl(self, run: RunDir, kind: str) -> list[Any]:
-        """Every complete record of `<kind>.jsonl` (as `training.run_dir.read_records` reads them: a torn last
-        line waits for its newline; a corrupt, overlong or too deep line is skipped), parsing only the bytes
-        appended since this cache last read the file. A file that shrank or was replaced is read again from its
-        start. The list returned is new whenever records were added (snapshots already handed out never change)."""
+        """The records kept of `<kind>.jsonl` (as `training.run_dir.read_records` reads them: a torn last line waits
+        for its newline; a corrupt, overlong or too deep line is skipped), reading only the bytes appended since this
+        cache last read the file: every record of comparison.jsonl; of metrics and evals a bounded spread and the
+        newest (`RecordSample`); of transcripts, summaries (`trace_summary`). A file that shrank or was replaced is
+        read again from its start. The list returned is new whenever records changed (snapshots already handed out
+        never change)."""
         key = (str(run.path), kind)
         try:
             f = open(run.file(f"{kind}.jsonl"), "rb")
         except FileNotFoundError:
-            self._tails.pop(key, None)
+            self._samples.pop(key, None)
             return []
         with f:
-            st = os.fstat(f.fileno())
-            inode, offset, records = self._tails.get(key, (st.st_ino, 0, []))
-            if inode != st.st_ino or st.st_size < offset:
-                offset, records = 0, []
-            f.seek(offset)
-            added, read = read_records(f)
-        if added:
-            records = records + added
-        self._tails[key] = (st.st_ino, offset + read, records)
-        return records
+            sample = self._samples.get(key) or self._samples.setdefault(key, self._new_sample(kind))
+            sample.update(f)
+        return sample.records
+
+    def line_count(self, run: RunDir, kind: str) -> tuple[int, bool]:
+        """(complete lines of `<kind>.jsonl` as last read, whether the count is exact: see `RecordSample`)."""
+        sample = self._samples.get((str(run.path), kind))
+        return (sample.lines, sample.exact) if sample is not None else (0, True)
 
     def try_snapshot(self, name: str | None) -> tuple[RunSnapshot | None, str | None]:
         """(snapshot, None) or (None, a message saying why the run cannot be shown)."""

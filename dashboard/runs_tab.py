@@ -88,10 +88,22 @@ def detail_header(snap) -> str:
         f'<div class="sqe-card sqe-status" id="runs-detail-status" data-run="{esc(snap.run_id)}" data-status="{esc(state)}">'
         f'<div><b>{esc(snap.run_id)}</b> <span class="sqe-badge sqe-{kind}">{esc(state)}</span></div>'
         f'<div class="sqe-meta">step {p["step"]} / {p["total"] if p["total"] is not None else "?"} · elapsed '
-        f'{fmt_duration(p["elapsed"])} · {len(snap.metrics)} metric lines · {len(snap.evals)} evals · '
-        f'{len(snap.transcripts)} traces</div>{success_html(snap)}{kept_html(snap, "runs-detail-kept")}'
-        f"{errs}</div>"
+        f'{fmt_duration(p["elapsed"])} · {lines_text(snap)}</div>{success_html(snap)}'
+        f'{kept_html(snap, "runs-detail-kept")}{errs}</div>'
     )
+
+
+def lines_text(snap) -> str:
+    """How many metric lines, evals and traces the run wrote ("~" where counted from a sample), and, when its
+    charts draw fewer points than it logged, that they draw a spread of them."""
+    parts, charted = [], ""
+    for kind, label, kept in (("metrics", "metric lines", snap.metrics), ("evals", "evals", snap.evals),
+                              ("transcripts", "traces", snap.transcripts)):
+        lines, exact = snap.line_counts.get(kind, (len(kept), True))
+        parts.append(f"{'' if exact else '~'}{lines:,} {label}")
+        if kind == "metrics" and lines > len(kept):
+            charted = f" (charts: {len(kept):,} of them, spread over the run, and the newest)"
+    return " · ".join(parts) + charted
 
 
 def results_frame(snap) -> pd.DataFrame:
@@ -143,11 +155,13 @@ def _rate_text(rate: Any, ci: Any, n: Any) -> str:
 
 
 def transcript_choices(snap) -> list:
+    """The picker's (label, byte offset of its line) of the traces the snapshot lists, newest first."""
     choices = []
-    for i, record in enumerate(snap.transcripts):
-        if isinstance(record, dict) and isinstance(record.get("transcript"), dict):
-            t = record["transcript"]
-            choices.append((f"step {record.get('step', '?')} — {t.get('outcome', '?')} — {t.get('question_id', '')}", i))
+    for summary in snap.transcripts:
+        if summary.get("has_transcript"):
+            step = summary["step"] if summary.get("step") is not None else "?"
+            choices.append((f"step {step} — {summary['outcome'] or '?'} — {summary['question_id']}",
+                            summary["offset"]))
     return choices[::-1]
 
 
@@ -337,10 +351,9 @@ def build(ctx: AppContext) -> dict[str, Any]:
         snap, err = ctx.runs.try_snapshot(name)
         if snap is None or index is None:
             return '<div class="sqe-muted">No transcript in this run.</div>'
-        try:
-            record = snap.transcripts[int(index)]
-        except (ValueError, IndexError, TypeError):
-            return '<div class="sqe-muted">Transcript not found.</div>'
+        record = snap.transcript(index)  # the picker's value: the byte offset of a line the snapshot lists
+        if record is None:
+            return '<div class="sqe-muted">Transcript not found (the run may have changed: pick it again).</div>'
         return transcript_html(record.get("transcript"), title=f"Trace at step {record.get('step', '?')}")
 
     def show_overlay(names):

@@ -110,9 +110,10 @@ class LiveUpdates:
         trace_value = gr.skip()
         if changed("transcripts"):
             latest = snap.latest_transcript
+            record = snap.transcript(latest["offset"]) if latest else None
             trace_value = (
-                transcript_html(latest["transcript"], title=f"Trace at step {latest.get('step', '?')}")
-                if latest else '<div class="sqe-muted">No trace yet (one is played every trace_every steps).</div>'
+                transcript_html(record.get("transcript"), title=f"Trace at step {record.get('step', '?')}")
+                if record else '<div class="sqe-muted">No trace yet (one is played every trace_every steps).</div>'
             )
         return (
             bar if changed("bar") else gr.skip(),

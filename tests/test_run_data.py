@@ -239,3 +239,91 @@ def test_a_malformed_or_huge_run_is_listed_as_unreadable_and_the_others_still_sh
         (folder / "episodes.jsonl").write_text('{"question_id": "q1"}\n' + "[" * 10_000 + "]" * 10_000 + "\n")
     assert [value for _, value in source_choices(cache)][0] == "eval:ok"
     assert [e["question_id"] for e in load_evaluation(tmp_path / EVALUATIONS_FOLDER / "ok").episodes] == ["q1"]
+
+
+# ------------------------------------------------------------------------------ issue 49, finding 6
+def write_metrics(path, first: int, last: int) -> None:
+    """Metrics lines of steps first..last (~120 bytes each), written fast (one format, no json.dumps a line)."""
+    with open(path, "a") as f:
+        f.writelines(f'{{"grad_norm": {i % 97 / 31:.4f}, "reward": {i % 13 / 13:.4f}, "reward_std": 0.1, '
+                     f'"phase": "grpo", "step": {i}, "time": {1_700_000_000 + i}}}\n' for i in range(first, last + 1))
+
+
+class CountingReader:
+    """A binary file that counts the bytes read through it (what `RecordSample.update` costs)."""
+
+    def __init__(self, f):
+        self.f, self.read_bytes = f, 0
+
+    def read(self, n=-1):
+        data = self.f.read(n)
+        self.read_bytes += len(data)
+        return data
+
+    def readline(self, n=-1):
+        data = self.f.readline(n)
+        self.read_bytes += len(data)
+        return data
+
+    def __getattr__(self, name):  # seek, tell, fileno
+        return getattr(self.f, name)
+
+
+def test_a_long_run_file_is_kept_as_a_bounded_spread_and_read_in_bounded_work(tmp_path):
+    """A 58 MB metrics.jsonl of 400,000 lines was parsed and kept whole, and every chart drew every line: 6 s and a
+    41.6 MB reply per Run detail view (issue 49, finding 6). The cache keeps at most SPREAD records spread over the
+    file plus its newest TAIL; an update reads a bounded number of bytes, however long the file (a long stretch is
+    sampled, not parsed), and its lines are estimated from the sample."""
+    from dashboard.run_sample import PARSE_BYTES, SPREAD, TAIL, RecordSample
+    from dashboard.runs_tab import detail_header
+
+    run = RunDir.create(tmp_path, "long")
+    run.write_status("completed", started_at=now_iso())
+    write_metrics(run.file("metrics.jsonl"), 1, 200_000)
+    size = run.file("metrics.jsonl").stat().st_size
+    assert size > 20_000_000
+    sample = RecordSample()
+    with open(run.file("metrics.jsonl"), "rb") as f:
+        counting = CountingReader(f)
+        assert sample.update(counting)
+    assert counting.read_bytes < PARSE_BYTES + 2 * SPREAD * 200 < size / 10  # the tail, and a line per range
+    steps = [r["step"] for r in sample.records]
+    assert len(steps) <= SPREAD + TAIL and steps == sorted(steps)
+    assert steps[0] == 1 and steps[-TAIL:] == list(range(200_001 - TAIL, 200_001))  # first, and the newest whole
+    gaps = [b - a for a, b in zip(steps, steps[:-TAIL])]
+    assert max(gaps) < 3 * 200_000 / SPREAD  # spread evenly
+    assert not sample.exact and abs(sample.lines - 200_000) < 2_000
+
+    cache = RunCache(tmp_path)
+    snap = cache.snapshot("long")
+    assert len(snap.metrics) <= SPREAD + TAIL and snap.metrics[-1]["step"] == 200_000
+    assert "~" in detail_header(snap) and "spread over the run" in detail_header(snap)
+    # A live run's appended lines are read as they come, and the kept records stay bounded.
+    write_metrics(run.file("metrics.jsonl"), 200_001, 230_000)
+    time.sleep(0.002)
+    later = cache.snapshot("long")
+    assert len(later.metrics) <= SPREAD + TAIL + 1 and later.metrics[-1]["step"] == 230_000
+    assert [r["step"] for r in later.metrics[-3:]] == [229_998, 229_999, 230_000]
+    assert [r["step"] for r in snap.metrics][-1] == 200_000  # a snapshot handed out never changes
+
+
+def test_transcripts_are_listed_as_summaries_and_read_from_their_line(tmp_path):
+    """A run kept every transcript in memory (each up to 4 MiB) for every page. A snapshot now lists summaries (a
+    bounded number) and reads the transcript shown from its line, only at an offset it lists."""
+    from dashboard.run_data import TRACES_SPREAD, TRACES_TAIL
+
+    run = RunDir.create(tmp_path, "traces")
+    run.write_status("running", started_at=now_iso())
+    for step in range(1, 1_001):
+        run.append("transcripts", {"step": step, "time": 1.0,
+                                   "transcript": {"question_id": f"q{step}", "outcome": "correct", "steps": [],
+                                                  "pad": "x" * 2_000}})
+    snap = RunCache(tmp_path).snapshot("traces")
+    assert len(snap.transcripts) <= TRACES_SPREAD + TRACES_TAIL and "pad" not in str(snap.transcripts)
+    latest = snap.latest_transcript
+    assert latest["step"] == 1_000 and latest["question_id"] == "q1000"
+    assert snap.transcript(latest["offset"])["transcript"]["question_id"] == "q1000"
+    first = snap.transcripts[0]
+    assert snap.transcript(first["offset"])["step"] == first["step"] == 1
+    for unlisted in (latest["offset"] + 1, -1, "0", None, True, 10**12):
+        assert snap.transcript(unlisted) is None

@@ -35,6 +35,7 @@ import here.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -177,6 +178,29 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
             return read_records(f)[0]
     except FileNotFoundError:
         return []
+
+
+def read_line_at(f: BinaryIO, offset: int) -> tuple[int, dict[str, Any] | None, int | None]:
+    """The JSONL line of `f` that starts at byte `offset`, or the next one when `offset` falls inside a line: (where
+    it starts, its record or None when the line is no readable record (`read_records`' rules), where the next line
+    starts, or None when no complete line starts there: the end, or a torn last line). Reads that one line at most,
+    in pieces of `MAX_RECORD_BYTES`: what a bounded reader of a long run file (a sample spread over it) reads."""
+    f.seek(max(0, offset - 1))
+    if offset > 0 and f.read(1) != b"\n":  # inside a line: its end first
+        while not (piece := f.readline(MAX_RECORD_BYTES)).endswith(b"\n"):
+            if not piece:
+                return f.tell(), None, None
+    start = f.tell()
+    line = f.readline(MAX_RECORD_BYTES + 1)
+    if not line.endswith(b"\n"):
+        if len(line) <= MAX_RECORD_BYTES:
+            return start, None, None
+        while not (line := f.readline(MAX_RECORD_BYTES)).endswith(b"\n"):  # an overlong line, skipped
+            if not line:
+                return start, None, None
+        return start, None, f.tell()
+    records, _ = read_records(io.BytesIO(line))
+    return start, (records[0] if records else None), f.tell()
 
 
 def _json_default(obj: Any) -> Any:

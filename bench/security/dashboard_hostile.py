@@ -1,6 +1,7 @@
-"""Hostile visitors against the public dashboard: half-sent request heads, login-throttle spellings, and Play.
+"""Hostile visitors against the public dashboard: half-sent request heads, login-throttle spellings, Play, and a long
+run's detail.
 
-The figures of issue 43's findings 6, 8 and 10, measured on `python app.py` (of `--repo`, default this checkout,
+The figures of issue 43's findings 6, 8 and 10 and issue 49's findings 5 and 6, measured on `python app.py` (of `--repo`, default this checkout,
 so that another checkout, such as the commit before the fixes, is measured the same way) on 127.0.0.1, with an owner
 password set. Clients on other loopback addresses (127.0.x.y) are other clients. Two apps are started in turn:
 
@@ -16,12 +17,20 @@ password set. Clients on other loopback addresses (127.0.x.y) are other clients.
   - `play_slow`: an honest visitor steps every 0.5 s while 8 visitors run 5 s queries back to back, from 8
     clients and then from one client (whose steps past 2 are refused: pressed again a second later): the honest
     step's median and slowest latency;
+  - `play_full` (issue 49): an honest visitor opens an episode, 15 other addresses one each (every place taken),
+    then a 17th address calls New episode: is it told Play is full, and does the honest visitor (the least
+    recently played) still find its episode;
+  - `run_detail` (issue 49): a run whose metrics.jsonl has `--metrics-lines` (400,000) lines of ~145 bytes (58 MB,
+    as an honest long run that logs every step writes), opened on the Runs tab: the first and a second Run detail
+    view (seconds, reply bytes), then six anonymous views at once from six addresses (each one's seconds) while an
+    honest visitor plays a step, and the app's RSS before and after;
 - one trusted proxy (`SQLENV_PROXY_HOPS=1`): wrong passwords until the throttle refuses, for a direct client (the
   control), a client that sends an X-Forwarded-For line of its own before the proxy's, and a client that takes a
   new IPv6 address of one /64 each try (`throttled_after`: tries answered "wrong password" before the refusal;
   null: not refused in 8).
 
     python bench/security/dashboard_hostile.py [--repo PATH] [--flood 20000] [--heads-wait 20] [--play-s 15]
+        [--metrics-lines 400000] [--phases heads,flood,play,play_full,run_detail,throttle]
 
 The last line is one JSON object. Loops are bounded (counts and phase times); only 127.0.0.1 is contacted.
 """
@@ -57,7 +66,7 @@ PARTIAL_HEAD = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
 
 @contextlib.contextmanager
 def app(repo: Path, env: dict[str, str], fds: int | None = None):
-    """`python app.py` of `repo` on a free port with a password and fresh runs/ and data/; yields (url, pid)."""
+    """`python app.py` of `repo` on a free port with a password and fresh runs/ and data/; yields (url, pid, root)."""
     root = Path(tempfile.mkdtemp(prefix="sqlenv-hostile-"))
     port = free_port()
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SQLENV_", "SPACE_", "OAUTH_"))}
@@ -74,7 +83,7 @@ def app(repo: Path, env: dict[str, str], fds: int | None = None):
                                 cwd=repo, env=full_env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=limit_fds)
         try:
             wait_http(f"http://127.0.0.1:{port}/", proc)
-            yield f"http://127.0.0.1:{port}/", proc.pid
+            yield f"http://127.0.0.1:{port}/", proc.pid, root
         finally:
             end_process(proc)
             shutil.rmtree(root, ignore_errors=True)
@@ -275,6 +284,109 @@ def throttle(url: str, config: dict) -> dict:
     return result
 
 
+def play_full(url: str, config: dict) -> dict:
+    """Every place taken by one visitor each (the honest one first: the least recently played), then one more."""
+    new_episode(url, config, "honest-full", "127.0.2.1")
+    for i in range(15):
+        new_episode(url, config, f"full-{i}", f"127.0.2.{2 + i}")
+    answer = new_episode(url, config, "newcomer", "127.0.2.99")
+    refused = 'id="play-full"' in str((answer.get("output") or [None, ""])[1])
+    survived = 'data-budget="99"' in str((step(url, config, "honest-full", "SELECT 1", "127.0.2.1").get("output")
+                                          or [None, ""])[1])
+    return {"play_full_newcomer_refused": refused, "play_full_honest_episode_survived": survived}
+
+
+def writing(config: dict, api_prefix: str, elem_id: str) -> dict:
+    """The event named `api_prefix` (or `api_prefix_N`) that writes to the component `elem_id`."""
+    ids = {c["id"]: c.get("props", {}).get("elem_id") for c in config["components"]}
+    return next(d for d in config["dependencies"] if d.get("backend_fn")
+                and ((d.get("api_name") or "") == api_prefix or (d.get("api_name") or "").startswith(api_prefix + "_"))
+                and elem_id in [ids.get(i) for i in d["outputs"]])
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
+def write_long_run(runs: Path, lines: int) -> int:
+    """A completed run whose metrics.jsonl has `lines` GRPO steps of ~145 bytes (TRL's keys a step logs at least);
+    returns its size in bytes."""
+    import random
+
+    run = runs / "long-run"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"model": "builtin:tiny", "dataset": "builtin"}))
+    (run / "status.json").write_text(json.dumps({"status": "completed", "step": lines, "total_steps": lines,
+                                                 "started_at": "2025-01-01T00:00:00"}))
+    rng = random.Random(0)
+    with open(run / "metrics.jsonl", "w") as f:
+        for start in range(1, lines + 1, 10_000):
+            f.writelines(f'{{"grad_norm": {rng.random() * 3:.4f}, "kl": {rng.random() / 100:.4f}, "loss": '
+                         f'{rng.random() / 10:.4f}, "reward": {rng.random():.4f}, "reward_std": {rng.random() / 4:.4f}, '
+                         f'"phase": "grpo", "step": {i}, "time": {1_735_689_600 + i}}}\n'
+                         for i in range(start, min(start + 10_000, lines + 1)))
+    return (run / "metrics.jsonl").stat().st_size
+
+
+def timed_event(url: str, dep: dict, data: list, session: str, source: str) -> tuple[float, int, bool]:
+    """(seconds, bytes of the event stream, success) of one queued event, as the page sends it."""
+    import httpx
+
+    base = url.rstrip("/") + "/gradio_api"
+    body = {"data": data, "fn_index": dep["id"], "session_hash": session, "event_data": None, "trigger_id": None}
+    started = time.monotonic()
+    received, ok = 0, False
+    with httpx.Client(timeout=300, transport=httpx.HTTPTransport(local_address=source)) as http:
+        event_id = http.post(f"{base}/queue/join", json=body).json()["event_id"]
+        with http.stream("GET", f"{base}/queue/data", params={"session_hash": session}) as stream:
+            for line in stream.iter_lines():
+                received += len(line) + 1
+                if line.startswith("data:") and '"process_completed"' in line:
+                    msg = json.loads(line[5:])
+                    if msg.get("event_id") in (None, event_id):
+                        ok = bool(msg.get("success"))
+                        break
+    return time.monotonic() - started, received, ok
+
+
+def run_detail(url: str, config: dict, pid: int, root: Path, lines: int) -> dict:
+    size = write_long_run(root / "runs", lines)
+    refresh, show = writing(config, "refresh", "runs-table"), writing(config, "show", "runs-detail")
+
+    def listed(session: str, source: str) -> None:  # the page's load: the run picker lists the run
+        call_event(url, refresh["id"], [None, []], session_hash=session, source=source, timeout=120)
+
+    listed("detail-visitor", "127.0.3.1")
+    rss_before = rss_mb(pid)
+    first = timed_event(url, show, ["long-run"], "detail-visitor", "127.0.3.1")
+    second = timed_event(url, show, ["long-run"], "detail-visitor", "127.0.3.1")
+    new_episode(url, config, "detail-honest", "127.0.3.50")
+    results: dict[int, tuple] = {}
+
+    def view(i: int) -> None:
+        source = f"127.0.3.{10 + i}"
+        listed(f"detail-anon-{i}", source)
+        results[i] = timed_event(url, show, ["long-run"], f"detail-anon-{i}", source)
+
+    threads = [threading.Thread(target=view, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.5)
+    began = time.monotonic()
+    step(url, config, "detail-honest", "SELECT 1", "127.0.3.50")
+    honest_step = time.monotonic() - began
+    for thread in threads:
+        thread.join(600)
+    six = [results[i][0] for i in sorted(results)]
+    return {"detail_metrics_mb": round(size / 1e6, 1), "detail_metrics_lines": lines,
+            "detail_first_view_s": round(first[0], 2), "detail_first_view_mb": round(first[1] / 1e6, 2),
+            "detail_second_view_s": round(second[0], 2), "detail_second_view_mb": round(second[1] / 1e6, 2),
+            "detail_six_views_s": [round(t, 2) for t in six], "detail_six_views_ok": sum(r[2] for r in results.values()),
+            "detail_honest_play_step_s": round(honest_step, 2),
+            "detail_rss_before_mb": round(rss_before), "detail_rss_after_mb": round(rss_mb(pid))}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repo", type=Path, default=REPO_ROOT, help="the checkout whose app.py runs")
@@ -282,24 +394,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heads-wait", type=float, default=20.0, help="seconds the 300 partial heads are watched")
     parser.add_argument("--play-s", type=float, default=15.0, help="seconds of honest steps per Play phase")
     parser.add_argument("--app-fds", type=int, default=8192, help="the app's descriptor limit")
+    parser.add_argument("--metrics-lines", type=int, default=400_000, help="lines of the long run's metrics.jsonl")
+    parser.add_argument("--phases", default="heads,flood,play,play_full,run_detail,throttle",
+                        help="the shapes to run, comma-separated (default: all)")
     args = parser.parse_args(argv)
+    phases = set(args.phases.split(","))
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the attacker's own limit
     result: dict = {"repo": str(args.repo), "app_fds": args.app_fds, "load_before": os.getloadavg()[0]}
-    with app(args.repo.resolve(), {}, fds=args.app_fds) as (url, pid):
-        config = app_config(url)
-        def report(figures: dict) -> None:
-            print(" ", figures, flush=True)
-            result.update(figures)
 
-        report(heads_300(url, args.heads_wait))
-        report(heads_flood(url, pid, args.flood))
-        time.sleep(max(args.heads_wait, 12))  # what the flood left behind closes first
-        report(play_evict(url, config))
-        report(play_slow(url, config, args.play_s, [f"127.0.0.{10 + i}" for i in range(8)], "8_clients"))
-        report(play_slow(url, config, args.play_s, ["127.0.0.30"] * 8, "1_client"))
-    with app(args.repo.resolve(), {"SQLENV_PROXY_HOPS": "1"}) as (url, pid):
-        result.update(throttle(url, app_config(url)))
+    def report(figures: dict) -> None:
+        print(" ", figures, flush=True)
+        result.update(figures)
+
+    with app(args.repo.resolve(), {}, fds=args.app_fds) as (url, pid, root):
+        config = app_config(url)
+        if "heads" in phases:
+            report(heads_300(url, args.heads_wait))
+        if "flood" in phases:
+            report(heads_flood(url, pid, args.flood))
+            time.sleep(max(args.heads_wait, 12))  # what the flood left behind closes first
+        if "play" in phases:
+            report(play_evict(url, config))
+            report(play_slow(url, config, args.play_s, [f"127.0.0.{10 + i}" for i in range(8)], "8_clients"))
+            report(play_slow(url, config, args.play_s, ["127.0.0.30"] * 8, "1_client"))
+        if "run_detail" in phases:
+            report(run_detail(url, config, pid, root, args.metrics_lines))
+    if "play_full" in phases:  # on an app of its own: every place free at the start
+        with app(args.repo.resolve(), {}, fds=args.app_fds) as (url, pid, root):
+            report(play_full(url, app_config(url)))
+    if "throttle" in phases:
+        with app(args.repo.resolve(), {"SQLENV_PROXY_HOPS": "1"}) as (url, pid, root):
+            report(throttle(url, app_config(url)))
     result["load_after"] = os.getloadavg()[0]
     print(json.dumps(result))
     return 0
