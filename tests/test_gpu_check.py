@@ -1,5 +1,6 @@
-"""The GPU check and its carry, kept from rotting between GPU sessions: `bench/gpu/gpu_check.py --dry-run` plays every
-item on the CPU (tiny model, toy dataset), the sampling tap follows rows that leave the batch, and the carry's cut, join
+"""The GPU check and its carry, kept from rotting between GPU sessions: `bench/gpu/gpu_check.py --dry-run` plays the
+two device calls' items in their order on the CPU (tiny model, toy dataset), the real run's sizes hold, the sampling tap
+follows rows that leave the batch, captures that failed are counted with their batch size, and the carry's cut, join
 and sha256 check work on a generated file."""
 
 from __future__ import annotations
@@ -22,30 +23,39 @@ import gpu_learning  # noqa: E402
 import gpu_measures  # noqa: E402
 
 
-@pytest.mark.slow
-def test_dry_run_reports_every_item(tmp_path):
-    out = tmp_path / "out"
-    state = tmp_path / "state.json"
+def _dry_call(items: str, out: Path, state: Path) -> dict:
+    """`gpu_check.py --dry-run` playing `items` in order (as a device call does), the state shared with the other
+    call; returns its summary (the last line printed)."""
     env = {k: v for k, v in os.environ.items() if k not in ("OUT", "SQLENV_RUNS_DIR", "SQLENV_DATA_DIR",
                                                             "SQLENV_DECODER")}
-    done = subprocess.run([sys.executable, "bench/gpu/gpu_check.py", "--dry-run", "--out", str(out), "--state",
-                           str(state)], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run([sys.executable, "bench/gpu/gpu_check.py", "--dry-run", "--items", items, "--out", str(out),
+                           "--state", str(state)], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
-    assert summary["dry_run"] is True
-    assert summary["status"] == {item: "ok" for item in ("imports", "decoders", "exactness", "grpo_step",
-                                                          "logprob_gap", "bf16_step", "learning")}, done.stdout[-3000:]
-    report = json.loads((out / "gpu_check.json").read_text())
-    assert report["summary"] == summary
-    items = report["items"]
+    assert summary["dry_run"] is True and summary["capture_failures"] == 0
+    assert json.loads((out / "gpu_check.json").read_text())["summary"] == summary
+    assert len(list(out.iterdir())) <= 8  # what comes back from the device
+    return summary
 
+
+@pytest.mark.slow
+def test_dry_run_plays_the_two_calls_in_their_order(tmp_path):
+    """Both calls as `gpu_carry` orders them, on the CPU: call 1 compares the decoders (continuous batching at its
+    one row count only); call 2 plays the learning runs first, spider10's planned on at least its floor with call 1's
+    rates, the built-in one after it, then items 3-6, each item reported."""
+    state = tmp_path / "state.json"
+    first = _dry_call(gpu_carry.CALL1_ITEMS, tmp_path / "call1", state)
+    assert first["status"] == {"imports": "ok", "decoders": "ok", "exactness": None, "grpo_step": None,
+                               "logprob_gap": None, "bf16_step": None, "learning": None}
+    items = json.loads((tmp_path / "call1" / "gpu_check.json").read_text())["items"]
     assert items["imports"]["import_errors"] == {} and items["imports"]["versions"]["trl"]
 
-    # Item 2: every decoder at every precision and rows, timed, today's decoder's greedy tokens reproduced in fp32.
+    # Item 2: every decoder at every precision and rows, timed, today's decoder's greedy tokens reproduced in fp32;
+    # continuous batching (110x slower than the graph decoder on a lent H200) at the fewest rows only.
     rates = items["decoders"]["rates"]
     measured = {(r["decoder"], r["precision"], r["rows"]) for r in rates}
-    assert measured == {(d, p, n) for d in ("kept", "graph", "cb") for p in ("fp32", "bf16") for n in (2, 4)} | {
-        ("graph", "fp32+bf16", n) for n in (2, 4)}
+    assert measured == {(d, p, n) for d in ("kept", "graph") for p in ("fp32", "bf16") for n in (2, 4)} | {
+        ("graph", "fp32+bf16", n) for n in (2, 4)} | {("cb", p, 2) for p in ("fp32", "bf16")}
     for rate in rates:
         assert "error" not in rate and "skipped" not in rate, rate
         assert rate["generated"] == rate["rows"] * 2 * items["decoders"]["tokens_per_turn"]
@@ -55,35 +65,79 @@ def test_dry_run_reports_every_item(tmp_path):
     assert set(items["decoders"]["best"]) == {"fp32@2", "fp32@4", "bf16@2", "bf16@4"}
     assert json.loads(state.read_text())["decode"]  # kept for the next call's plan
 
+    out = tmp_path / "call2"
+    summary = _dry_call(gpu_carry.CALL2_ITEMS, out, state)
+    assert summary["status"] == {"imports": "ok", "decoders": None, "exactness": "ok", "grpo_step": "ok",
+                                 "logprob_gap": "ok", "bf16_step": "ok", "learning": "ok"}, summary
+    report = json.loads((out / "gpu_check.json").read_text())
+    items = report["items"]
+    played = sorted(items, key=lambda item: items[item]["started_at_s"])
+    assert played == ["imports", "learning", "exactness", "grpo_step", "logprob_gap", "bf16_step"]
+    assert [int(n) for n in gpu_carry.CALL2_ITEMS.split(",")] == [1, 7, 3, 4, 5, 6]
+
+    # Item 7 first: spider10's run, planned on every second left (at least its floor), then the built-in one.
+    learning = items["learning"]
+    runs = learning["runs"]
+    assert learning["order"] == list(runs) == ["spider10", "builtin"]
+    spider, builtin = runs["spider10"], runs["builtin"]
+    assert spider["floor_s"] == gpu_learning.FIRST_RUN_FLOOR_S <= spider["budget_s"] == spider["plan"]["budget_s"]
+    assert spider["budget_s"] > report["deadline_s"] - learning["started_at_s"] - 5  # all that was left
+    assert spider["plan"]["grpo_step_from"].startswith("estimated")  # no step measured before it: call 1's rates
+    assert spider["ended_at_s"] <= builtin["started_at_s"] and builtin["budget_s"] < spider["budget_s"]
+    assert "floor_s" not in builtin
+    assert summary["checks"][f"spider10: budget_s>={gpu_learning.FIRST_RUN_FLOOR_S:.0f}"] is True
+    assert summary["checks"]["capture_failures==0"] is None  # no CUDA graphs on a CPU
+    for name, run in runs.items():
+        assert run["run_status"] == "completed" and run["grpo_steps_run"] == run["grpo_steps"] >= 1, name
+        for policy in ("random", "base", "trained"):
+            assert run["scores"][policy]["n"] == 10
+        assert 0 <= run["after_grpo"] <= 1 and 0 <= run["warm_start"] <= 1
+        assert set(run["phase_seconds"]) >= {"loading model", "sft", "base eval", "grpo", "comparison"}
+        assert run["plan"]["grpo_steps"] == run["grpo_steps"]
+        assert 0 < run["rollout_s"] and 0 < run["rollout_share"] <= 1
+        archive, *archived = run["files"]
+        with tarfile.open(out / archive) as files:
+            assert sorted(files.getnames()) == sorted(archived) and f"{name}_comparison.jsonl" in archived
+    assert summary["rollout_share"] == spider["rollout_share"]
+    assert {"spider10: after_grpo>=0.3", "spider10: after_grpo>=warm_start+0.05",
+            "builtin: after_grpo>=warm_start+0.1", "logprob_gap_mean_abs<=1e-2"} <= set(summary["checks"])
+
+    # Items 3-6 after the learning runs.
     exact = items["exactness"]
     assert exact["identical"] and exact["decoders"] == {"kept": "MultiTurnDecoder", "graph": "GraphDecoder"}
-
     step = items["grpo_step"]
     assert step["episodes"] == 4 and step["rollout_generated_tokens"] > 0 and step["decoder"] == "MultiTurnDecoder"
     assert step["step_s"] >= step["rollout_s"] > 0 and step["loss_s"] >= 0 and 0 < step["rollout_share"] <= 1
     assert [p["rows"] for p in step["memory_probe"]] == [2, 4] and not any(p["oom"] for p in step["memory_probe"])
-
     gap = items["logprob_gap"]
     assert gap["tokens"] == step["rollout_generated_tokens"] and gap["precision"] == "fp32"
     # In fp32 the trainer's forward and the decoder's sampling distribution are the same numbers up to rounding.
     assert 0 <= gap["mean_abs"] < 1e-4 and gap["max_abs"] < 1e-3
     assert items["bf16_step"]["skipped"]  # bf16 autocast needs CUDA
+    assert (out / "gpu_check.log").read_text().count("item ") >= 12
 
-    run = items["learning"]["runs"]["toy"]
-    assert run["run_status"] == "completed" and run["grpo_steps_run"] == run["grpo_steps"] >= 1
-    for policy in ("random", "base", "trained"):
-        assert run["scores"][policy]["n"] == 10
-    assert 0 <= run["after_grpo"] <= 1 and 0 <= run["warm_start"] <= 1
-    assert set(run["phase_seconds"]) >= {"loading model", "sft", "base eval", "grpo", "comparison"}
-    assert run["plan"]["grpo_steps"] == run["grpo_steps"]
-    assert 0 < run["rollout_s"] and 0 < run["rollout_share"] <= 1 and summary["rollout_share"] == run["rollout_share"]
-    archive, *archived = run["files"]
-    with tarfile.open(out / archive) as files:
-        assert sorted(files.getnames()) == sorted(archived) and "toy_comparison.jsonl" in archived
-    assert len(list(out.iterdir())) <= 8  # what comes back from the device
-    assert (out / "gpu_check.log").read_text().count("item ") >= 7
-    assert {"tokens_per_s_at_64>=10000", "logprob_gap_mean_abs<=1e-2", "rollout_share<=0.60",
-            "toy: after_grpo>=0.3", "toy: after_grpo>=warm_start+0.05"} <= set(summary["checks"])
+
+def test_the_sizes_of_the_calls():
+    """The real run's sizes without a GPU: continuous batching at 64 rows only; items 3, 4 and 6 start only with the
+    seconds they need left; a learning run after the first only with `MIN_LEARNING_S` left, the first always, on
+    everything left; the items in the order `--items` names them."""
+    import gpu_check
+    import gpu_profile
+
+    profile = gpu_profile.real_profile(gpu_check.build_parser().parse_args([]))
+    assert profile.rows == (16, 64, 256) and profile.cb_rows == (64,) and profile.deadline_s == 480
+    assert gpu_check.DEFAULT_LEARN[0].name == "smollm2_spider10_gpu.json"
+    assert gpu_check.run_names(list(gpu_check.DEFAULT_LEARN)) == ["spider10", "builtin"]
+    assert gpu_check.parse_items("1,7,3,4,5,6,7") == [1, 7, 3, 4, 5, 6]
+    need = profile.item_min_s
+    assert set(need) == {3, 4, 6}
+    for number, seconds in need.items():
+        assert gpu_check.too_late(number, profile, profile.deadline_s - seconds + 1) is not None
+        assert gpu_check.too_late(number, profile, profile.deadline_s - seconds - 1) is None
+    assert gpu_check.too_late(7, profile, profile.deadline_s + 60) is None  # the learning item plans its own time
+    assert gpu_learning.run_budget(0, 30.0) == (30.0, None)
+    assert gpu_learning.run_budget(1, gpu_learning.MIN_LEARNING_S + 1)[1] is None
+    assert "under" in gpu_learning.run_budget(1, gpu_learning.MIN_LEARNING_S - 1)[1]
 
 
 def test_a_grpo_step_through_the_graph_decoder(tmp_path):
@@ -102,7 +156,7 @@ def test_a_grpo_step_through_the_graph_decoder(tmp_path):
     assert items["logprob_gap"]["mean_abs"] < 1e-4
 
 
-@pytest.mark.parametrize("args", [["--items", "8"], ["--items", "x"], ["--deadline-minutes", "0"],
+@pytest.mark.parametrize("args", [["--items", "8"], ["--items", "x"], ["--deadline-minutes", "0"], ["--cb-rows", "0"],
                                   ["--config", "no/such.json"], ["--learn", "no/such.json"],
                                   ["--shape", "no/such.json"]])
 def test_bad_arguments_exit_2(args, tmp_path):
@@ -158,8 +212,8 @@ def test_sampling_tap_follows_rows_that_leave_the_batch(kind):
 
 def test_an_item_records_the_captures_that_failed_in_it(tmp_path):
     """A capture that fails leaves its decoder decoding eagerly, silently but for a warning: each item records the
-    captures that failed in it, whatever decoder made them (a run's evals, the KL probe), and the next item starts
-    with none of them."""
+    captures that failed in it, whatever decoder made them (a run's evals, the KL probe), with the graph's batch size,
+    window and sampling, and counts them; the summary counts them all; the next item starts with none of them."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -176,17 +230,23 @@ def test_an_item_records_the_captures_that_failed_in_it(tmp_path):
         decoder = GraphDecoder(model, pad_id=0, eos_ids={63}, buckets=True, sync_every=4)
         decoder.graphs.enabled = True  # as on a GPU; on a CPU the capture fails
         decoders.append(decoder)
-        return {"tokens": sum(map(len, decoder.generate({0: [1, 2, 3], 1: [4, 5]}, 6).values()))}
+        return {"tokens": sum(map(len, decoder.generate({0: [1, 2, 3], 1: [4, 5], 2: [6]}, 6).values()))}
 
     report = Report(tmp_path, {})
     report.run("exactness", item)
     report.run("grpo_step", dict)
     items = report.data["items"]
     assert items["exactness"]["status"] == "ok" and items["exactness"]["tokens"] > 0
-    errors = items["exactness"]["graph_errors"]
-    assert len(errors) == 1 and decoders[0].graphs.error in errors[0]
+    assert items["exactness"]["capture_failures"] == 1
+    [error] = items["exactness"]["graph_errors"]
+    assert (error["batch"], error["sampled"]) == (4, False) and error["window"] >= 4  # 3 rows: a batch of 4
+    assert decoders[0].graphs.error in error["error"] and "batch 4" in error["error"]
     assert items["grpo_step"]["status"] == "ok" and "graph_errors" not in items["grpo_step"]
-    assert report.summary()["graph_errors"] == {"exactness": 1}
+    summary = report.summary()
+    assert summary["capture_failures"] == 1 and summary["capture_failures_by_item"] == {"exactness": 1}
+    assert summary["checks"]["capture_failures==0"] is None  # judged on a CUDA device only
+    report.data["device"] = "NVIDIA H200"
+    assert report.summary()["checks"]["capture_failures==0"] is False
 
 
 def test_plan_learning_sizes_grpo_to_the_budget():
@@ -207,6 +267,13 @@ def test_plan_learning_sizes_grpo_to_the_budget():
         shortened = config.with_overrides(gpu_learning.sized_overrides(config, steps, 203))
         assert (shortened.max_steps, shortened.grpo["warmup_steps"], shortened.comparison_episodes) == (steps, warmup, 203)
         assert shortened.grpo["lr_scheduler_type"] == config.grpo["lr_scheduler_type"]
+    # A step not measured (call 2 plans its first run before item 4): bounded from the decoding rate at its rows.
+    fields = dict(rows_step_s=0.01, prompt_tokens=560, train_tokens_per_s=200_000.0)
+    estimate = gpu_learning.grpo_step_estimate(config, **fields)
+    rows = config.per_device_train_batch_size * config.gradient_accumulation_steps
+    turns = min(config.step_budget * config.max_turn_tokens, config.resolved_max_completion_length())
+    assert estimate > turns * 0.01 and estimate > rows * (560 + config.resolved_max_completion_length()) / 200_000
+    assert gpu_learning.grpo_step_estimate(config.with_overrides({"step_budget": 2}), **fields) < estimate
     # The decoder's rate between and beyond the rows measured.
     decode = [{"rows": 16, "seconds_per_step": 0.01}, {"rows": 64, "seconds_per_step": 0.02}]
     assert gpu_measures.step_seconds(decode, 8) == 0.01

@@ -1,21 +1,24 @@
 """One prepared check for a lent GPU, in two calls: the decoders side by side, then a real model learning.
 
-    python3 bench/gpu/gpu_carry.py call1 --out $OUT            # device, call 1: items 1-2 (docs/TRAINING.md)
-    python3 bench/gpu/gpu_carry.py call2 --out $OUT -- [ARGS]  # device, call 2: items 1, 3-7
+    python3 bench/gpu/gpu_carry.py call1 --out $OUT            # device, call 1: items 1, 2 (docs/TRAINING.md)
+    python3 bench/gpu/gpu_carry.py call2 --out $OUT -- [ARGS]  # device, call 2: items 1, 7, 3, 4, 5, 6
     python bench/gpu/gpu_check.py --out DIR                    # every item by hand (CUDA, the packaged SmolLM2)
     python bench/gpu/gpu_check.py --dry-run --out DIR          # the same script on the CPU in ~30 s
 
-Items, in this order, each written to `<out>/gpu_check.json` as soon as it ends (an item that fails records its
-error and the next one runs, on a device repaired of what the item left broken, each item on decoders of its own;
-every item records the CUDA-graph captures that failed in it; `gpu_report` holds the file, the summary and the
-targets):
+Items, played in the order `--items` names them (default 1-7 in turn; call 2 plays the learning runs first, then
+items 3-6 if time is left), each written to `<out>/gpu_check.json` as soon as it ends (an item that fails records
+its error and the next one runs, on a device repaired of what the item left broken, each item on decoders of its
+own; every item records the CUDA-graph captures that failed in it, each with its graph's batch size, and how many;
+items 3, 4 and 6 start only with the seconds they need left before `--deadline-minutes`, else they are skipped;
+`gpu_report` holds the file, the summary and the targets):
 
 1. **imports**: the versions of what the run imports, each import tried, the CUDA device.
 2. **decoders**: today's kept-cache decoder, the graph decoder and transformers' continuous batching side by side
-   (`gpu_decoders`): two turns of `--decode-tokens` greedy tokens a row at `--rows` rows (16, 64, 256), fp32 and
-   bf16 weights (and the graph decoder under the trainer's bf16 autocast); tokens/s and whether each matches today's
-   decoder token for token. On `--shape FILE` (call 1: SmolLM2-135M's config and real prompt ids, random weights:
-   the first call carries no weights) or else the loaded model.
+   (`gpu_decoders`): two turns of `--decode-tokens` greedy tokens a row at `--rows` rows (16, 64, 256; continuous
+   batching at `--cb-rows` only, 64), fp32 and bf16 weights (and the graph decoder under the trainer's bf16
+   autocast); tokens/s and whether each matches today's decoder token for token. On `--shape FILE` (call 1:
+   SmolLM2-135M's config and real prompt ids, random weights: the first call carries no weights) or else the loaded
+   model.
 3. **exactness**: `--exact-episodes` greedy eval episodes of the recipe (tool calls, tool results, turn caps) played
    by today's decoder and by the graph decoder on the real weights: identical episodes, seconds of each.
 4. **grpo_step**: one GRPO step of the recipe (`--config`, its batch shape and lengths, its precision) through the
@@ -26,15 +29,17 @@ targets):
 6. **bf16_step**: the same step and gap under bf16 (the trainer's autocast, TRL's fp32 LM head; the graph decoder
    decodes as that autocast computes).
 7. **learning**: each `--learn` recipe end to end (`run_training`: warm start, its eval, GRPO, the comparison on
-   `comparison_episodes` eval questions) in turn, the first sized to its steps or the time left before
-   `--deadline-minutes`, the next only if `MIN_LEARNING_S` remain (`gpu_learning`); each measures its rollouts'
-   share of its GRPO phase (the warm-started model's steps: the share the target is about).
+   `comparison_episodes` eval questions) in turn, spider10's first (planned on every second left before
+   `--deadline-minutes`: at least `FIRST_RUN_FLOOR_S`, 4 minutes, by call 2's deadline; its GRPO steps fitted to
+   them), then the built-in recipe's only if `MIN_LEARNING_S` remain (`gpu_learning`); each named after its
+   recipe's dataset, each measuring its rollouts' share of its GRPO phase (the warm-started model's steps: the share
+   the target is about).
 
 Rates an item measures for a later one (the decoding rate, a step's seconds) are kept in `--state FILE` too, so the
 second call plans with what the first measured. `--dry-run` plays the same items on the built-in tiny model, a toy
 dataset (ten questions, prepared on the fly) and the CPU at sizes of seconds (item 6 is skipped: bf16 needs CUDA);
-`tests/test_gpu_check.py` runs it. The last line printed is one JSON object (each item's status, the headline
-figures, the targets met).
+`tests/test_gpu_check.py` runs it as the two calls play it (`gpu_carry.CALL1_ITEMS`, `CALL2_ITEMS`). The last line
+printed is one JSON object (each item's status, the headline figures, the captures that failed, the targets met).
 """
 
 from __future__ import annotations
@@ -63,11 +68,10 @@ from gpu_report import ITEMS, TARGETS, Report  # noqa: E402
 
 CONFIGS = REPO / "configs"
 DEFAULT_CONFIG = CONFIGS / "smollm2_builtin_gpu.json"
-DEFAULT_LEARN = (CONFIGS / "smollm2_builtin_gpu.json", CONFIGS / "smollm2_spider10_gpu.json")
+#: Item 7's recipes, in the order it plays them: spider10's first (issue 48), the built-in one if time is left.
+DEFAULT_LEARN = (CONFIGS / "smollm2_spider10_gpu.json", CONFIGS / "smollm2_builtin_gpu.json")
 #: Seconds kept free before the deadline for the comparison's last episodes and the files.
 RESERVE_S = 20.0
-#: A learning run after the first starts only with this many seconds left (a warm start, two evals, a few steps).
-MIN_LEARNING_S = 150.0
 VERSIONS = ("torch", "transformers", "trl", "accelerate", "datasets", "peft", "gguf", "sqlglot", "sqlparse",
             "tokenizers", "huggingface_hub", "safetensors", "pyarrow", "fsspec", "dill", "multiprocess", "numpy")
 IMPORTS = ("torch", "transformers", "trl", "accelerate", "datasets", "peft", "gguf", "sqlglot", "sqlparse", "sqlenv",
@@ -84,7 +88,7 @@ def graph_figures(decoder: Any) -> dict:
 class Check:
     """The items, over the recipes and what earlier items leave for later ones (the model, the rates)."""
 
-    def __init__(self, config: Any, learn: list[Any], profile: Profile, report: Report, scratch: Path, *,
+    def __init__(self, config: Any, learn: list[tuple[str, Any]], profile: Profile, report: Report, scratch: Path, *,
                  shape: Path | None = None, state: Path | None = None):
         self.config, self.learn_configs, self.profile, self.report = config, learn, profile, report
         self.scratch, self.shape, self.state = scratch, shape, state
@@ -199,7 +203,7 @@ class Check:
         was_training = model.training
         model.eval()
         result = gpu_decoders.compare(model, prompts, rows, self.profile.decode_tokens,
-                                      budget_s=self.profile.decoder_budget_s, pad_id=pad,
+                                      budget_s=self.profile.decoder_budget_s, pad_id=pad, cb_rows=self.profile.cb_rows,
                                       update=lambda **f: self.report.update("decoders", **f), log=self.report.log)
         if was_training:
             model.train()
@@ -376,30 +380,57 @@ class Check:
 
         self.release()
         runs: dict[str, Any] = {}
-        figures: dict[str, Any] = {"runs": runs}
-        for i, recipe in enumerate(self.learn_configs):
-            name = Path(str(recipe.dataset)).name
+        figures: dict[str, Any] = {"runs": runs, "order": [name for name, _ in self.learn_configs]}
+        for i, (name, recipe) in enumerate(self.learn_configs):
             config = self.run_config(f"learn_{name}", recipe, compare_base=True)
             device = RunPlan.resolve(config).device
-            budget = self.profile.deadline_s - self.report.elapsed() - (RESERVE_S if device == "cuda" else 0.0)
-            if i and budget < MIN_LEARNING_S:
-                runs[name] = {"skipped": f"{budget:.0f} s left, under {MIN_LEARNING_S:.0f}"}
+            left = self.profile.deadline_s - self.report.elapsed() - (RESERVE_S if device == "cuda" else 0.0)
+            budget, skipped = gpu_learning.run_budget(i, left)
+            if skipped:
+                runs[name] = {"skipped": skipped}
                 self.report.update("learning", **figures)
                 continue
+            runs[name] = {"started_at_s": round(self.report.elapsed(), 1), "budget_s": round(budget, 1),
+                          **({"floor_s": gpu_learning.FIRST_RUN_FLOOR_S} if i == 0 else {})}
+            if i == 0 and budget < gpu_learning.FIRST_RUN_FLOOR_S:
+                self.report.log(f"learning: {name} has {budget:.0f} s, under its floor of "
+                                f"{gpu_learning.FIRST_RUN_FLOOR_S:.0f} s: raise --deadline-minutes")
 
             def update(run: str = name, **fields: Any) -> None:
                 runs.setdefault(run, {}).update(fields)
                 self.report.update("learning", **figures)
 
             try:
-                runs.setdefault(name, {}).update(gpu_learning.run_learning(
+                runs[name].update(gpu_learning.run_learning(
                     config, budget, self.rates, out=self.report.out, update=update, log=self.report.log,
-                    prefix=f"{name}_"))
+                    prefix=f"{name}_", name=name))
             except Exception as exc:  # noqa: BLE001 - the next recipe still runs
-                runs.setdefault(name, {})["error"] = f"{type(exc).__name__}: {exc}"[:1000]
+                runs[name]["error"] = f"{type(exc).__name__}: {exc}"[:1000]
+            runs[name]["ended_at_s"] = round(self.report.elapsed(), 1)
             self.report.update("learning", **figures)
             self.release_cache()
         return figures
+
+
+def too_late(number: int, profile: Profile, elapsed_s: float) -> str | None:
+    """Why item `number` does not start `elapsed_s` seconds into the check (None: it starts): it needs
+    `profile.item_min_s[number]` seconds left before the deadline."""
+    need = profile.item_min_s.get(number)
+    left = profile.deadline_s - elapsed_s
+    if need is None or left >= need:
+        return None
+    return f"{max(left, 0):.0f} s left before the deadline, under the {need:.0f} s it needs"
+
+
+def run_names(paths: list[Path]) -> list[str]:
+    """The learning runs' names: each recipe's own dataset (before the dry run's toy data replaces it), made unique."""
+    from training.config import TrainConfig
+
+    names: list[str] = []
+    for path in paths:
+        name = Path(str(TrainConfig.from_json(path).dataset)).name
+        names.append(name if name not in names else f"{name}_{len(names) + 1}")
+    return names
 
 
 # ------------------------------------------------------------------------------------------------------ CLI
@@ -414,8 +445,9 @@ def parse_counts(text: str) -> tuple[int, ...]:
 
 
 def parse_items(text: str) -> list[int]:
+    """Item numbers in the order given (each once)."""
     try:
-        items = sorted({int(x) for x in text.split(",") if x.strip()})
+        items = list(dict.fromkeys(int(x) for x in text.split(",") if x.strip()))
     except ValueError:
         raise argparse.ArgumentTypeError(f"--items takes item numbers 1-{len(ITEMS)} like 1,2 (got {text!r})") from None
     if not items or not all(1 <= i <= len(ITEMS) for i in items):
@@ -430,12 +462,12 @@ def parse_paths(text: str) -> list[Path]:
     return paths
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bench/gpu/gpu_check.py", description=__doc__.split("\n")[0])
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="the recipe of items 2-6 (default "
                         "configs/smollm2_builtin_gpu.json)")
     parser.add_argument("--learn", type=parse_paths, default=None, help="the recipes item 7 runs, in turn, "
-                        "comma-separated (default the built-in and the spider10 GPU recipes; dry run: the first)")
+                        "comma-separated (default the spider10 GPU recipe, then the built-in one)")
     parser.add_argument("--model", default="smollm2-135m", help="the model (default smollm2-135m; on the device "
                         "the joined GGUF file's path)")
     parser.add_argument("--shape", type=Path, default=None, help="item 2 on a model of this shape with random "
@@ -453,19 +485,27 @@ def main(argv: list[str] | None = None) -> int:
                         "measurements in (default 120; the one under way then ends)")
     parser.add_argument("--exact-episodes", type=int, default=8, help="episodes of item 3 (default 8)")
     parser.add_argument("--items", type=parse_items, default=list(range(1, len(ITEMS) + 1)),
-                        help=f"which items to run, e.g. 1,2 (default all 1-{len(ITEMS)}; 5 runs with 4)")
+                        help=f"which items to run, in this order, e.g. 1,7,3 (default all 1-{len(ITEMS)} in turn; 5 "
+                        "runs with 4)")
     parser.add_argument("--rows", type=parse_counts, default=None, help="item 2's decoder rows (default 16,64,256)")
+    parser.add_argument("--cb-rows", type=parse_counts, default=None, help="the rows of item 2 at which "
+                        "transformers' continuous batching is measured too (default 64; dry run: the fewest rows)")
     parser.add_argument("--probe-rows", type=parse_counts, default=None, help="item 4's memory probe micro-batches "
                         "(default 8,16)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a field of every recipe, e.g. --set learning_rate=1e-5")
     parser.add_argument("--dry-run", action="store_true", help="the tiny model, a toy dataset, the CPU, seconds")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.decode_tokens < 1 or args.exact_episodes < 1:
         parser.error("--decode-tokens and --exact-episodes must be at least 1")
     if args.deadline_minutes is not None and not args.deadline_minutes > 0:
         parser.error("--deadline-minutes must be positive")
-    learn = args.learn or (list(DEFAULT_LEARN[:1]) if args.dry_run else list(DEFAULT_LEARN))
+    learn = args.learn or list(DEFAULT_LEARN)
     for path in [args.config, *learn]:
         if not path.is_file():
             parser.error(f"{path}: no such config file")
@@ -484,19 +524,26 @@ def main(argv: list[str] | None = None) -> int:
             def recipe(path: Path):
                 return TrainConfig.from_json(path).with_overrides(profile.overrides).with_overrides(args.overrides)
 
-            config, recipes = recipe(args.config), [recipe(p) for p in learn]
+            config, recipes = recipe(args.config), list(zip(run_names(learn), map(recipe, learn)))
         except (ConfigError, ValueError) as exc:
             print(f"bench/gpu/gpu_check.py: error: {exc}", file=sys.stderr)
             return 2
         report = Report(out, {"dry_run": args.dry_run, "config": str(args.config), "model": config.model,
                               "learn": [str(p) for p in learn], "deadline_s": profile.deadline_s,
-                              "items_asked": args.items})
+                              "items_asked": args.items, "cb_rows": list(profile.cb_rows)})
         check = Check(config, recipes, profile, report, scratch, shape=args.shape, state=args.state)
         steps = {1: check.imports, 2: check.decoders, 3: check.exactness, 4: check.grpo_step, 6: check.bf16_step,
                  7: check.learning}
         for number in args.items:
-            if number in steps:
-                report.run(ITEMS[number - 1], steps[number])
+            if number not in steps:
+                continue
+            late = too_late(number, profile, report.elapsed())
+            if late:
+                report.skip(ITEMS[number - 1], late)
+                if number == 4:
+                    report.skip("logprob_gap", f"item 4 did not run ({late})")
+                continue
+            report.run(ITEMS[number - 1], steps[number])
         if 4 in args.items and "logprob_gap" not in report.data["items"]:
             report.update("logprob_gap", status="not run", error="item 4 ended before its rollout was measured")
         result = report.summary()

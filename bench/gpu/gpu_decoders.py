@@ -3,7 +3,8 @@
 - **kept**: today's kept-cache decoder (`MultiTurnDecoder`, transformers' forward, eager);
 - **graph**: the graph decoder (`GraphDecoder`: fixed-shape slots, each decoding step a replayed CUDA graph);
 - **cb**: transformers' continuous batching (`model.generate_batch`, paged cache, its own CUDA graphs), each turn
-  resubmitted whole with one persistent manager, so its prefix sharing can serve the second turn.
+  resubmitted whole with one persistent manager, so its prefix sharing can serve the second turn; measured at the
+  rows asked for it only (the check: 64), being the slowest by far.
 
 The workload (`two_turns`): every row generates `tokens` tokens greedily (end of turn disabled, so every row decodes
 exactly that many), then a second turn resubmits each row's conversation with 8 tokens standing in for a tool
@@ -126,12 +127,14 @@ def _precisions(model: Any):
 
 def compare(model: Any, prompts: list[list[int]], rows: tuple[int, ...], tokens: int, *,
             kinds: tuple[str, ...] = DECODERS, budget_s: float = 120.0, pad_id: int = 0,
-            update: Callable[..., None] = lambda **k: None, log: Callable[[str], None] = print) -> dict:
+            cb_rows: tuple[int, ...] | None = None, update: Callable[..., None] = lambda **k: None,
+            log: Callable[[str], None] = print) -> dict:
     """Every decoder x precision x rows of the workload, within `budget_s` seconds (what does not fit is listed as
-    skipped): the project's decoders first, then continuous batching (whose warm-up is the longest); each at 64 rows
-    first, then the most rows, then the fewest; `fp32+bf16` is the graph decoder's only. `update(rates=...)` after
-    each measurement. Returns the rates, and per precision and rows the fastest decoder whose greedy tokens are
-    `MultiTurnDecoder`'s.
+    skipped): the project's decoders first, then continuous batching (whose warm-up is the longest) at `cb_rows` only
+    (None: every row count; at 256 rows it took 160 s of a lent H200's call 1 for 290 tokens/s, 50x slower than the
+    graph decoder); each at 64 rows first, then the most rows, then the fewest; `fp32+bf16` is the graph decoder's
+    only. `update(rates=...)` after each measurement. Returns the rates, and per precision and rows the fastest
+    decoder whose greedy tokens are `MultiTurnDecoder`'s.
 
     Each measurement is preceded by an untimed run of the same decoder at the same rows (today's decoder: one short
     run per precision) on prompts whose first token differs, so that continuous batching's prefix cache cannot
@@ -143,7 +146,8 @@ def compare(model: Any, prompts: list[list[int]], rows: tuple[int, ...], tokens:
     precisions = {label: (variant, compute) for label, variant, compute in _precisions(model)}
     passes = [[k for k in kinds if k != "cb"], [k for k in kinds if k == "cb"]]
     order = [(n, precision, kind) for group in passes for n in sorted(rows, key=lambda r: (r != 64, -r))
-             for precision in precisions for kind in group if precision != "fp32+bf16" or kind == "graph"]
+             for precision in precisions for kind in group if (precision != "fp32+bf16" or kind == "graph")
+             and (kind != "cb" or cb_rows is None or n in cb_rows)]
     for n, precision, kind in order:
         variant, compute = precisions[precision]
         entry = {"decoder": kind, "precision": precision, "rows": n}

@@ -52,17 +52,22 @@ def reset_peak() -> None:
 
 # ------------------------------------------------------------------------------------------- between items
 class CaptureFailures(logging.Handler):
-    """While entered, `errors` holds each CUDA-graph capture that failed (`training.generation.step_graphs` warns of
-    each; its steps then run eagerly), whatever decoder made it: a trainer's or a run's decoders are out of an item's
-    reach. At most 20."""
+    """While entered, each CUDA-graph capture that failed (`training.generation.step_graphs` warns of each; its steps
+    then run eagerly), whatever decoder made it: a trainer's or a run's decoders are out of an item's reach. `count`
+    counts them all; `errors` holds the first 20, each with the graph's key (the graph decoder's: `batch`, `window`,
+    `sampled`) and the error."""
 
     def __init__(self):
         super().__init__(logging.WARNING)
-        self.errors: list[str] = []
+        self.errors: list[dict] = []
+        self.count = 0
 
     def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
         if len(self.errors) < 20:
-            self.errors.append(record.getMessage()[:600])
+            key = getattr(record, "graph_key", None)
+            fields = key._asdict() if hasattr(key, "_asdict") else {"key": None if key is None else repr(key)}
+            self.errors.append({**fields, "error": record.getMessage()[:600]})
 
     def __enter__(self) -> "CaptureFailures":
         from training.generation import step_graphs

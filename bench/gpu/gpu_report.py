@@ -3,9 +3,10 @@ still holds every item before the cut), `<out>/gpu_check.log`, and the summary t
 
 The targets (issue 44) the summary checks: generated tokens/s of the fastest exact decoder at 64 and 256 rows
 (SmolLM2-135M's shape), bf16 at least as fast as fp32, the sampler's log-probs within the trainer's (mean |gap|), the
-rollout's share of a GRPO step, and each learning run's targets (`gpu_learning.TARGETS`). It also counts, per item,
-the CUDA-graph captures that failed (their steps then ran eagerly) and the items after which the device had to be
-repaired (`gpu_measures.settle_device`).
+rollout's share of a GRPO step, each learning run's targets (`gpu_learning.TARGETS`) and the first run's planned
+seconds (at least `gpu_learning.FIRST_RUN_FLOOR_S`), and no CUDA-graph capture failed (on a CUDA device). It counts,
+per item and in all, the captures that failed (their steps then ran eagerly), each recorded with its graph's batch,
+window and sampling, and lists the items after which the device had to be repaired (`gpu_measures.settle_device`).
 """
 
 from __future__ import annotations
@@ -59,8 +60,9 @@ class Report:
 
     def run(self, item: str, fn: Callable[[], dict]) -> None:
         """Run one item and record it: its figures or its error, its seconds, the CUDA-graph captures that failed in
-        it (`graph_errors`), and what it left broken on the device and was repaired before the next item
-        (`device_repaired`, `measures.settle_device`)."""
+        it (`capture_failures`: how many; `graph_errors`: each with its graph's batch, window and sampling), and what
+        it left broken on the device and was repaired before the next item (`device_repaired`,
+        `measures.settle_device`)."""
         self.log(f"item {ITEMS.index(item) + 1}: {item} ...")
         started = time.perf_counter()
         self.update(item, status="running", started_at_s=round(self.elapsed(), 1))
@@ -71,11 +73,21 @@ class Report:
             except Exception as exc:  # noqa: BLE001 - one failing item must not hide the next ones
                 self.update(item, status="error", error=f"{type(exc).__name__}: {exc}"[:1000],
                             traceback=traceback.format_exc()[-3000:])
-        aftermath = {"graph_errors": failures.errors, "device_repaired": measures.settle_device()}
+        aftermath = {"capture_failures": failures.count, "graph_errors": failures.errors,
+                     "device_repaired": measures.settle_device()}
         self.update(item, seconds=round(time.perf_counter() - started, 1),
                     **{key: value for key, value in aftermath.items() if value})
         shown = {k: v for k, v in self.data["items"][item].items() if k not in ("traceback", "rates")}
         self.log(f"item {item}: {json.dumps(shown, default=str)[:1500]}")
+
+    def skip(self, item: str, why: str) -> None:
+        """Record an item not run, and why."""
+        self.update(item, status="skipped", skipped=why)
+        self.log(f"item {ITEMS.index(item) + 1}: {item} skipped: {why}")
+
+    def capture_failures(self) -> dict[str, int]:
+        """Per item that had any: the CUDA-graph captures that failed in it."""
+        return {k: v["capture_failures"] for k, v in self.data["items"].items() if v.get("capture_failures")}
 
     def summary(self) -> dict:
         """The headline figures and the targets met (None where the item did not run)."""
@@ -107,11 +119,16 @@ class Report:
             else bf16["logprob_gap"]["mean_abs"] <= TARGETS["logprob_gap_mean_abs"],
             "rollout_share<=0.60": None if share is None else share <= TARGETS["rollout_share_of_step"],
         }
+        failures = self.capture_failures()
+        checks["capture_failures==0"] = None if self.data.get("device", "cpu") == "cpu" else not failures
         learning = {}
         for name, run in runs.items():
             after, warm, targets = run.get("after_grpo"), run.get("warm_start"), run.get("targets") or {}
-            learning[name] = {k: run.get(k) for k in ("warm_start", "after_grpo", "grpo_steps", "eval_questions",
-                                                      "rollout_share", "skipped", "error")}
+            learning[name] = {k: run.get(k) for k in ("warm_start", "after_grpo", "paired", "grpo_steps",
+                                                      "eval_questions", "budget_s", "rollout_share", "skipped",
+                                                      "error")}
+            if run.get("floor_s") is not None:
+                checks[f"{name}: budget_s>={run['floor_s']:.0f}"] = run["budget_s"] >= run["floor_s"]
             if "after_grpo" in targets:
                 checks[f"{name}: after_grpo>={targets['after_grpo']}"] = at_least(after, targets["after_grpo"])
             if "gain_over_warm_start" in targets:
@@ -124,5 +141,5 @@ class Report:
                 "logprob_gap_mean_abs": gap.get("mean_abs"),
                 "bf16_logprob_gap_mean_abs": bf16.get("logprob_gap", {}).get("mean_abs"),
                 "bf16_step_s": bf16.get("step_s"), "learning": learning,
-                "graph_errors": {k: len(v["graph_errors"]) for k, v in items.items() if v.get("graph_errors")},
+                "capture_failures": sum(failures.values()), "capture_failures_by_item": failures,
                 "device_repaired": [k for k, v in items.items() if v.get("device_repaired")], "checks": checks}
