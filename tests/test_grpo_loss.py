@@ -203,3 +203,30 @@ def test_build_trainer_uses_it_on_both_rollout_paths(tiny, tmp_path):
         model, tokenizer = copy.deepcopy(tiny[0]), copy.deepcopy(tiny[1])
         trainer = build_trainer(config, model, tokenizer, output_dir=str(tmp_path / rollout / "trainer"))
         assert isinstance(trainer, SQLEnvGRPOTrainer) and trainer.lean_loss is lean
+
+
+def test_the_bench_runs_its_smallest_form(tmp_path, capsys):
+    """`bench/learning/grpo_loss.py --model builtin:tiny`, at its smallest (one round, a step of 2 groups of 2
+    episodes): the teacher plays the recipe's own batched rollout (its decoder is asked to forget as a kept-cache
+    decoder is), the three loss phases run, and the lean loss's gradient equals TRL's."""
+    import json
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(repo))
+    from bench.learning import grpo_loss
+
+    recipe = json.loads((repo / "configs" / "smollm2_cpu.json").read_text())
+    config = tmp_path / "step.json"
+    # GRPO's dataset is every question of its split rendered by each of the 4 trainers: the eval split is a third
+    # of the train split's size.
+    config.write_text(json.dumps({**recipe, "num_generations": 2, "gradient_accumulation_steps": 4,
+                                  "max_completion_length": 256, "cpu_threads": 1, "train_split": "eval"}))
+    assert grpo_loss.main(["--model", "builtin:tiny", "--config", str(config), "--repeats", "1",
+                           "--mixed-groups", "1"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["step"]["episodes"] == 4 and out["rollouts"]["episodes"] == 4 and out["rollouts"]["groups"] == 2
+    assert out["max_rel_grad_diff"] <= 1e-4
+    tokens = out["tokens"]
+    assert tokens["new_fed"] <= tokens["trim_only_fed"] == tokens["real"] < tokens["trl_fed"]

@@ -45,6 +45,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -52,6 +53,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: no spinning
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 DEFAULT_CONFIG = REPO / "configs" / "smollm2_cpu.json"
 TINY_RECIPE = REPO / "configs" / "tiny_cpu.json"
+
+from training.generation.multi_turn import KeptRows  # noqa: E402 - after the path (no torch)
 
 
 def log(message: str) -> None:
@@ -95,24 +98,30 @@ class Replay:
         return copy.deepcopy(self.recorder.batch)
 
 
-class TeacherDecoder:
+class TeacherDecoder(KeptRows):
     """Stands in for the model in `play_batched`: each turn, the episode's teacher picks its action and the turn's
-    tokens are that tool call as the chat template renders an assistant turn (up to its end-of-turn token)."""
+    tokens are that tool call as the chat template renders an assistant turn (up to its end-of-turn token).
+
+    It plays a kept-cache decoder's part (`KeptRows`, what `play_batched` asks of a decoder it is handed): its rows
+    are the episodes whose teacher has started, each with the turns it emitted (`ids`; no keys or values are
+    computed), so `forget` restarts a teacher; a teacher samples nothing, so `last_logprobs` stays empty."""
 
     def __init__(self, renderer, episodes, envs, policies):
         self.renderer = renderer
         self.by_key = {id(e): (env, policy) for e, env, policy in zip(episodes, envs, policies)}
-        self.started: set = set()
+        self._rows: dict = {}
         self._turns: dict = {}
+        self.last_logprobs: dict = {}
 
     def generate(self, sequences, max_new_tokens, *, sample=False, temperature=1.0):
         out = {}
         for key in sequences:
             env, policy = self.by_key[key]
-            if key not in self.started:
+            if key not in self._rows:
                 policy.reset(env.environment, env.observation)
-                self.started.add(key)
+                self._rows[key] = SimpleNamespace(ids=[])
             out[key] = self.turn_ids(policy.act(env.environment, env.observation))
+            self._rows[key].ids += out[key]
         return out
 
     def turn_ids(self, action) -> list[int]:
@@ -184,8 +193,9 @@ class TeacherRollout:
 def step_config(args):
     from training.config import TrainConfig
 
+    # No KL probe: it samples episodes at each trainer's start (4 trainers here), none of them part of the loss phase.
     overrides = {"model": args.model, "sft": False, "max_steps": 1, "save_steps": 0, "plot_every": 1,
-                 "trace_every": 0, "eval_every": 0, "compare_base": False,
+                 "kl_probe_episodes": 0, "trace_every": 0, "eval_every": 0, "compare_base": False,
                  "output_dir": tempfile.mkdtemp(prefix="sqlenv-grpo-loss-")}
     return TrainConfig.from_json(args.config).with_overrides(overrides)
 
