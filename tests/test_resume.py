@@ -247,3 +247,118 @@ def test_a_short_warm_start_logs_every_step_and_each_phase_says_when_it_began(tm
         assert started, phase
         begun.setdefault(phase, started)
     assert {"sft", "grpo"} <= set(begun) and begun["sft"] <= begun["grpo"]
+
+
+# ------------------------------------------------------------------------- the sweep and the real-model bench
+#: A tiny model's sweep at its smallest (`bench/learning/grpo_sweep.py --config configs/tiny_cpu.json`): 2 episodes
+#: a step, a 2-step warm start, a panel of 4.
+SWEEP_SETS = ["num_generations=2", "per_device_train_batch_size=2", "step_budget=2", "max_completion_length=96",
+              "max_turn_tokens=16", "sft.max_steps=2", "sft.episodes=6", "sft.batch_size=2", "sft.eval_every=0",
+              "kl_probe_episodes=0", "cpu_threads=1"]
+
+
+def _bench(name: str):
+    import importlib
+
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    return importlib.import_module(f"bench.learning.{name}")
+
+
+@pytest.mark.slow
+def test_a_sweep_try_cut_short_resumes_from_its_run_directory(tmp_path, capsys):
+    """A try stopped after its first GRPO step (the run's own stop; a killed one reads `interrupted` and takes the
+    same path) resumes from its checkpoint when the sweep's command runs again, with no step played twice; a finished
+    try is skipped; a try that completed but whose record was never written is read back, not run again."""
+    from training.run_dir import RunDir, last_checkpoint
+
+    sweep = _bench("grpo_sweep")
+    argv = ["--config", "configs/tiny_cpu.json", "--out", str(tmp_path / "sweep"), "--steps", "3", "--validation", "4",
+            "--tries", "lr1e-5"] + [arg for value in SWEEP_SETS for arg in ("--set", value)]
+    args, base, [(name, settings)] = sweep.parse(argv)
+    warm = sweep.warm_start(base, args.out / "warm_start")
+    config = sweep.try_config(base, settings, warm=warm, steps=3, validation=4, eval_every=0, out=args.out, name=name)
+    stop = threading.Event()
+
+    def listener(event, payload):
+        if event == "metrics" and payload.get("phase") == "grpo" and payload["step"] == 1:
+            stop.set()
+
+    cut = sweep.run_try(name, config, stop_event=stop, listener=listener)
+    run = RunDir(Path(config.output_dir))
+    assert cut["status"] == "stopped" and cut["sampled_success"] and len(cut["sampled_success"]) == 1
+    assert last_checkpoint(run.path / "checkpoints" / "grpo").name == "checkpoint-1"
+    capsys.readouterr()
+
+    assert sweep.main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"try {name}: resuming (stopped at step 1)" in out, out[:3000]
+    status = run.read_status()
+    assert status["status"] == "completed" and status["step"] == 3 and status["resumes"] == 1
+    assert [m["step"] for m in run.read("metrics") if m["phase"] == "grpo"] == [1, 2, 3]
+    _assert_no_duplicates(run)
+    record = json.loads(out.strip().splitlines()[-1])["tries"][0]
+    assert record["status"] == "completed" and record["resumes"] == 1 and record["error"] is None
+    assert record["validation_n"] == 4 and set(record["validation_by_step"]) >= {"0", "3"}
+    assert len(record["sampled_success"]) == 3 and record["gained"] - record["lost"] == record["net"]
+    ledger = args.out / "sweep.jsonl"
+    assert len(ledger.read_text().splitlines()) == 1
+
+    assert sweep.main(argv) == 0  # finished: skipped
+    assert f"try {name}: already in {ledger}" in capsys.readouterr().out
+    assert len(ledger.read_text().splitlines()) == 1 and run.read_status()["resumes"] == 1
+
+    ledger.unlink()  # the try completed, the process died before its record was written
+    assert sweep.main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"try {name}: reading (completed before its record was written)" in out
+    again = json.loads(ledger.read_text())
+    assert {k: again[k] for k in ("validation_by_step", "gained", "lost", "sampled_success")} == \
+        {k: record[k] for k in ("validation_by_step", "gained", "lost", "sampled_success")}
+    assert run.read_status()["resumes"] == 1  # not run again
+
+    # Another config in the try's run directory (here another learning rate): started afresh, never resumed.
+    assert sweep.config_differs(run.read_config(), config) == []
+    other = sweep.try_config(base, {"learning_rate": 3e-6}, warm=warm, steps=3, validation=4, eval_every=0,
+                             out=args.out, name=name)
+    assert sweep.config_differs(run.read_config(), other) == ["learning_rate"]
+    assert sweep.try_state(other)[0] == "start" and sweep.try_state(config) == ("read", "completed before its "
+                                                                                 "record was written")
+
+
+@pytest.mark.slow
+def test_the_real_model_bench_run_again_resumes_its_run_and_reports_a_finished_one(tmp_path, capsys):
+    """`bench/learning/real_model.py --out DIR`, cut short (its own `--minutes` stop) and run again as it was: the run
+    in DIR resumes from its checkpoint (its figures counting both chunks); run once more, the completed run is
+    reported, not trained again; another config for the same DIR is refused."""
+    from training.run_dir import RunDir
+
+    bench = _bench("real_model")
+    out = tmp_path / "run"
+    small = ["--config", "configs/tiny_cpu.json", "--episodes", "2", "--out", str(out)] + [
+        arg for value in SWEEP_SETS + ["max_steps=2", "eval_every=0", "eval_episodes=0", "trace_every=0"]
+        for arg in ("--set", value)]
+    assert bench.main(small + ["--minutes", "0.001"]) == 0
+    run = RunDir(out)
+    assert run.read_status()["status"] == "stopped"
+    assert "continue with: run the same command again" in capsys.readouterr().out
+
+    assert bench.main(small) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert any("reads stopped at step" in line and "resuming it from its last checkpoint" in line for line in lines)
+    figures = json.loads(lines[-1])
+    assert figures["chunks"] == 2 and figures["resumes"] == 1 and figures["grpo_steps"] == 2
+    assert figures["after_grpo"] is not None and figures["run_dir"] == str(out)
+    status = run.read_status()
+    assert status["status"] == "completed" and status["resumes"] == 1
+    _assert_no_duplicates(run)
+    metrics = run.file("metrics.jsonl").read_bytes()
+
+    assert bench.main(small) == 0  # completed: reported as it is
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert any("completed: its figures, not trained again" in line for line in lines)
+    assert json.loads(lines[-1]) == figures
+    assert run.file("metrics.jsonl").read_bytes() == metrics and run.read_status()["resumes"] == 1
+
+    assert bench.main(small + ["--set", "learning_rate=0.1"]) == 2
+    assert "holds a run of another config (learning_rate)" in capsys.readouterr().err

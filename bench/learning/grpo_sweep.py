@@ -24,6 +24,15 @@ Each try's record is appended to `<out>/sweep.jsonl` as it ends (a sweep cut sho
 try already there is not run again unless `--again`). The table is printed at the end, and the last line is one JSON
 object: the tries, each with its settings and figures, and the best by net gain. Tries run one at a time: on a 2-core
 machine two heavy jobs slow each other ~3x.
+
+**A sweep survives a restart**: run the same command again. A finished try (in `sweep.jsonl`) is skipped; a try whose
+run directory was cut short (the process killed, the machine restarted, a stop) resumes from its last checkpoint
+(`training.train.resume_training`: weights, optimizer, scheduler, RNG, and its records cut back to that step), or
+from its start when it saved none; a try that ended but whose record was never written is read back, not run again.
+A try resumes only when its run directory holds the same config as the command asks (else it starts over, and says
+why). Tries save checkpoints as any run does (`save_steps` auto: every tenth of the try for the tiny model, one just
+past half-way for a pretrained model, ~1.6 GB for SmolLM2-135M, removed when the try completes). The warm start is
+not resumable: one cut short is played again.
 """
 
 from __future__ import annotations
@@ -60,9 +69,10 @@ TRIES: dict[str, dict[str, Any]] = {
     "T1.0": {"learning_rate": 3e-6, "temperature": 1.0},
 }
 
-#: What every try sets, whatever the config: GRPO only, from the saved warm start, no comparison, no checkpoints.
+#: What every try sets, whatever the config: GRPO only, from the saved warm start, no comparison. Checkpoints as the
+#: config says (auto: see the module docstring): what a try cut short resumes from.
 BASE_TRY = {"sft": False, "compare_base": False, "comparison_episodes": 0, "zero_shot_episodes": 0,
-            "keep_best": False, "save_steps": 0, "trace_every": 0, "eval_episodes": 0, "plot_every": 1}
+            "keep_best": False, "trace_every": 0, "eval_episodes": 0, "plot_every": 1}
 
 
 def log(message: str) -> None:
@@ -124,30 +134,81 @@ def paired(start: list[bool], end: list[bool]) -> dict[str, int]:
     return {"gained": gained, "lost": lost, "net": gained - lost}
 
 
-def run_try(name: str, config: Any) -> dict[str, Any]:
-    """Run one try and read its figures back from its run directory."""
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+def config_differs(saved: dict[str, Any], config: Any) -> list[str]:
+    """The fields `config` sets (not left to auto; `sft.*` and `grpo.*` field by field) that a run directory's saved
+    config holds otherwise (where the run lives aside: a relative `--out` is saved resolved)."""
+
+    def differs(want: Any, have: Any, name: str) -> list[str]:
+        if isinstance(want, dict) and isinstance(have, dict):
+            return [f for key, value in want.items() for f in differs(value, have.get(key), f"{name}.{key}")]
+        return [] if want is None or want == have else [name]
+
+    want = _jsonable(config.to_dict())
+    return sorted(f for key, value in want.items() if key not in ("output_dir", "run_id")
+                  for f in differs(value, saved.get(key), key))
+
+
+def try_state(config: Any, *, again: bool = False) -> tuple[str, str]:
+    """What to do with a try's run directory: ("start", why), ("resume", why) or ("read", why): start it afresh (no
+    run there, `again`, another config, or nothing resumable), resume it (cut short: killed, stopped or failed), or
+    read back a try that completed. Raises RuntimeError while another process still runs it."""
+    from training.run_dir import RESUMABLE_STATUSES, RunDir
+
+    run = RunDir(Path(config.output_dir))
+    if again or not run.file("status.json").is_file() or not run.file("config.json").is_file():
+        return "start", "run again" if again and run.path.exists() else "new"
+    state = run.read_live_status().get("status")
+    if state in ("queued", "running"):
+        raise RuntimeError(f"{run.path} is {state} in another process (pid {run.read_status().get('pid')})")
+    differs = config_differs(run.read_config(), config)
+    if differs:
+        return "start", f"its run directory holds another config ({', '.join(differs)})"
+    if state == "completed":
+        return "read", "completed before its record was written"
+    if state in RESUMABLE_STATUSES:
+        return "resume", f"{state} at step {run.read_status().get('step')}"
+    return "start", f"its run directory reads {state!r}"
+
+
+def run_try(name: str, config: Any, *, again: bool = False, stop_event: Any = None,
+            listener: Any = None) -> dict[str, Any]:
+    """Run one try (or resume it, or read it back: `try_state`) and read its figures back from its run directory.
+    `stop_event` and `listener` are `run_training`'s (a stopped try resumes on the next call)."""
     import shutil
 
     from training.run_dir import RunDir
-    from training.train import run_training
+    from training.train import resume_training, run_training
 
     run_path = Path(config.output_dir)
-    shutil.rmtree(run_path, ignore_errors=True)
+    action, why = try_state(config, again=again)
+    log(f"try {name}: {dict(start='starting', resume='resuming', read='reading')[action]} ({why})")
+    if action == "start":
+        shutil.rmtree(run_path, ignore_errors=True)
     load_before = os.getloadavg()[0]
     start = time.perf_counter()
     error = None
     try:
-        run_training(config)
+        if action == "start":
+            run_training(config, stop_event, listener)
+        elif action == "resume":
+            resume_training(run_path, stop_event, listener)
     except Exception as exc:  # noqa: BLE001 - a failed try is a row of the table, the sweep goes on
         error = f"{type(exc).__name__}: {exc}"
     wall = time.perf_counter() - start
     run = RunDir(run_path)
     panel = [e for e in run.read("evals") if e.get("split") == "validation"]
     metrics = [m for m in run.read("metrics") if m.get("phase", "grpo") == "grpo" and "loss" in m]
-    record: dict[str, Any] = {"name": name, "error": error or run.read_status().get("error"),
+    status = run.read_status()
+    record: dict[str, Any] = {"name": name, "error": error or status.get("error"), "status": status.get("status"),
                               "wall_s": round(wall, 1), "load_1min_before": round(load_before, 2),
                               "load_1min_after": round(os.getloadavg()[0], 2), "steps": config.max_steps,
-                              "episodes_per_step": config.generation_batch_size}
+                              "episodes_per_step": config.generation_batch_size,
+                              # wall_s is this process's part of the try only when it resumed
+                              "resumes": int(status.get("resumes") or 0)}
     if panel:
         first, last = panel[0], panel[-1]
         record.update(validation_start=first["success_rate"], validation_end=last["success_rate"],
@@ -210,7 +271,9 @@ def parse_try(text: str) -> tuple[str, dict[str, Any]]:
     return name.strip(), settings
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, Any, list[tuple[str, dict[str, Any]]]]:
+    """The command line as (args, the swept config, the tries as (name, settings)), every try's config checked.
+    Raises ConfigError or ValueError on a bad one."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="the recipe swept (default %(default)s)")
     parser.add_argument("--out", type=Path, required=True, help="the sweep's folder (warm start, tries, sweep.jsonl)")
@@ -229,16 +292,23 @@ def main(argv: list[str] | None = None) -> int:
 
     from training.config import ConfigError, TrainConfig
 
+    unknown = [n for n in args.tries.split(",") if n and n not in TRIES]
+    if unknown:
+        raise ConfigError(f"--tries: unknown {unknown}; known: {', '.join(TRIES)}")
+    chosen = [(n, TRIES[n]) for n in args.tries.split(",") if n] + [parse_try(t) for t in args.extra]
+    base = TrainConfig.from_json(args.config).with_overrides(args.overrides)
+    base = base.with_overrides({"validation_questions": args.validation})
+    for name, settings in chosen:  # every try's config is checked before the first one runs
+        try_config(base, settings, warm=args.out / "warm_start", steps=args.steps, validation=args.validation,
+                   eval_every=args.eval_every, out=args.out, name=name)
+    return args, base, chosen
+
+
+def main(argv: list[str] | None = None) -> int:
+    from training.config import ConfigError
+
     try:
-        unknown = [n for n in args.tries.split(",") if n and n not in TRIES]
-        if unknown:
-            raise ConfigError(f"--tries: unknown {unknown}; known: {', '.join(TRIES)}")
-        chosen = [(n, TRIES[n]) for n in args.tries.split(",") if n] + [parse_try(t) for t in args.extra]
-        base = TrainConfig.from_json(args.config).with_overrides(args.overrides)
-        base = base.with_overrides({"validation_questions": args.validation})
-        for name, settings in chosen:  # every try's config is checked before the first one runs
-            try_config(base, settings, warm=args.out / "warm_start", steps=args.steps, validation=args.validation,
-                       eval_every=args.eval_every, out=args.out, name=name)
+        args, base, chosen = parse(argv)
     except (ConfigError, ValueError) as exc:
         print(f"grpo_sweep: {exc}", file=sys.stderr)
         return 2
@@ -264,7 +334,11 @@ def main(argv: list[str] | None = None) -> int:
         config = try_config(base, settings, warm=warm, steps=args.steps, validation=args.validation,
                             eval_every=args.eval_every, out=args.out, name=name)
         log(f"try {name}: {settings} ({config.max_steps} steps of {config.generation_batch_size} episodes)")
-        record = {**run_try(name, config), "settings": settings}
+        try:
+            record = {**run_try(name, config, again=args.again), "settings": settings}
+        except RuntimeError as exc:  # another process runs it: neither touched nor recorded
+            log(f"try {name}: skipped: {exc}")
+            continue
         with ledger.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(record) + "\n")
         log(f"try {name}: validation {record.get('validation_start')} -> {record.get('validation_end')}, "

@@ -5,6 +5,7 @@
     python bench/learning/real_model.py --config configs/smollm2_cpu.json --episodes 4 --set max_steps=2  # quick check
     python bench/learning/real_model.py --config configs/smollm2_spider10_gpu.json --minutes 8  # in chunks: stops at a
     python bench/learning/real_model.py --resume runs/<run_id> --minutes 8                     # checkpoint, resumes
+    python bench/learning/real_model.py --config configs/smollm2_cpu.json --out runs/smollm2  # rerun: resumes / reports
 
 It runs the config through `training.train.run_training` (what the dashboard's Start and the CLI run) with the
 comparison played on the whole eval split (`comparison_episodes` = its size, or `--episodes`), and reads the figures
@@ -16,6 +17,13 @@ padding); peak GPU memory; peak resident memory (overall and per phase) and the 
 included). Targets of the GPU recipe (issue 18, one H100, spider10's 203 eval questions): after
 GRPO >= 30% success and >= 5 points over the warm start (or zero-shot), all-in <= 30 min, rollouts >= 5,000
 generated tokens/s. The last line printed is one JSON object with the figures.
+
+A run survives a restart: with `--out DIR` (the run's directory) the same command run again resumes the run there
+from its last checkpoint when it was cut short (killed, machine restarted, stopped, failed: `resume_training`, the
+run's own config), and reports a completed one without training again (so does `--resume` of a completed run). The
+figures add up the chunks that ended normally; a chunk whose process was killed wrote none (its minutes, tokens and
+bytes are missing: `resumes` in the figures counts every resume, `chunks` the chunks counted). `--record` measures a
+run whole, so it refuses a directory that already holds one.
 """
 
 from __future__ import annotations
@@ -62,10 +70,20 @@ class GenerationMeter:
         import training.generation.graph_decoder
         import training.generation.multi_turn
 
+        self._installed = [(GenerationMixin, "generate", GenerationMixin.generate),
+                           (training.generation.episodes, "generate_new_tokens",
+                            training.generation.episodes.generate_new_tokens)]
         GenerationMixin.generate = self._wrap(GenerationMixin.generate, self._count_generate)
         training.generation.episodes.generate_new_tokens = self._wrap(training.generation.episodes.generate_new_tokens, self._count_rows)
         for decoder in (training.generation.multi_turn.MultiTurnDecoder, training.generation.graph_decoder.GraphDecoder):
+            self._installed.append((decoder, "generate", decoder.generate))
             decoder.generate = self._wrap(decoder.generate, self._count_keyed)
+
+    def uninstall(self) -> None:
+        """Put back what `install` wrapped (a process that runs the bench more than once, as a test does)."""
+        for owner, name, original in reversed(getattr(self, "_installed", [])):
+            setattr(owner, name, original)
+        self._installed = []
 
     def _wrap(self, function, count):
         meter = self
@@ -136,8 +154,12 @@ def main(argv: list[str] | None = None) -> int:
                              "the entry says the cores were shared")
     parser.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
                         help="continue a run this bench stopped (its own config; figures add up across chunks)")
+    parser.add_argument("--out", type=Path, default=None, metavar="RUN_DIR",
+                        help="the run's directory: a run there that was cut short resumes (its own config), a "
+                             "completed one is reported, else the run starts there")
     args = parser.parse_args(argv)
 
+    from bench.learning.grpo_sweep import config_differs
     from training.config import ConfigError, TrainConfig
     from training.run_dir import RunDir
 
@@ -149,6 +171,11 @@ def main(argv: list[str] | None = None) -> int:
         refusal = refuse_shared(args.shared) if args.record else None
         if refusal:
             raise ConfigError(refusal)
+        if args.resume is not None and args.out is not None:
+            raise ConfigError("give --resume RUN_DIR or --out RUN_DIR, not both")
+        held = args.out is not None and (args.out / "status.json").is_file()
+        if held and args.record:
+            raise ConfigError(f"--record measures a run whole: {args.out} already holds one (choose a new --out)")
         if args.resume is not None:
             if args.overrides or args.episodes is not None:
                 raise ConfigError("--resume uses the run's own config: drop --set/--episodes")
@@ -160,6 +187,16 @@ def main(argv: list[str] | None = None) -> int:
             config = TrainConfig.from_json(args.config).with_overrides(args.overrides)
             n = args.episodes if args.episodes is not None else eval_split_size(config)
             config = config.with_overrides({"comparison_episodes": n, "compare_base": True})
+            if args.out is not None:
+                config = config.with_overrides({"output_dir": str(args.out)})
+        if held:  # the same command again: the run it started continues (resumed, or reported when it completed)
+            if not (args.out / "config.json").is_file():
+                raise ConfigError(f"--out {args.out}: a run directory without its config.json")
+            differs = config_differs(RunDir(args.out).read_config(), config)
+            if differs:
+                raise ConfigError(f"--out {args.out} holds a run of another config ({', '.join(differs)}): the same "
+                                  "command continues it; choose a new --out for another")
+            args.resume = args.out
     except (ConfigError, ValueError, FileNotFoundError) as exc:
         print(f"bench/learning/real_model.py: error: {exc}", file=sys.stderr)
         return 2
@@ -170,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     from training.cli import progress_listener
-    from training.train import resume_training, run_training
+    from training.train import check_resumable, resume_training, run_training
 
     from dashboard.config_costs import config_digest, record
 
@@ -201,22 +238,40 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.reset_peak_memory_stats()
     log(f"--- {config.model} on {config.dataset}: comparison on {n} {config.eval_split} episodes")
     start = time.perf_counter()
+    held = RunDir(args.resume).read_live_status().get("status") if args.resume is not None else None
+    if held not in (None, "completed"):
+        try:
+            check_resumable(RunDir(args.resume))
+        except ValueError as exc:  # still running in another process
+            print(f"bench/learning/real_model.py: error: {exc}", file=sys.stderr)
+            return 2
     try:
-        if args.resume is not None:
+        if held == "completed":
+            log(f"{args.resume} completed: its figures, not trained again")
+            path = args.resume
+        elif args.resume is not None:
+            log(f"{args.resume} reads {held} at step {RunDir(args.resume).read_status().get('step')}: resuming it "
+                "from its last checkpoint")
             path = resume_training(args.resume, stop_event=stop, listener=listener)
         else:
+            log(f"run directory: {config.output_dir}" + (" (run this command again to resume it after a restart)"
+                                                       if args.out is not None else ""))
             path = run_training(config, stop_event=stop, listener=listener)
     finally:
         if timer is not None:
             timer.cancel()
-    clock.enter(None)
-    memory.stop()
+        clock.enter(None)
+        memory.stop()
+        meter.uninstall()
     run = RunDir(path)
-    figures = _add_chunk(run, clock.seconds, time.perf_counter() - start, meter, memory)
+    figures = _chunk_figures(run) if held == "completed" else _add_chunk(run, clock.seconds,
+                                                                          time.perf_counter() - start, meter, memory)
     status = run.read_status()
+    figures["resumes"] = int(status.get("resumes") or 0)
     if status.get("status") == "stopped" and args.minutes is not None:
-        log(f"stopped after {args.minutes} minutes at a checkpoint; continue with: python bench/learning/real_model.py "
-            f"--resume {run.path}" + (f" --minutes {args.minutes}" if args.minutes else ""))
+        again = "run the same command again" if args.out is not None else (
+            f"python bench/learning/real_model.py --resume {run.path}" + f" --minutes {args.minutes}")
+        log(f"stopped after {args.minutes} minutes at a checkpoint; continue with: {again}")
         return 0
     if status.get("status") != "completed":
         print(f"bench/learning/real_model.py: run ended {status.get('status')}: {status.get('error')}", file=sys.stderr)
@@ -283,7 +338,14 @@ def _add_chunk(run, phases: dict[str, float], seconds: float, meter: GenerationM
         "disk_written_gb": round(kept.get("disk_written_gb", 0.0) + memory.written_gb(), 2),
     }
     atomic_write_json(path, kept)
-    seconds_generating = kept["rollout_generate_seconds"]
+    return _chunk_figures(run)
+
+
+def _chunk_figures(run) -> dict:
+    """The figures kept in the run directory (the chunks counted so far), with the rollouts' tokens per second."""
+    path = run.file(BENCH_FILE)
+    kept = json.loads(path.read_text()) if path.is_file() else {}
+    seconds_generating = kept.get("rollout_generate_seconds") or 0.0
     return {**kept, "rollout_tokens_per_s": round(kept["rollout_generated_tokens"] / seconds_generating, 1)
             if seconds_generating > 0 else None}
 
