@@ -95,16 +95,20 @@ def _parse(sql: str) -> tuple[_Block, dict[str, list[_Block]], int]:
     top = _Block()
     stack: list[_Block | None] = [top]  # None: a parenthesized expression inside the block below it
     ctes: dict[str, list[_Block]] = {}
-    tokens = [token for token in _TOKEN.findall(sql) if token[:2] not in ("--", "/*")]
+    # An ASCII text is read lower-cased (no token changes its class or its bounds), not each token lower-cased.
+    tokens = _TOKEN.findall(sql.lower() if sql.isascii() else sql)
+    if "--" in sql or "/*" in sql:
+        tokens = [token for token in tokens if token[:2] not in ("--", "/*")]
+    lowers = tokens if sql.isascii() else [token.lower() for token in tokens]
     block, item, previous = top, None, ""
     depth = deepest = 1
     for i, token in enumerate(tokens):
         block.tokens += 1
         if item is not None:
             item.tokens += 1
-        lowered = token.lower()
+        lowered = lowers[i]
         if token == "(":
-            following = tokens[i + 1].lower() if i + 1 < len(tokens) else ""
+            following = lowers[i + 1] if i + 1 < len(tokens) else ""
             if following not in ("select", "values", "with"):
                 stack.append(None)
             else:

@@ -50,14 +50,14 @@ def format_rows(columns: list[str], rows: list[tuple], n_total: int, max_rows: i
     lines = [header]
     for row in rows[:max_rows]:
         # Fast path (C-level joins) for rows of ints and short single-line strings, the common case.
-        if set(map(type, row)) <= _PLAIN_TYPES:
-            cells = list(map(str, row))
-            line = " | ".join(cells)
-            if (len(line) <= max_cell_chars or max(map(len, cells)) <= max_cell_chars) \
+        if _PLAIN_TYPES.issuperset(map(type, row)):
+            line = " | ".join(map(str, row))
+            if (len(line) <= max_cell_chars or max(map(len, map(str, row))) <= max_cell_chars) \
                     and "\n" not in line and "\r" not in line and "\x00" not in line:
                 lines.append(line)
                 continue
-        lines.append(" | ".join(format_value(v, max_cell_chars) for v in row))
+        lines.append(" | ".join([v if type(v) is str and len(v) <= max_cell_chars and v.isprintable() else
+                                 format_value(v, max_cell_chars) for v in row]))
     shown = min(len(rows), max_rows)
     if n_total > shown:
         more = n_total - shown
