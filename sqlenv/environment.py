@@ -23,7 +23,7 @@ from sqlenv.rewards import GoldProfile, RewardConfig, progress_score
 from sqlenv.sandbox.result_text import clean_for_display as _clean_for_display
 from sqlenv.sandbox.result_text import cut_text
 from sqlenv.sandbox.sandbox import Sandbox, SandboxError, SandboxSettings
-from sqlenv.sandbox.sql_checks import has_top_level_order_by, normalize_sql, sql_too_long, table_name_too_long
+from sqlenv.sandbox.sql_checks import SeenQueries, has_top_level_order_by, sql_too_long, table_name_too_long
 from sqlenv.transcript import make_step, make_transcript
 from sqlenv.types import (ACTION_TYPES, EpisodeState, Question, RewardBreakdown, RewardLayers, SQLAction,
                           SQLObservation)
@@ -106,7 +106,8 @@ class SQLEnvironment:
 
     # ------------------------------------------------------------------------------------------ episode
     def _clear_episode(self) -> None:
-        self._seen_actions: set = set()
+        self._seen_actions: set = set()  # (kind, normal form) of the DESCRIBE / SAMPLE / ANSWER arguments
+        self._seen_queries = SeenQueries(self.sandbox_settings.max_sql_chars)  # QUERY texts (their normal forms)
         self._seen_results: set = set()
         self._described: list[str] = []
         self._sampled: set[str] = set()
@@ -247,9 +248,12 @@ class SQLEnvironment:
             error = self._too_long(kind, len(argument), limit)
         else:
             arg = argument.strip() if kind in ACTION_TYPES else ""  # an unknown type's argument is never read
-            repeat_key = (kind, self._normalize_argument(kind, arg))
-            repeat = repeat_key in self._seen_actions
-            self._seen_actions.add(repeat_key)
+            if kind == "QUERY":
+                repeat = self._seen_queries.add(arg)
+            else:
+                repeat_key = (kind, self._normalize_argument(kind, arg))
+                repeat = repeat_key in self._seen_actions
+                self._seen_actions.add(repeat_key)
 
         if error:
             pass
@@ -368,10 +372,8 @@ class SQLEnvironment:
                                                           result, deadline=deadline)
 
     def _normalize_argument(self, kind: str, arg: str) -> str:
-        """The argument as kept in the episode's seen actions (for the repeat penalty): bounded, because the
-        door has bounded `arg` by its action type's limit."""
-        if kind == "QUERY":
-            return normalize_sql(arg, self.sandbox_settings.max_sql_chars)
+        """A DESCRIBE, SAMPLE or ANSWER argument as kept in the episode's seen actions (for the repeat penalty; a
+        QUERY's: `SeenQueries`): bounded, because the door has bounded `arg` by its action type's limit."""
         if kind in ("DESCRIBE", "SAMPLE"):
             return arg.strip().strip(";").strip().strip('"`[]\'').strip().lower()
         return " ".join(arg.split()).lower()[:10_000]

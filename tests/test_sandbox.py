@@ -296,6 +296,30 @@ def test_normal_form_reads_a_bounded_prefix():
     assert len(normalize_sql(huge, 20_000)) <= 20_001 * 2
 
 
+def test_an_episodes_repeats_are_told_as_by_their_normal_forms_without_computing_each():
+    """A QUERY is a repeat when its normal form was seen before in the episode. Computing every text's normal form
+    cost ~5 us a new text (issue 49's throughput); `SeenQueries` computes one only for texts that squeeze alike.
+    Whatever the texts (case, whitespace, semicolons, comments, quotes, non-ASCII), it tells repeats exactly as
+    the normal forms do."""
+    import random
+
+    from sqlenv.sandbox.sql_checks import SeenQueries
+
+    pieces = ["SELECT", "select", "a", "A", "b", " ", "  ", "\n", "\t", "\x1f", ",", "(", ")", "*", ";", " ;", "'x'",
+              "'X'", "' y'", '"Q"', "`b`", "[z]", "-- c\n", "/* k */", "/* open", "é", "É", "ΑΣ", "'Σ'", "1", "1.0"]
+    rng = random.Random(49)
+    for _ in range(300):
+        seen, forms = SeenQueries(), set()
+        for _ in range(8):
+            text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 10)))
+            form = normalize_sql(text)
+            assert seen.add(text) is (form in forms), text
+            forms.add(form)
+    seen = SeenQueries()
+    assert not seen.add("SELECT a FROM t") and seen.add("select  a from T;") and seen.add("SELECT a FROM t -- x")
+    assert not seen.add("SELECT 'a' FROM t") and not seen.add("SELECT 'A' FROM t") and seen.add("select 'a' from t")
+
+
 # --------------------------------------------------------------------- hardening (issue 20: findings 2 and 3)
 
 _LONG = "replace(hex(zeroblob({n})), '0', 'a')"  # a text of 2n 'a's, built inside the query

@@ -233,6 +233,44 @@ normalize_sql.cache_clear = _normalize_cached.cache_clear  # type: ignore[attr-d
 normalize_sql.cache_info = _normalize_cached.cache_info  # type: ignore[attr-defined]
 
 
+def squeezed(text: str) -> str:
+    """`text` lower-cased, its whitespace and trailing semicolons gone: equal for two texts of one normal form
+    (`normalize_sql`), so two texts whose squeezed forms differ are no repeat of each other."""
+    return "".join(text.lower().split()).rstrip(";")
+
+
+class SeenQueries:
+    """The QUERY texts of one episode, to tell a repeat (a text whose normal form, `normalize_sql`, was seen
+    before) without computing every text's normal form, which costs ~5 us a new text.
+
+    Two texts of one normal form have one `squeezed` form (the normal form's own, whitespace and semicolons aside),
+    and a text of ASCII characters without comments squeezes as its normal form does (lower-casing ASCII needs no
+    context, and the normal form only moves whitespace, drops trailing semicolons and comments): so such a text is
+    squeezed directly, any other one through its normal form, and a text whose squeezed form is new is no repeat.
+    Normal forms are computed only for texts that squeeze alike. Texts are kept as given (the environment's door
+    bounds them by `max_sql_chars`), at most `max_sql_chars` + 1 characters of them read."""
+
+    def __init__(self, max_sql_chars: int = 20_000):
+        self.max_sql_chars = max_sql_chars
+        self._texts: dict[str, list[str]] = {}  # squeezed form -> the texts seen with it
+
+    def add(self, sql: str) -> bool:
+        """Record the QUERY text `sql`; whether its normal form was seen before in this episode."""
+        limit = self.max_sql_chars
+        if len(sql) > limit:
+            sql = sql[: limit + 1]
+        plain = sql.isascii() and "--" not in sql and "/*" not in sql
+        key = squeezed(sql) if plain else squeezed(normalize_sql(sql, limit))
+        earlier = self._texts.get(key)
+        if earlier is None:  # the common case: no text squeezed alike, no normal form needed
+            self._texts[key] = [sql]
+            return False
+        form = normalize_sql(sql, limit)
+        repeat = any(normalize_sql(text, limit) == form for text in earlier)
+        earlier.append(sql)
+        return repeat
+
+
 @functools.lru_cache(maxsize=4096)
 def has_top_level_order_by(sql: str) -> bool:
     """Whether a query's result order is meaningful: its sqlglot parse has a top-level ORDER BY. (Called on
