@@ -190,7 +190,7 @@ def _price(block: _Block, ctes: dict[str, list[_Block]], context: int, cap: int,
     for source in block.sources:
         total += _price(source, ctes, context, cap, depth + 1)
         largest = max(largest, source.item_size)
-    for name in block.names:
+    for name in block.names if ctes else ():  # (a text without WITH names no CTE)
         for body in ctes.get(name, ()):
             total += _price(body, ctes, context, cap, depth + 1)
             largest = max(largest, body.item_size)

@@ -6,6 +6,7 @@ of many megabytes is shown as a short, printable excerpt.
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any
 
 TRUNCATION_MARKER = " …[truncated]"
@@ -48,7 +49,15 @@ def format_rows(columns: list[str], rows: list[tuple], n_total: int, max_rows: i
     if not header.isprintable() or (len(header) > max_cell_chars and max(map(len, columns)) > max_cell_chars):
         header = " | ".join(format_value(str(c), max_cell_chars) for c in columns)
     lines = [header]
-    for row in rows[:max_rows]:
+    shown = rows[:max_rows]
+    if len(columns) == 1 and shown:  # one column of ints and short one-line strings (the most common result): in C
+        cells = list(map(str, map(itemgetter(0), shown)))
+        text = "\n".join(cells)
+        if _PLAIN_TYPES.issuperset(map(type, map(itemgetter(0), shown))) and max(map(len, cells)) <= max_cell_chars \
+                and text.count("\n") == len(cells) - 1 and "\r" not in text and "\x00" not in text:
+            lines.append(text)
+            shown = ()
+    for row in shown:
         # Fast path (C-level joins) for rows of ints and short single-line strings, the common case.
         if _PLAIN_TYPES.issuperset(map(type, row)):
             line = " | ".join(map(str, row))
@@ -58,9 +67,9 @@ def format_rows(columns: list[str], rows: list[tuple], n_total: int, max_rows: i
                 continue
         lines.append(" | ".join([v if type(v) is str and len(v) <= max_cell_chars and v.isprintable() else
                                  format_value(v, max_cell_chars) for v in row]))
-    shown = min(len(rows), max_rows)
-    if n_total > shown:
-        more = n_total - shown
+    n_shown = min(len(rows), max_rows)
+    if n_total > n_shown:
+        more = n_total - n_shown
         lines.append(f"({more}{'+' if approximate else ''} more rows)")
     if n_total == 0:
         lines.append("(0 rows)")
