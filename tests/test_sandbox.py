@@ -306,7 +306,7 @@ def test_an_episodes_repeats_are_told_as_by_their_normal_forms_without_computing
     from sqlenv.sandbox.sql_checks import SeenQueries
 
     pieces = ["SELECT", "select", "a", "A", "b", " ", "  ", "\n", "\t", "\x1f", ",", "(", ")", "*", ";", " ;", "'x'",
-              "'X'", "' y'", '"Q"', "`b`", "[z]", "-- c\n", "/* k */", "/* open", "é", "É", "ΑΣ", "'Σ'", "1", "1.0"]
+              "'X'", "' y'", '"Q"', "`b`", "[z]", "-- c\n", "/* k */", "/* open", "é", "É", "ΑΣ", "'Σ'", "\ud800", "1", "1.0"]
     rng = random.Random(49)
     for _ in range(300):
         seen, forms = SeenQueries(), set()

@@ -239,6 +239,10 @@ def squeezed(text: str) -> str:
     return "".join(text.lower().split()).rstrip(";")
 
 
+# The ASCII characters `str.split()` splits on: an ASCII text squeezed as bytes, in C passes (~0.3 us, not ~1 us).
+_ASCII_SPACE = b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"
+
+
 class SeenQueries:
     """The QUERY texts of one episode, to tell a repeat (a text whose normal form, `normalize_sql`, was seen
     before) without computing every text's normal form, which costs ~5 us a new text.
@@ -252,15 +256,17 @@ class SeenQueries:
 
     def __init__(self, max_sql_chars: int = 20_000):
         self.max_sql_chars = max_sql_chars
-        self._texts: dict[str, list[str]] = {}  # squeezed form -> the texts seen with it
+        self._texts: dict[bytes, list[str]] = {}  # squeezed form (UTF-8) -> the texts seen with it
 
     def add(self, sql: str) -> bool:
         """Record the QUERY text `sql`; whether its normal form was seen before in this episode."""
         limit = self.max_sql_chars
         if len(sql) > limit:
             sql = sql[: limit + 1]
-        plain = sql.isascii() and "--" not in sql and "/*" not in sql
-        key = squeezed(sql) if plain else squeezed(normalize_sql(sql, limit))
+        if sql.isascii() and "--" not in sql and "/*" not in sql:  # `squeezed(sql)`, as UTF-8 bytes
+            key = sql.encode("ascii").translate(None, _ASCII_SPACE).lower().rstrip(b";")
+        else:
+            key = squeezed(normalize_sql(sql, limit)).encode("utf-8", "surrogatepass")
         earlier = self._texts.get(key)
         if earlier is None:  # the common case: no text squeezed alike, no normal form needed
             self._texts[key] = [sql]
