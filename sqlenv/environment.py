@@ -398,7 +398,7 @@ class SQLEnvironment:
         assert self.question is not None
         return SQLObservation(
             question=self.question.question_text,
-            schema_info=self.schema_info,
+            schema_info=self._schema_text,
             result=result,
             error=error,
             step_count=self.state.step_count,

@@ -194,7 +194,11 @@ class Sandbox:
         cap = settings.max_scoring_rows if max_rows is None else max_rows
         try:
             with self._lock:  # no other thread may close this connection (LRU) between lookup and run
-                db = self.database(db_name)
+                db = self._dbs.get(db_name)
+                if db is None or db.closed:
+                    db = self.database(db_name)
+                else:  # open: `database`'s own fast path, without its call and second lock
+                    self._dbs.move_to_end(db_name)
                 if text_factory is None:
                     return run_statement(db, sql, cap, settings)
                 previous, db.conn.text_factory = db.conn.text_factory, text_factory
