@@ -4,7 +4,7 @@ the rules live. The Train tab's status bar says them in words; the sweep can cou
 Pure Python (no torch): `collapse_signs(metrics, evals)` takes what `training.run_dir.RunDir.read("metrics")` and
 `read("evals")` return and never raises on odd records (a missing, None or non-numeric value is skipped).
 
-Three rules, each a `Sign` with its words:
+Four rules, each a `Sign` with its words:
 
 - `validation_drop`: validation success below its start by more than its noise. The panel is played greedily at
   step 0 and every `eval_every` steps (`{"split": "validation", "question_ids": [...], "correct": [...]}`), so the
@@ -13,11 +13,19 @@ Three rules, each a `Sign` with its words:
   fires when more were lost than gained and the one-sided sign test's p-value is below `SIGN_TEST_P` (0.05). Eval
   lines without per-question outcomes fall back to a binomial interval: the rule fires when the start's success lies
   above the newest eval's whole 95% Wilson interval.
-- `entropy_runaway`: the sampled completions' mean token entropy (`health/sampled_entropy`) rising well above its
-  first steps: a policy that sharpens on what it learned lowers its entropy; one whose update is too large for its
-  signal flattens, and entropy rising while accuracy falls is the classic sign of a learning rate too high. Fires
-  when the median of the last `ENTROPY_WINDOW` steps exceeds the median of the first `ENTROPY_WINDOW` by a factor of
-  `ENTROPY_RATIO` (1.5) and by at least `ENTROPY_MIN_RISE` (0.1 nats/token).
+- `entropy_runaway`: the sampled completions' mean token entropy (`health/sampled_entropy`) rising well above where
+  GRPO started, while the reward does not rise: a policy that sharpens on what it learned lowers its entropy; one
+  whose update is too large for its signal flattens, and entropy rising while the reward falls is the classic sign of
+  a learning rate too high. The start is GRPO's first step (its episodes are the starting policy's own samples: a
+  collapse within one update already marks the second). Fires when **each** of the last `ENTROPY_WINDOW` (3) steps
+  is above the start by a factor of `ENTROPY_RATIO` (1.5) and by at least `ENTROPY_MIN_RISE` (0.1 nats/token), and
+  the median reward of those steps is not above the start's (when rewards are logged). A step's entropy is noisy: on
+  the default run (issue 50) it wandered 0.02-0.19 while the model learned 0% -> 72%, and two high steps in three
+  (0.19 and 0.18 against 0.07) made the median rule this one replaced fire at step 24 and clear a step later.
+- `policy_drift`: the KL from GRPO's start (`health/kl_start`, measured on the fixed probe episodes, so one reading
+  is no sampling noise) above `KL_LIMIT` (0.5 nats/token). Every healthy run recorded stayed below 0.05 (the default
+  run 0.006 at step 40, SmolLM2's CPU recipe 0.004 at step 20, the sweep's lr 1e-5 try 0.043 at step 10); the
+  destructive run (lr 0.05) read 5.0 after its first update. docs/EXPERIMENTS.md section 18 holds the table.
 - `grad_norm_spike`: a step's grad norm over `SPIKE_RATIO` (5) times the median of up to `SPIKE_HISTORY` (20) steps
   before it (at least `SPIKE_MIN_HISTORY`, 5): GRPO's grad norm moves by about 2x from batch to batch with the
   share of groups that carry an advantage; a jump far beyond that comes before a collapse (RAGEN's "echo trap": the
@@ -33,22 +41,25 @@ from typing import Any, Iterable
 
 from sqlenv.evaluation.breakdown import wilson_interval
 
-__all__ = ["Sign", "collapse_signs", "validation_drop", "entropy_runaway", "grad_norm_spike", "paired_flips",
-           "sign_test_p", "VALIDATION_SPLIT", "SIGN_TEST_P", "ENTROPY_WINDOW", "ENTROPY_RATIO", "ENTROPY_MIN_RISE",
-           "SPIKE_RATIO", "SPIKE_HISTORY", "SPIKE_MIN_HISTORY", "ENTROPY_KEY", "KL_KEY"]
+__all__ = ["Sign", "collapse_signs", "validation_drop", "entropy_runaway", "policy_drift", "grad_norm_spike",
+           "paired_flips", "sign_test_p", "VALIDATION_SPLIT", "SIGN_TEST_P", "ENTROPY_WINDOW", "ENTROPY_RATIO",
+           "ENTROPY_MIN_RISE", "KL_LIMIT", "SPIKE_RATIO", "SPIKE_HISTORY", "SPIKE_MIN_HISTORY", "ENTROPY_KEY", "KL_KEY",
+           "REWARD_KEY"]
 
 #: The split name of the validation panel's eval lines (evals.jsonl).
 VALIDATION_SPLIT = "validation"
-#: metrics.jsonl keys of the health metrics the GRPO trainer logs.
-ENTROPY_KEY, KL_KEY = "health/sampled_entropy", "health/kl_start"
+#: metrics.jsonl keys of the health metrics the GRPO trainer logs, and of the step's mean reward (TRL's).
+ENTROPY_KEY, KL_KEY, REWARD_KEY = "health/sampled_entropy", "health/kl_start", "reward"
 
 #: One-sided sign test level: a drop this unlikely under "GRPO changed nothing" is beyond the panel's noise.
 SIGN_TEST_P = 0.05
-#: Steps at each end of the run that the entropy rule compares (medians: one odd batch moves neither).
+#: The newest steps that must all be high for the entropy rule (one or two high batches in three are noise).
 ENTROPY_WINDOW = 3
-#: How far the recent entropy must exceed the first steps', as a factor and in nats/token (a sharp warm start's
+#: How far each of those steps must exceed the start's entropy, as a factor and in nats/token (a sharp warm start's
 #: entropy is a few hundredths of a nat, where a factor alone would fire on noise).
 ENTROPY_RATIO, ENTROPY_MIN_RISE = 1.5, 0.1
+#: KL from GRPO's start (nats/token) beyond which the policy is another model, not a refined one.
+KL_LIMIT = 0.5
 #: A grad norm this many times the running median of the steps before it is a spike.
 SPIKE_RATIO = 5.0
 #: The running median's window, and the fewest earlier steps it needs before it judges one.
@@ -57,8 +68,8 @@ SPIKE_HISTORY, SPIKE_MIN_HISTORY = 20, 5
 
 @dataclass(frozen=True)
 class Sign:
-    """One sign of a collapse: which rule found it (`validation_drop`, `entropy_runaway`, `grad_norm_spike`), the
-    GRPO step it was seen at, and what it says, in words."""
+    """One sign of a collapse: which rule found it (`validation_drop`, `entropy_runaway`, `policy_drift`,
+    `grad_norm_spike`), the GRPO step it was seen at, and what it says, in words."""
 
     rule: str
     step: int
@@ -66,8 +77,10 @@ class Sign:
 
 
 def collapse_signs(metrics: Iterable[Any], evals: Iterable[Any]) -> list[Sign]:
-    """Every sign of a collapse in a run's GRPO records (`metrics.jsonl`, `evals.jsonl`), validation first."""
-    found = [validation_drop(evals), entropy_runaway(metrics), grad_norm_spike(metrics)]
+    """Every sign of a collapse in a run's GRPO records (`metrics.jsonl`, `evals.jsonl`), validation first (then
+    entropy, drift, grad norm)."""
+    metrics = list(metrics)
+    found = [validation_drop(evals), entropy_runaway(metrics), policy_drift(metrics), grad_norm_spike(metrics)]
     return [sign for sign in found if sign is not None]
 
 
@@ -182,18 +195,42 @@ def validation_drop(evals: Iterable[Any]) -> Sign | None:
 
 # ----------------------------------------------------------------------------------------------- the policy
 def entropy_runaway(metrics: Iterable[Any]) -> Sign | None:
-    """The sampled entropy's last steps well above its first ones (module docstring), or None."""
+    """Each of the last `ENTROPY_WINDOW` steps' sampled entropy well above GRPO's first step's, the reward not above
+    the start's (module docstring), or None."""
+    metrics = list(metrics)
     points = _by_step(metrics, ENTROPY_KEY)
-    if len(points) < 2 * ENTROPY_WINDOW:
+    if len(points) < 1 + ENTROPY_WINDOW:
         return None
-    first = statistics.median(v for _, v in points[:ENTROPY_WINDOW])
-    recent = statistics.median(v for _, v in points[-ENTROPY_WINDOW:])
-    if recent < first * ENTROPY_RATIO or recent - first < ENTROPY_MIN_RISE:
+    start_step, start = points[0]
+    recent = points[-ENTROPY_WINDOW:]
+    bar = max(start * ENTROPY_RATIO, start + ENTROPY_MIN_RISE)
+    if any(value < bar for _, value in recent):
         return None
+    rewards = dict(_by_step(metrics, REWARD_KEY))
+    fell = ""
+    if start_step in rewards:
+        late = [rewards[step] for step, _ in recent if step in rewards]
+        if late:
+            reward = statistics.median(late)
+            if reward > rewards[start_step]:
+                return None  # flatter but better: exploring, not coming apart
+            fell = f", while the reward went {rewards[start_step]:.2f} -> {reward:.2f}"
     step = points[-1][0]
-    return Sign("entropy_runaway", step, f"The sampled entropy is running away: {recent:.2f} nats/token over the "
-                                         f"last {ENTROPY_WINDOW} steps (to step {step}), against {first:.2f} over "
-                                         f"the first {ENTROPY_WINDOW}: the policy is flattening.")
+    low = min(value for _, value in recent)
+    return Sign("entropy_runaway", step, f"The sampled entropy is running away: at least {low:.2f} nats/token in each "
+                                         f"of the last {ENTROPY_WINDOW} steps (to step {step}), against {start:.2f} "
+                                         f"at GRPO's step {start_step}{fell}: the policy is flattening.")
+
+
+def policy_drift(metrics: Iterable[Any]) -> Sign | None:
+    """The newest KL from GRPO's start above `KL_LIMIT` (module docstring), or None."""
+    points = _by_step(metrics, KL_KEY)
+    if not points or points[-1][1] <= KL_LIMIT:
+        return None
+    step, kl = points[-1]
+    return Sign("policy_drift", step, f"The policy has moved far from where GRPO started: KL {kl:.2g} nats/token at "
+                                      f"step {step}, over {KL_LIMIT:g} (healthy runs recorded stayed below 0.05): an "
+                                      "update too large for its signal.")
 
 
 def grad_norm_spike(metrics: Iterable[Any]) -> Sign | None:
