@@ -166,6 +166,7 @@ class Database:
         self.refused_function: str | None = None  # ... or a function (for the message)
         conn.set_progress_handler(self._on_progress, max(1, settings.progress_interval))
         self.row_counts: dict[str, int] = {}
+        self.idle_cursor: sqlite3.Cursor | None = None  # the last statement's, read to its end (`_run_once`)
         self._prices: OrderedDict[str, tuple[float, dict[str, int]]] = OrderedDict()
         self.last_used = time.monotonic()
         self.closed = False
@@ -353,10 +354,12 @@ def run_statement(db: Database, sql: str, max_rows: int, settings: SandboxSettin
 
 def _run_once(db: Database, sql: str, max_rows: int, deadline: float, settings: SandboxSettings) -> QueryResult:
     start = db.start_statement(deadline)
-    cursor = None
+    cursor, done = None, False
     try:
         db.check_cost(sql)
-        cursor = db.conn.execute(sql)
+        # A statement read to its end leaves its cursor for the next one (SQLite reset it); any other is closed.
+        cursor, db.idle_cursor = db.idle_cursor or db.conn.cursor(), None
+        cursor.execute(sql)
         columns = list(map(itemgetter(0), cursor.description or ()))
         rows: list[tuple] = []
         n_rows = 0
@@ -371,6 +374,7 @@ def _run_once(db: Database, sql: str, max_rows: int, deadline: float, settings: 
         while True:
             chunk = cursor.fetchmany(batch)
             if not chunk:
+                done = True
                 break
             n_rows += len(chunk)
             room = max_rows - len(rows)
@@ -398,6 +402,7 @@ def _run_once(db: Database, sql: str, max_rows: int, deadline: float, settings: 
                 if not settings.count_rows_past_cap:
                     break
             if len(chunk) < batch:
+                done = True
                 break  # a short batch is the last one: skip the empty fetch
             chunk = taken = None  # dropped before the next batch is built, not after: one batch at a time
         return QueryResult(columns, rows, n_rows, truncated and not settings.count_rows_past_cap,
@@ -427,7 +432,9 @@ def _run_once(db: Database, sql: str, max_rows: int, deadline: float, settings: 
         raise SandboxError(f"SQL error: {clean_for_display(str(err), 160)}") from None
     finally:
         db.end_statement()
-        if cursor is not None:
+        if done:
+            db.idle_cursor = cursor
+        elif cursor is not None:
             try:
                 cursor.close()
             except Exception:
