@@ -1,6 +1,6 @@
 """QUERY steps per second of `SQLEnvironment` vs raw `sqlite3` on the spider10 gold-query mix.
 
-    SQLENV_SPIDER_DIR=../shared/spider python bench/serving/env_throughput.py [--rounds 7] [--profile]
+    SQLENV_SPIDER_DIR=../shared/spider python bench/serving/env_throughput.py [--rounds 7] [--profile [cold]]
 
 Prepares spider10 into a temp dir (or uses --dataset DIR), then alternates rounds in one process:
 
@@ -8,15 +8,16 @@ Prepares spider10 into a temp dir (or uses --dataset DIR), then alternates round
 - env warm: for each question `reset(question_id=...)`, then `step(QUERY gold_sql)`; only the step counts as a
   QUERY step (the reset is timed apart). The sandbox's per-text caches (normal form, full check) are warm, as for the
   repeated queries of GRPO groups;
-- env cold: the same after clearing those caches, i.e. every SQL text is new to the sandbox (its normal form is
-  computed again; the text check on the hot path is a prefix scan, SQLite enforces the rest). The target is
-  cold >= 0.6 of raw.
+- env cold: the same after clearing those caches, i.e. every SQL text is new to the sandbox (its price of
+  preparing is computed again, and its normal form when one is needed; the text check on the hot path is a prefix
+  scan, SQLite enforces the rest). The target is cold >= 0.6 of raw.
 
 The mix is shuffled (training draws questions at random, not grouped by database). Every pass is timed on
 two clocks: wall time, and the process's CPU time (`time.process_time`), which ignores the time the process
-spends waiting for a core — on a shared, loaded machine the CPU-time ratio is the stable figure.
+spends waiting for a core — on a shared, loaded machine the CPU-time ratio is the stable figure. A step is timed
+alone (its reset apart), so what reading the clocks costs (measured, ~1 us of CPU) is subtracted from each.
 Prints the rates, their ratios (targets: warm >= 0.5, cold >= 0.6), the reset() time, and as the last line one JSON object.
-`--profile` adds a cProfile of one warm environment pass.
+`--profile [warm|cold]` adds a cProfile of one environment pass (cold: every SQL text new to the sandbox).
 """
 
 from __future__ import annotations
@@ -90,9 +91,28 @@ def _clear_sql_cache() -> None:
             clear()
 
 
-def _env_pass(envs: dict, mix: list, cold: bool = False) -> dict[str, float]:
+def _bracket_cost(samples: int = 20_000) -> dict[str, float]:
+    """What timing one step costs the step's own figure, per clock: the reads of the two clocks between the step's
+    two readings (the process's CPU time is a system call, ~1 us on a loaded machine). The raw pass reads the
+    clocks once for all its queries; each environment step's time has this subtracted."""
+    costs = {"wall": [], "cpu": []}
+    for _ in range(5):
+        total_wall = total_cpu = 0.0
+        for _ in range(samples // 5):
+            t1 = _now()
+            t2 = _now()
+            total_wall += t2[0] - t1[0]
+            total_cpu += t2[1] - t1[1]
+        costs["wall"].append(total_wall / (samples // 5))
+        costs["cpu"].append(total_cpu / (samples // 5))
+    return {clock: statistics.median(values) for clock, values in costs.items()}
+
+
+def _env_pass(envs: dict, mix: list, cold: bool = False, bracket: dict | None = None) -> dict[str, float]:
+    """Each step's time (its reset timed apart), less the timing's own cost (`bracket`, `_bracket_cost`)."""
     if cold:
         _clear_sql_cache()
+    bracket = bracket or {"wall": 0.0, "cpu": 0.0}
     out = {"wall": 0.0, "cpu": 0.0, "reset_wall": 0.0, "reset_cpu": 0.0}
     for q in mix:
         e = envs[q.split]
@@ -105,8 +125,8 @@ def _env_pass(envs: dict, mix: list, cold: bool = False) -> dict[str, float]:
             raise RuntimeError(f"{q.question_id}: gold SQL failed in the environment: {obs.error}")
         out["reset_wall"] += t1[0] - t0[0]
         out["reset_cpu"] += t1[1] - t0[1]
-        out["wall"] += t2[0] - t1[0]
-        out["cpu"] += t2[1] - t1[1]
+        out["wall"] += t2[0] - t1[0] - bracket["wall"]
+        out["cpu"] += t2[1] - t1[1] - bracket["cpu"]
     return out
 
 
@@ -114,7 +134,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7, help="alternating raw/env rounds (default 7)")
     parser.add_argument("--dataset", default=None, help="an already prepared spider10 dir (default: prepare one)")
-    parser.add_argument("--profile", action="store_true", help="cProfile one warm environment pass")
+    parser.add_argument("--profile", nargs="?", const="warm", choices=("warm", "cold"), default=None,
+                        help="cProfile one environment pass, warm (default) or cold (every SQL text new)")
     parser.add_argument("--max-open-databases", type=int, default=None,
                         help="SandboxSettings.max_open_databases for the environments (default: its default)")
     args = parser.parse_args()
@@ -140,10 +161,14 @@ def main() -> None:
 
         _raw_pass(connections, mix)  # warm-up: page caches, sqlglot, the environment's own caches
         _env_pass(envs, mix)
+        bracket = _bracket_cost()
+        print(f"timing a step costs {bracket['wall'] * 1e6:.2f} us wall, {bracket['cpu'] * 1e6:.2f} us CPU "
+              "(subtracted from each step)")
 
         rows: list[dict] = []
         for r in range(args.rounds):
-            raw, warm, cold = _raw_pass(connections, mix), _env_pass(envs, mix), _env_pass(envs, mix, cold=True)
+            raw, warm = _raw_pass(connections, mix), _env_pass(envs, mix, bracket=bracket)
+            cold = _env_pass(envs, mix, cold=True, bracket=bracket)
             row = {}
             for clock in CLOCKS:
                 row[f"raw_{clock}"] = n / raw[clock]
@@ -156,7 +181,9 @@ def main() -> None:
                 f"(ratio {row[f'warm_{clock}'] / row[f'raw_{clock}']:.2f}), cold {row[f'cold_{clock}']:5.0f}"
                 for clock in CLOCKS))
 
-        summary: dict[str, float] = {"n_queries": n, "rounds": args.rounds}
+        summary: dict[str, float] = {"n_queries": n, "rounds": args.rounds,
+                                     "step_timing_us_wall": round(bracket["wall"] * 1e6, 2),
+                                     "step_timing_us_cpu": round(bracket["cpu"] * 1e6, 2)}
         for clock in CLOCKS:
             med = {k: statistics.median(row[f"{k}_{clock}"] for row in rows) for k in ("raw", "warm", "cold", "reset_ms")}
             ratio = statistics.median(row[f"warm_{clock}"] / row[f"raw_{clock}"] for row in rows)
@@ -175,7 +202,7 @@ def main() -> None:
         if args.profile:
             prof = cProfile.Profile()
             prof.enable()
-            _env_pass(envs, mix)
+            _env_pass(envs, mix, cold=args.profile == "cold")
             prof.disable()
             buf = io.StringIO()
             pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(30)
