@@ -503,12 +503,21 @@ def test_a_long_runs_detail_is_a_bounded_reply(password_app):
             f.writelines(f'{{"grad_norm": {i % 97 / 31:.4f}, "reward": {i % 13 / 13:.4f}, "reward_std": 0.1, '
                          f'"health/sampled_entropy": 0.5, "phase": "grpo", "step": {i}, "time": {1.7e9 + i}}}\n'
                          for i in range(1, 120_001))
+        for step in (40_000, 80_000, 120_000):  # traces: listed as summaries, the newest shown read from its line
+            run.append("transcripts", {"step": step, "transcript": {"question_id": f"q-{step}", "outcome": "correct",
+                                                                   "question": f"question at {step}", "steps": []}})
         session = "visitor-long-run"
         assert call(password_app, event(config, "refresh", "runs-table"), [None, []], session_hash=session)["success"]
         shown = call(password_app, event(config, "show", "runs-detail"), ["long-run"], session_hash=session)
         reply = json.dumps(shown)
         assert shown["success"] and "~1" in shown["output"][0] and "spread over the run" in shown["output"][0]
         assert len(reply) < 2_000_000, len(reply)
+        picker, trace = shown["output"][7], shown["output"][8]
+        assert [label.split(" — ")[0] for label, _ in picker["choices"]] == ["step 120000", "step 80000", "step 40000"]
+        assert "Trace at step 120000" in trace and "question at 120000" in trace, trace[:300]
+        oldest = call(password_app, event(config, "show_trace"), ["long-run", picker["choices"][-1][1]],
+                      session_hash=session)
+        assert "question at 40000" in oldest["output"][0], oldest
         reward = json.loads(shown["output"][2]["plot"])
         mean = next(t for t in reward["data"] if t.get("name") == "reward (mean)")
         assert len(mean["x"]) <= SPREAD + TAIL and mean["x"][-1] == 120_000
