@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dashboard.run_sample import SPREAD, TAIL, RecordSample
+from dashboard.run_sample import RecordSample
 from training.run_dir import (InvalidRunName, RunDir, default_runs_root, list_runs, live_status, read_line_at,
                               redact_secrets, resolve_run)
 from training.run_results import Measured, final_measure, last_eval_measure
@@ -178,13 +178,13 @@ class RunCache:
         if kind == "transcripts":
             return RecordSample(TRACES_SPREAD, TRACES_TAIL, keep=trace_summary)
         # comparison.jsonl is bounded by its writer (a pair per comparison episode, then a summary): read whole.
-        return RecordSample(None) if kind == "comparison" else RecordSample(SPREAD, TAIL)
+        return RecordSample(None) if kind == "comparison" else RecordSample()
 
     def read_jsonl(self, run: RunDir, kind: str) -> list[Any]:
         """The records kept of `<kind>.jsonl` (as `training.run_dir.read_records` reads them: a torn last line waits
         for its newline; a corrupt, overlong or too deep line is skipped), reading only the bytes appended since this
-        cache last read the file: every record of comparison.jsonl; of metrics and evals a bounded spread and the
-        newest (`RecordSample`); of transcripts, summaries (`trace_summary`). A file that shrank or was replaced is
+        cache last read the file: every record of comparison.jsonl; of metrics and evals the first and the newest
+        and a bounded spread between (`RecordSample`); of transcripts, summaries (`trace_summary`). A file that shrank or was replaced is
         read again from its start. The list returned is new whenever records changed (snapshots already handed out
         never change)."""
         key = (str(run.path), kind)

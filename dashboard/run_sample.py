@@ -3,9 +3,10 @@
 The run cache (`dashboard.run_data`) kept every record of a run's files and every chart drew every one: an honest
 long run that logs each step wrote a 58 MB `metrics.jsonl` of 400,000 lines, and each anonymous Run detail view took
 6 s and a 41.6 MB reply (six at once: 17-26 s each, the app 314 -> 1,065 MB; issue 49, finding 6). A
-`RecordSample` keeps at most `spread` records spread evenly over the file (the first of each of `spread` equal byte
-ranges) plus its last `tail` records whole, as TensorBoard keeps ~1,000 points of a scalar series, so every chart
-series has at most `spread + tail` points however long the run.
+`RecordSample` keeps the file's first `head` records and its last `tail` whole, and at most `spread` records spread
+evenly between (the first of each of `spread` equal byte ranges), as TensorBoard keeps ~1,000 points of a scalar
+series: every chart series has at most `head + spread + tail` points however long the run, and what reads a run's
+start or its newest steps (`training.health`'s rules, the status bar) reads them whole.
 
 Each `update` reads what the file gained since the last one. Up to `parse_bytes` of it are parsed line by line
 (a live run's new lines: the common case); a longer stretch, such as a long file read for the first time, is not:
@@ -22,10 +23,11 @@ from typing import Any, BinaryIO, Callable
 
 from training.run_dir import read_line_at
 
-__all__ = ["RecordSample", "SPREAD", "TAIL", "PARSE_BYTES"]
+__all__ = ["RecordSample", "HEAD", "SPREAD", "TAIL", "PARSE_BYTES"]
 
-#: Records kept spread over a file, and the newest records kept whole: at most SPREAD + TAIL points a series.
-SPREAD, TAIL = 750, 250
+#: A file's first records and its newest kept whole, and the records kept spread between: at most
+#: HEAD + SPREAD + TAIL points a series.
+HEAD, SPREAD, TAIL = 32, 750, 250
 #: The most bytes one update parses line by line (a longer stretch is sampled, its last PARSE_BYTES parsed).
 PARSE_BYTES = 512 * 1024
 
@@ -36,13 +38,14 @@ class RecordSample:
     Args:
         spread: records kept spread over the whole file (None: every record, for files bounded by their writer).
         tail: the newest records kept whole.
+        head: the file's first records kept whole (those of its first `head` lines).
         parse_bytes: the most bytes an update parses line by line.
         keep: what is kept of a record, given its byte offset and the record (default: the record itself).
     """
 
     def __init__(self, spread: int | None = SPREAD, tail: int = TAIL, parse_bytes: int = PARSE_BYTES,
-                 keep: Callable[[int, dict[str, Any]], Any] | None = None):
-        self.spread, self.tail, self.parse_bytes = spread, tail, parse_bytes
+                 keep: Callable[[int, dict[str, Any]], Any] | None = None, head: int = HEAD):
+        self.spread, self.tail, self.parse_bytes, self.head = spread, tail, parse_bytes, head
         self.keep = keep or (lambda _offset, record: record)
         self._reset(None)
 
@@ -52,6 +55,7 @@ class RecordSample:
         self.lines = 0  # complete lines up to `end` (estimated where a stretch was sampled)
         self.exact = True  # every line up to `end` was read
         self._entries: list[tuple[int, Any]] = []  # (offset, kept) in file order
+        self._head_entries = 0  # how many of them come from the first `head` lines (never thinned)
         self.records: list[Any] = []  # a new list whenever the kept records change
 
     def update(self, f: BinaryIO) -> bool:
@@ -68,14 +72,18 @@ class RecordSample:
             return changed
         added: list[tuple[int, Any]] = []
         start = self.end
-        if self.spread is not None and size - start > self.parse_bytes:
-            start = self._sample(f, start, size - self.parse_bytes, size, added)
+        if self.spread is not None:
+            if self.lines < self.head:  # the first lines whole (a stretch is sampled only after them)
+                start = self._parse(f, start, added, self.head - self.lines)
+            if size - start > self.parse_bytes:
+                start = self._sample(f, start, size - self.parse_bytes, size, added)
         self._parse(f, start, added)
         if not added:
             return changed
         entries = self._entries + added
-        if self.spread is not None and len(entries) > self.spread + self.tail:
-            entries = self._thinned(entries[:-self.tail], self.end) + entries[-self.tail:]
+        first = self._head_entries
+        if self.spread is not None and len(entries) > first + self.spread + self.tail:
+            entries = entries[:first] + self._thinned(entries[first:-self.tail], self.end) + entries[-self.tail:]
         self._entries = entries
         self.records = [kept for _, kept in entries]
         return True
@@ -103,18 +111,22 @@ class RecordSample:
         self.end = tail_start
         return tail_start
 
-    def _parse(self, f: BinaryIO, start: int, added: list) -> None:
-        """Every complete line from `start` on (a torn last line waits for the next update)."""
-        position = start
-        while True:
+    def _parse(self, f: BinaryIO, start: int, added: list, most: float = math.inf) -> int:
+        """Every complete line from `start` on, or its first `most` lines (a torn last line waits for the next
+        update); returns where reading stopped."""
+        position, read = start, 0
+        while read < most:
             line_start, record, after = read_line_at(f, position)
             if after is None:
                 break
-            self.lines += 1
             if record is not None:
                 added.append((line_start, self.keep(line_start, record)))
+                self._head_entries += self.lines < self.head
+            self.lines += 1
+            read += 1
             position = after
         self.end = position
+        return position
 
     def _thinned(self, entries: list[tuple[int, Any]], size: int) -> list[tuple[int, Any]]:
         """The first entry of each of `spread` equal byte ranges of a file of `size` bytes."""

@@ -489,10 +489,10 @@ def test_one_bad_run_directory_leaves_runs_and_compare_listing_the_others(passwo
 # ------------------------------------------------------------------------------ issue 49, finding 6
 def test_a_long_runs_detail_is_a_bounded_reply(password_app):
     """An honest long run that logs every step wrote a 58 MB metrics.jsonl (400,000 lines), and each anonymous Run
-    detail view sent it whole, charted: 6 s and 41.6 MB. The charts now draw at most SPREAD + TAIL points a series
-    (a spread over the run and its newest lines), read in bounded work: here 120,000 lines (14 MB) answer in well
-    under 2 MB (before: ~30 MB)."""
-    from dashboard.run_sample import SPREAD, TAIL
+    detail view sent it whole, charted: 6 s and 41.6 MB. The charts now draw at most HEAD + SPREAD + TAIL points a
+    series (the run's first and newest lines, a spread between), read in bounded work: here 120,000 lines (14 MB)
+    answer in well under 2 MB (before: ~30 MB)."""
+    from dashboard.run_sample import HEAD, SPREAD, TAIL
 
     config, runs = password_app["config"], password_app["runs"]
     run = RunDir.create(runs, "long-run")
@@ -520,7 +520,7 @@ def test_a_long_runs_detail_is_a_bounded_reply(password_app):
         assert "question at 40000" in oldest["output"][0], oldest
         reward = json.loads(shown["output"][2]["plot"])
         mean = next(t for t in reward["data"] if t.get("name") == "reward (mean)")
-        assert len(mean["x"]) <= SPREAD + TAIL and mean["x"][-1] == 120_000
+        assert len(mean["x"]) <= HEAD + SPREAD + TAIL and mean["x"][-1] == 120_000
     finally:
         shutil.rmtree(run.path, ignore_errors=True)
 

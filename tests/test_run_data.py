@@ -271,10 +271,10 @@ class CountingReader:
 
 def test_a_long_run_file_is_kept_as_a_bounded_spread_and_read_in_bounded_work(tmp_path):
     """A 58 MB metrics.jsonl of 400,000 lines was parsed and kept whole, and every chart drew every line: 6 s and a
-    41.6 MB reply per Run detail view (issue 49, finding 6). The cache keeps at most SPREAD records spread over the
-    file plus its newest TAIL; an update reads a bounded number of bytes, however long the file (a long stretch is
-    sampled, not parsed), and its lines are estimated from the sample."""
-    from dashboard.run_sample import PARSE_BYTES, SPREAD, TAIL, RecordSample
+    41.6 MB reply per Run detail view (issue 49, finding 6). The cache keeps the file's first HEAD records and its
+    newest TAIL whole, and at most SPREAD records spread between; an update reads a bounded number of bytes, however
+    long the file (a long stretch is sampled, not parsed), and its lines are estimated from the sample."""
+    from dashboard.run_sample import HEAD, PARSE_BYTES, SPREAD, TAIL, RecordSample
     from dashboard.runs_tab import detail_header
 
     run = RunDir.create(tmp_path, "long")
@@ -288,21 +288,22 @@ def test_a_long_run_file_is_kept_as_a_bounded_spread_and_read_in_bounded_work(tm
         assert sample.update(counting)
     assert counting.read_bytes < PARSE_BYTES + 2 * SPREAD * 200 < size / 10  # the tail, and a line per range
     steps = [r["step"] for r in sample.records]
-    assert len(steps) <= SPREAD + TAIL and steps == sorted(steps)
-    assert steps[0] == 1 and steps[-TAIL:] == list(range(200_001 - TAIL, 200_001))  # first, and the newest whole
-    gaps = [b - a for a, b in zip(steps, steps[:-TAIL])]
-    assert max(gaps) < 3 * 200_000 / SPREAD  # spread evenly
+    assert len(steps) <= HEAD + SPREAD + TAIL and steps == sorted(steps)
+    assert steps[:HEAD] == list(range(1, HEAD + 1)) and steps[-TAIL:] == list(range(200_001 - TAIL, 200_001))
+    gaps = [b - a for a, b in zip(steps[HEAD:], steps[HEAD + 1:-TAIL])]
+    assert max(gaps) < 3 * 200_000 / SPREAD  # between them, spread evenly
     assert not sample.exact and abs(sample.lines - 200_000) < 2_000
 
     cache = RunCache(tmp_path)
     snap = cache.snapshot("long")
-    assert len(snap.metrics) <= SPREAD + TAIL and snap.metrics[-1]["step"] == 200_000
+    assert len(snap.metrics) <= HEAD + SPREAD + TAIL and snap.metrics[-1]["step"] == 200_000
     assert "~" in detail_header(snap) and "spread over the run" in detail_header(snap)
     # A live run's appended lines are read as they come, and the kept records stay bounded.
     write_metrics(run.file("metrics.jsonl"), 200_001, 230_000)
     time.sleep(0.002)
     later = cache.snapshot("long")
-    assert len(later.metrics) <= SPREAD + TAIL + 1 and later.metrics[-1]["step"] == 230_000
+    assert len(later.metrics) <= HEAD + SPREAD + TAIL + 1 and later.metrics[-1]["step"] == 230_000
+    assert [r["step"] for r in later.metrics[:HEAD]] == list(range(1, HEAD + 1))
     assert [r["step"] for r in later.metrics[-3:]] == [229_998, 229_999, 230_000]
     assert [r["step"] for r in snap.metrics][-1] == 200_000  # a snapshot handed out never changes
 
@@ -311,6 +312,7 @@ def test_transcripts_are_listed_as_summaries_and_read_from_their_line(tmp_path):
     """A run kept every transcript in memory (each up to 4 MiB) for every page. A snapshot now lists summaries (a
     bounded number) and reads the transcript shown from its line, only at an offset it lists."""
     from dashboard.run_data import TRACES_SPREAD, TRACES_TAIL
+    from dashboard.run_sample import HEAD
 
     run = RunDir.create(tmp_path, "traces")
     run.write_status("running", started_at=now_iso())
@@ -319,7 +321,7 @@ def test_transcripts_are_listed_as_summaries_and_read_from_their_line(tmp_path):
                                    "transcript": {"question_id": f"q{step}", "outcome": "correct", "steps": [],
                                                   "pad": "x" * 2_000}})
     snap = RunCache(tmp_path).snapshot("traces")
-    assert len(snap.transcripts) <= TRACES_SPREAD + TRACES_TAIL and "pad" not in str(snap.transcripts)
+    assert len(snap.transcripts) <= HEAD + TRACES_SPREAD + TRACES_TAIL and "pad" not in str(snap.transcripts)
     latest = snap.latest_transcript
     assert latest["step"] == 1_000 and latest["question_id"] == "q1000"
     assert snap.transcript(latest["offset"])["transcript"]["question_id"] == "q1000"
