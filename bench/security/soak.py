@@ -18,9 +18,12 @@ the limits allow, and the issue's 1,990 columns (`wide-rows`); a query that take
 whose last step runs to its time limit after a query cheap only with DISTINCT (EX's rerun left no time:
 `prepare-ex`); a WebSocket handshake to OpenEnv's UI socket `/ws/ui` and a session that asks for ~30 MB of replies,
 neither ever read (`no-read`), uploads and 1 MB steps to OpenEnv's web routes under `/web` (`web-routes`), messages
-of 1 MiB and 16 MiB of `{}`s (`many-values`). `--web` starts the server as the Dockerfile does, with its page. The
-hostile sessions connect from 127.0.0.2, the honest ones from 127.0.0.1, so the server's per-client limit holds the
-attackers to their share. A watcher asks `/health` every 0.25 s (its longest wait is a figure) and samples the
+of 1 MiB and 16 MiB of `{}`s (`many-values`); and issue 49's: silent WebSockets on OpenEnv's `/mcp` and one sending
+1 MiB of `{}`s there (`mcp-silent`), a client sending pings and reading nothing (`ping-flood`), four more addresses
+each opening 16 sessions that reset once and fall silent while a new address asks for one (`few-addresses`; the
+coroutines are `bench/security/websocket_holds.py`'s). `--web` starts the server as the Dockerfile does, with its
+page. The hostile sessions connect from 127.0.0.2 (`few-addresses` from 127.0.0.21-24 too), the honest ones from
+127.0.0.1, so the server's per-client limit holds the attackers to their share. A watcher asks `/health` every 0.25 s (its longest wait is a figure) and samples the
 server's RSS.
 
 Prints, last line one JSON object: requests (steps and calls sent), honest_errors (exceptions, error frames and
@@ -28,7 +31,9 @@ oracle episodes not correct in honest sessions: must be 0), hostile_errors (exce
 refusals are its normal fate), breaches (hostile requests that got what the server must refuse: a session
 opened over HTTP, a half-sent request's connection kept past the request timeout + 5 s, a value sent back
 whole, a never-reset WebSocket kept past the reset timeout + 5 s, a UI socket accepted, an upload or a step taken
-under `/web`, a message of `{}`s parsed and answered: must be 0), max_step_s (the longest reply to a
+under `/web`, a message of `{}`s parsed and answered, an `/mcp` socket kept past the reset timeout + 5 s, more than
+32 MiB of pings read from a client that reads nothing, a new address refused while four others hold their
+sessions (when 32 or more were free before them): must be 0), max_step_s (the longest reply to a
 step or `state`, honest or hostile, measured by the client: must be <= the 5 s limit + 1 s), max_honest_step_s and
 max_health_s (the longest an honest step and `/health` waited: must be <= 1 s, whatever the hostile sessions do),
 health_failures, sessions_leaked (open after every client left), rss_growth_mb (server RSS at rest after the soak
@@ -74,6 +79,8 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from serverproc import ServerProcess  # noqa: E402
 from sql_shapes import row_of  # noqa: E402
+
+from websocket_holds import few_addresses, mcp_silent, ping_flood_attack  # noqa: E402
 
 from sqlenv.data.datasets import load_questions, resolve_dataset  # noqa: E402
 from sqlenv.evaluation.policies import OraclePolicy  # noqa: E402
@@ -164,7 +171,8 @@ HALF_SENT = [b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ", b"",
 #: and drops its TCP connection without a close frame 30% of the time when abort is enabled.
 ROUND_SHAPES = {"http-create": 0.05, "half-sent": 0.02, "never-reset": 0.03, "huge-id": 0.02, "distinct-ex": 0.05,
                 "fence-answer": 0.04, "no-read": 0.02, "web-routes": 0.02, "many-values": 0.03,
-                "statement-fill": 0.03, "prepare-ex": 0.03}
+                "statement-fill": 0.03, "prepare-ex": 0.03, "mcp-silent": 0.02, "ping-flood": 0.01,
+                "few-addresses": 0.01}
 SESSION_ACTIONS = {"costly-sql": 0.6 * 14 / 16, "trim-glob": 0.6 * 2 / 16, "garbage": 0.3, "idle": 0.1,
                    "wide-rows": 0.05}
 SHAPES = [*ROUND_SHAPES, *SESSION_ACTIONS, "abort"]
@@ -395,6 +403,20 @@ async def hostile(url: str, port: int, index: int, deadline: float, budget: "Bud
                     await no_read(port, rng.uniform(1.0, 3.0), tally)
                 tally.requests += 2
                 tally.hostile_refused += 1
+                continue
+            if attack == "mcp-silent":  # silent /mcp sockets, and values on /mcp (issue 49)
+                with tally.doing(attack):
+                    await mcp_silent(port, HOSTILE_ADDRESS, rng.randint(1, 4), RESET_TIMEOUT_S, tally)
+                continue
+            if attack == "ping-flood":  # pings from a client that reads nothing, held to the reset deadline or not
+                with tally.doing(attack):
+                    await ping_flood_attack(port, HOSTILE_ADDRESS, rng.choice([rng.uniform(1.0, 5.0),
+                                                                              RESET_TIMEOUT_S + 5.0]), tally)
+                tally.requests += 1
+                continue
+            if attack == "few-addresses":  # four addresses at their share, and a newcomer
+                with tally.doing(attack):
+                    await few_addresses(port, f"127.0.1.{index % 250 + 1}", rng.uniform(1.0, 5.0), tally)
                 continue
             if attack == "web-routes":  # an upload and a 1 MB step to OpenEnv's web routes: not served
                 boundary = f"soak{rng.getrandbits(64):x}"
