@@ -2,6 +2,9 @@
 
     nice python bench/learning/step_profile.py               # one SFT step and one GRPO step, each both ways
     nice python bench/learning/step_profile.py --warm-start  # also the whole warm start, before vs after, eval success
+    python bench/learning/step_profile.py --sft-steps 2 --sft-episodes 8 --grpo-steps 1 --rounds 1 \\
+        --set num_generations=2 --set per_device_train_batch_size=2 --set step_budget=2 --set max_turn_tokens=16
+                                                              # CI's smallest form (the same steps, seconds)
 
 SFT: TRL's `SFTTrainer` (its fused, chunked LM head scores every position and recomputes the head in the backward
 pass; on CPU that runs as plain torch ops) against `training.warm_start.trainer.WarmStartTrainer` (the LM head only at the
@@ -43,11 +46,14 @@ def log(message: str) -> None:
 
 
 class StepTimer:
-    """A TrainerCallback recording each optimizer step's wall time (steps after `warmup`)."""
+    """A TrainerCallback recording each optimizer step's wall time (steps after `warmup`; in a run of `steps` steps,
+    no more than `warmup`, its last step)."""
 
-    def __init__(self, warmup: int = 3):
+    def __init__(self, warmup: int = 3, steps: int | None = None):
         from transformers import TrainerCallback
 
+        if steps is not None:
+            warmup = min(warmup, steps - 1)
         timer = self
 
         class _Callback(TrainerCallback):
@@ -81,7 +87,7 @@ def phases(profile: cProfile.Profile, names: dict[str, tuple[str, str]], steps: 
 def sft_steps(model, tokenizer, conversations, trainer_class, steps: int, profile: bool) -> tuple[float, dict]:
     from training.warm_start import SFTSettings, run_sft
 
-    timer = StepTimer()
+    timer = StepTimer(steps=steps)
     profiler = cProfile.Profile() if profile else None
     if profiler:
         profiler.enable()
@@ -96,14 +102,15 @@ def sft_steps(model, tokenizer, conversations, trainer_class, steps: int, profil
     return timer.median_ms, split
 
 
-def grpo_steps(model, tokenizer, checkpointing: bool, steps: int, profile: bool) -> tuple[float, dict]:
+def grpo_steps(model, tokenizer, checkpointing: bool, steps: int, profile: bool,
+               overrides: list[str] = ()) -> tuple[float, dict]:
     from training.config import TrainConfig
     from training.grpo import build_trainer
 
-    config = TrainConfig.from_json(REPO / "configs" / "tiny_cpu.json").with_overrides(
+    config = TrainConfig.from_json(REPO / "configs" / "tiny_cpu.json").with_overrides(list(overrides)).with_overrides(
         {"max_steps": steps, "sft": False, "gradient_checkpointing": checkpointing, "save_steps": 0,
          "output_dir": tempfile.mkdtemp(prefix="sqlenv-profile-")})
-    timer = StepTimer(warmup=1)
+    timer = StepTimer(warmup=1, steps=steps)
     trainer = build_trainer(config, copy.deepcopy(model), tokenizer, callbacks=[timer.callback],
                             output_dir=config.output_dir)
     profiler = cProfile.Profile() if profile else None
@@ -151,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="A/B rounds, interleaved (default 2)")
     parser.add_argument("--warm-start", action="store_true", help="also time both whole warm starts (~12 minutes)")
     parser.add_argument("--eval-episodes", type=int, default=400, help="eval episodes per warm start (default 400)")
+    parser.add_argument("--sft-episodes", type=int, default=None,
+                        help="teacher episodes the SFT steps draw from (default: one per train question)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="change the GRPO step's recipe (configs/tiny_cpu.json), e.g. num_generations=2")
     args = parser.parse_args(argv)
     import warnings
 
@@ -169,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     datasets.disable_progress_bars()
     torch.set_num_threads(1)
     model, tokenizer = load_model_and_tokenizer("builtin:tiny", device="cpu")
-    conversations = teacher_conversations("builtin", "train", describe=False)
+    conversations = teacher_conversations("builtin", "train", describe=False, episodes=args.sft_episodes)
     out: dict = {"threads": 1}
 
     log("SFT step, batch of 4 episodes, 1 thread: TRL SFTTrainer vs WarmStartTrainer")
@@ -190,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     grpo = {"checkpointing on (TRL default)": [], "checkpointing off": []}
     for round_ in range(args.rounds):
         for label, flag in (("checkpointing on (TRL default)", True), ("checkpointing off", False)):
-            ms, split = grpo_steps(warm, tokenizer, flag, args.grpo_steps, profile=round_ == 0)
+            ms, split = grpo_steps(warm, tokenizer, flag, args.grpo_steps, profile=round_ == 0,
+                                   overrides=args.overrides)
             grpo[label].append(ms)
             log(f"  {label:31s} {ms:7.1f} ms/step" + (f"   per step: {split}" if split else ""))
             if split:

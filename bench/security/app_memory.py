@@ -1,6 +1,8 @@
 """What anonymous visitors' inputs leave in the dashboard's memory (issue 35, finding 4).
 
-    python bench/security/app_memory.py [--sessions 50] [--input-mb 30] [--allowed-sessions 256]
+    python bench/security/app_memory.py [--sessions 50] [--input-mb 30] [--allowed-sessions 256] [--settle 5]
+    python bench/security/app_memory.py --sessions 1 --input-mb 1 --allowed-sessions 1 --expire-sessions 1 \\
+        --settle 0                                                              # CI's smallest form
 
 Serves the app (`python app.py`, open mode, its own empty runs/ and data/) on 127.0.0.1 and measures its RSS:
 
@@ -123,10 +125,13 @@ def main() -> None:
                         help="sessions sending the largest allowed inputs (default 256)")
     parser.add_argument("--expire-sessions", type=int, default=128,
                         help="small new sessions that push the earlier ones out (default 128, the app's capacity)")
+    parser.add_argument("--settle", type=float, default=5.0,
+                        help="seconds the app rests before each RSS reading (default 5; twice that after expiry)")
     args = parser.parse_args()
     if not (0 <= args.sessions <= 500 and 0 < args.input_mb <= 100 and 0 <= args.allowed_sessions <= 2000
-            and 0 <= args.expire_sessions <= 2000):
-        parser.error("--sessions 0..500, --input-mb (0, 100], --allowed-sessions and --expire-sessions 0..2000")
+            and 0 <= args.expire_sessions <= 2000 and 0 <= args.settle <= 120):
+        parser.error("--sessions 0..500, --input-mb (0, 100], --allowed-sessions and --expire-sessions 0..2000, "
+                     "--settle 0..120")
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     n = int(args.input_mb * 1_000_000)
     big = json.dumps("x" * n).encode()
@@ -141,12 +146,12 @@ def main() -> None:
         pid = served["proc"].pid
         app = App(served["url"], app_config(served["url"]))
         visit(app, small, 3, Counter(), "warm")
-        idle = settle(pid)
+        idle = settle(pid, args.settle)
         cpu_start, started = cpu_s(pid), time.monotonic()
         hostile_statuses: Counter = Counter()
         visit(app, hostile, args.sessions, hostile_statuses, "hostile")
         hostile_s, hostile_cpu = time.monotonic() - started, cpu_s(pid) - cpu_start
-        after_hostile = settle(pid)
+        after_hostile = settle(pid, args.settle)
         print(f"hostile: {args.sessions} sessions x 3 inputs of {args.input_mb:g} MB in {hostile_s:.1f} s "
               f"({hostile_cpu:.1f} s of app CPU): {dict(hostile_statuses)}; RSS {idle:.0f} -> {after_hostile:.0f} MB")
         allowed_statuses: Counter = Counter()
@@ -154,11 +159,11 @@ def main() -> None:
         for start in range(0, args.allowed_sessions, 32):
             visit(app, allowed, min(32, args.allowed_sessions - start), allowed_statuses, f"allowed{start}")
             peak = max(peak, rss_mb(pid))
-        after_allowed = settle(pid)
+        after_allowed = settle(pid, args.settle)
         print(f"allowed: {args.allowed_sessions} sessions x the largest inputs taken: {dict(allowed_statuses)}; "
               f"RSS {after_allowed:.0f} MB (peak {peak:.0f})")
         visit(app, small, args.expire_sessions, Counter(), "new")
-        expired = settle(pid, 10.0)
+        expired = settle(pid, 2 * args.settle)
         print(f"after {args.expire_sessions} new sessions pushed the earlier ones out: RSS {expired:.0f} MB, "
               f"{expired - idle:+.0f} MB over idle (target <= +300)")
         cpu_total = cpu_s(pid) - cpu_start

@@ -1,6 +1,7 @@
 """What one statement, as wide or as long as the sandbox allows, makes a real server hold (issue 43, finding 2).
 
-    python bench/security/result_memory.py [--dataset builtin] [--settle 12]
+    python bench/security/result_memory.py [--dataset builtin] [--settle 12] [--shapes 1,2,3,4,5,6]
+    python bench/security/result_memory.py --settle 0 --shapes 5,6      # CI's smallest form (no shape runs 5 s)
 
 Starts `python -m sqlenv serve` on 127.0.0.1 (a free port; stopped at the end). For each shape, one WebSocket
 session resets and sends it as a QUERY; the server's peak resident memory during the step is read from the kernel
@@ -98,9 +99,16 @@ def main() -> None:
     parser.add_argument("--dataset", default="builtin", help="dataset served (default builtin)")
     parser.add_argument("--settle", type=float, default=12.0,
                         help="seconds between shapes, for the server's memory trim (default 12)")
+    parser.add_argument("--shapes", default=None,
+                        help=f"the shapes measured, by number in the order above, comma-separated (default: all "
+                        f"{len(SHAPES)})")
     args = parser.parse_args()
     if not 0 <= args.settle <= 120:
         parser.error("--settle must be in [0, 120]")
+    numbers = args.shapes.split(",") if args.shapes else [str(i) for i in range(1, len(SHAPES) + 1)]
+    if not all(n.strip().isdigit() and 1 <= int(n) <= len(SHAPES) for n in numbers):
+        parser.error(f"--shapes: numbers from 1 to {len(SHAPES)}, comma-separated")
+    chosen = [list(SHAPES)[int(n) - 1] for n in numbers]
     cap_mb = SandboxSettings().max_result_bytes / MB
     bound_mb = cap_mb + SLACK_MB
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; bound: the result cap {cap_mb:.1f} MB "
@@ -109,7 +117,8 @@ def main() -> None:
     with ServerProcess(["--dataset", args.dataset, "--split", "train"]) as server:
         pid = server.proc.pid
         print(f"server RSS at start {_status(pid, 'VmRSS'):.0f} MB")
-        for name, sql in SHAPES.items():
+        for name in chosen:
+            sql = SHAPES[name]
             time.sleep(args.settle)
             result = measure(server.url, pid, sql)
             result["held"] = bool(result["growth_mb"] <= bound_mb)
