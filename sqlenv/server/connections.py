@@ -19,7 +19,7 @@ import asyncio
 import socket
 from typing import Any
 
-__all__ = ["LISTENERS", "LINGER_S", "listening_sockets", "websocket_protocol"]
+__all__ = ["LISTENERS", "LINGER_S", "SEND_BUFFER_BYTES", "listening_sockets", "websocket_protocol"]
 
 #: Listening sockets sharing the server's port (`listening_sockets`): the connections the loop can accept in one
 #: turn. 16 held `/health` under 1 s with 64 hostile sessions reconnecting; 64 did no better.
@@ -61,6 +61,12 @@ def listening_sockets(host: str, port: int, count: int = LISTENERS) -> list[sock
 #: uvicorn waits 10 s for the client's answer to a close frame, then closes, which waits for the client to take
 #: what is still buffered. Past these seconds the connection is aborted, its buffer dropped.
 LINGER_S = 12.0
+#: The kernel's send buffer of a WebSocket connection (SO_SNDBUF; Linux doubles it). Left to itself Linux grows it to
+#: 4 MB (`tcp_wmem`), and a client that never reads can make the server parse that many bytes of its pings (~32,000
+#: frames) and write their pongs before its output backs up: four such clients held `/health` 1.57 s at load 7.
+#: 256 KiB bounds that work to a few thousand frames a connection (`/health` 0.23 s), and a reply still goes out
+#: 512 KiB a round trip.
+SEND_BUFFER_BYTES = 256 * 1024
 
 
 def websocket_protocol() -> type:
@@ -68,13 +74,14 @@ def websocket_protocol() -> type:
     bounds at the transport, for `uvicorn.Config(ws=...)`:
 
     - Unread output stops reading: while the transport holds more unsent bytes than its high-water mark (64 KiB:
-      the client is not reading what it was sent), the connection reads nothing more from the client. uvicorn's
-      `send` already waits there with the app's replies, but it answers each ping at once with a pong written past
-      any bound, and stops reading only while a data message waits for the app: a client that sent pings and
-      never read made the server keep every pong (issue 49: 500 MB of pings, RSS 282 -> 738 MB, held while the
-      client stayed). Now a connection holds at most the mark plus one read's pongs (~0.3 MB), and the client's
-      pings wait in its own buffers. uvicorn's "websockets" implementation (deprecated) waits for the buffer to
-      drain before each pong, "wsproto" writes them as "websockets-sansio" does.
+      the client is not reading what it was sent, and the kernel's send buffer, `SEND_BUFFER_BYTES`, is full), the
+      connection reads nothing more from the client. uvicorn's `send` already waits there with the app's replies,
+      but it answers each ping at once with a pong written past any bound, and stops reading only while a data
+      message waits for the app: a client that sent pings and never read made the server keep every pong (issue
+      49: 500 MB of pings, RSS 282 -> 738 MB, held while the client stayed). Now a connection holds at most the
+      mark plus one read's pongs (~0.3 MB), and the client's pings wait in its own buffers. uvicorn's "websockets"
+      implementation (deprecated) waits for the buffer to drain before each pong, "wsproto" writes them as
+      "websockets-sansio" does.
     - An ended connection ends: `LINGER_S` after the app's part in it ended (`run_asgi` returned), a connection
       still open is aborted. A graceful close waits for the client to take what is buffered, which a client that
       never reads never does: the socket and its buffer were held as long as the client stayed.
@@ -87,6 +94,15 @@ def websocket_protocol() -> type:
         _sqlenv_output_waits = False  # the transport's unsent bytes are over its high-water mark
         _sqlenv_linger: asyncio.TimerHandle | None = None
         _sqlenv_lost = False
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+                except OSError:  # not a TCP socket here (a test transport): the kernel's own size stays
+                    pass
 
         def pause_writing(self) -> None:
             super().pause_writing()
