@@ -236,7 +236,8 @@ def play_slow(url: str, config: dict, seconds: float, sources: list[str], label:
     sessions = [(source, f"{label}-slow-{i}") for i, source in enumerate(sources)]
     for source, session in sessions:
         new_episode(url, config, session, source)
-    new_episode(url, config, f"{label}-honest")
+    honest = "127.0.0.40" if label == "8_clients" else "127.0.0.41"  # an address of its own: Play keeps one
+    new_episode(url, config, f"{label}-honest", honest)              # episode per address past half full
 
     def hostile(source, session):
         while not stop.is_set():
@@ -254,7 +255,7 @@ def play_slow(url: str, config: dict, seconds: float, sources: list[str], label:
     while time.monotonic() - started < seconds:
         i += 1
         began = time.monotonic()
-        step(url, config, f"{label}-honest", f"SELECT {i}")
+        step(url, config, f"{label}-honest", f"SELECT {i}", honest)
         latencies.append(time.monotonic() - began)
         time.sleep(0.5)
     stop.set()
