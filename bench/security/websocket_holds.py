@@ -12,9 +12,10 @@ reset timeout, and a 20 s session timeout as the issue's probe had; stopped at t
    how long the accepted ones were kept; then four `/mcp` sockets each sending a 1.1 MB message of `{}`s (~369,000
    values) while `/health` is asked every 0.1 s: closed or answered, and `/health` at its slowest.
 2. pings: `--ping-clients` clients (127.0.0.3, ...) each open `/ws` and send up to `--ping-mb` MB of 125-byte pings
-   without reading anything (a client gives up when the server has taken nothing for 2 s): MB the server took,
+   without reading anything (a client gives up when the server has taken nothing for 5 s): MB the server took,
    its RSS before, at its peak and after, `/health` at its slowest, when the sessions ended and when the
-   connections were gone (the server's descriptors back to where they were; the clients still read nothing).
+   connections were gone (the clients' sockets no longer established: the server reset or closed them; the clients
+   still read nothing).
 3. shares: four addresses (127.0.0.11-14) each open 16 WebSockets that reset once and fall silent, then 10 honest
    episodes one after another from 127.0.0.1 and one from each of four new addresses at once: sessions each
    address got, episodes served.
@@ -88,12 +89,13 @@ async def raw_websocket(port: int, path: str, source: str) -> tuple[asyncio.Stre
 async def ping_flood(port: int, source: str, max_bytes: int, max_s: float, stall_s: float = 2.0) -> dict:
     """Pings on `/ws` from `source`, nothing read, until `max_bytes` went out, `max_s` passed, or the server took
     nothing for `stall_s`.
-    Returns taken (bytes the client's kernel accepted), stalled, flood_s, started, and the connection (reader,
-    writer: the caller ends it)."""
+    Returns taken (bytes the client's kernel accepted; all written when the server ended the connection), stalled,
+    ended (by the server, while flooding), flood_s, started, and the connection (reader, writer: the caller ends
+    it)."""
     reader, writer = await raw_websocket(port, "/ws", source)
     writer.transport.set_write_buffer_limits(high=len(PING_BLOCK))
     started = time.monotonic()
-    written, stalled = 0, False
+    written, stalled, ended = 0, False, False
     try:
         while written < max_bytes and time.monotonic() - started < max_s:
             writer.write(PING_BLOCK)  # whole blocks of whole frames
@@ -103,10 +105,13 @@ async def ping_flood(port: int, source: str, max_bytes: int, max_s: float, stall
             except asyncio.TimeoutError:
                 stalled = True
                 break
-        taken = written - writer.transport.get_write_buffer_size()
+            except ConnectionError:  # the server ended the connection
+                ended = True
+                break
+        taken = written - (0 if ended else writer.transport.get_write_buffer_size())
         flooded_s = time.monotonic() - started
-        return {"taken": taken, "stalled": stalled, "flood_s": flooded_s, "reader": reader, "writer": writer,
-                "started": started}
+        return {"taken": taken, "stalled": stalled, "ended": ended, "flood_s": flooded_s, "reader": reader,
+                "writer": writer, "started": started}
     except BaseException:
         writer.transport.abort()
         raise
@@ -367,24 +372,33 @@ async def shape_mcp(server: ServerProcess, questions: list, reset_s: float) -> d
             "mcp_values_health_max_s": watch.health_max_s}
 
 
-def descriptors(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
+def established(sockname: tuple) -> bool:
+    """Whether the kernel still holds this client socket (`sockname`: its local address) ESTABLISHED: a server that
+    ended the connection sent a reset (or a FIN), which the client's kernel takes without the client reading."""
+    host, port = sockname[:2]
+    local = f"{int.from_bytes(bytes(map(int, host.split('.'))), 'little'):08X}:{port:04X}"
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1] == local:
+            return fields[3] == "01"
+    return False
 
 
 async def shape_pings(server: ServerProcess, ping_mb: float, clients: int, wait_s: float) -> dict:
     pid = server.proc.pid
-    before, fds = rss_mb(pid), descriptors(pid)
+    before = rss_mb(pid)
     with Watch(server.port, pid) as watch:
-        floods = await asyncio.gather(*(ping_flood(server.port, f"127.0.0.{3 + i}", int(ping_mb * MB), 120.0)
+        floods = await asyncio.gather(*(ping_flood(server.port, f"127.0.0.{3 + i}", int(ping_mb * MB), 120.0, 5.0)
                                         for i in range(clients)))
         held = rss_mb(pid)
         flood_health = watch.health_max_s
         session_end = connection_end = None
         started = min(f["started"] for f in floods)
-        while time.monotonic() - started < wait_s and connection_end is None:  # the clients still read nothing
+        names = [f["writer"].get_extra_info("sockname") for f in floods]
+        while time.monotonic() - started < wait_s and None in (session_end, connection_end):  # still unread
             if session_end is None and server.sessions()["open"] == 0:
                 session_end = time.monotonic() - started
-            if descriptors(pid) <= fds:
+            if connection_end is None and not any(established(name) for name in names):
                 connection_end = time.monotonic() - started
             await asyncio.sleep(0.2)
     for flood in floods:
@@ -392,6 +406,7 @@ async def shape_pings(server: ServerProcess, ping_mb: float, clients: int, wait_
     return {"ping_clients": clients, "ping_mb_offered": ping_mb,
             "ping_mb_taken": [round(f["taken"] / MB, 1) for f in floods],
             "ping_flood_s": round(max(f["flood_s"] for f in floods), 1),
+            "ping_ended_by_server": [f["ended"] for f in floods], "ping_stalled": [f["stalled"] for f in floods],
             "ping_rss_before_mb": round(before), "ping_rss_held_mb": round(held),
             "ping_rss_peak_mb": round(watch.rss_peak), "ping_rss_growth_mb": round(watch.rss_peak - before),
             "ping_health_max_s": flood_health,

@@ -19,7 +19,8 @@ import asyncio
 import socket
 from typing import Any
 
-__all__ = ["LISTENERS", "LINGER_S", "SEND_BUFFER_BYTES", "listening_sockets", "websocket_protocol"]
+__all__ = ["LISTENERS", "LINGER_S", "SEND_BUFFER_BYTES", "CONTROL_BURST", "CONTROL_PER_S", "listening_sockets",
+           "websocket_protocol"]
 
 #: Listening sockets sharing the server's port (`listening_sockets`): the connections the loop can accept in one
 #: turn. 16 held `/health` under 1 s with 64 hostile sessions reconnecting; 64 did no better.
@@ -67,10 +68,16 @@ LINGER_S = 12.0
 #: 256 KiB bounds that work to a few thousand frames a connection (`/health` 0.23 s), and a reply still goes out
 #: 512 KiB a round trip.
 SEND_BUFFER_BYTES = 256 * 1024
+#: Control frames (pings, pongs) a WebSocket client may send at once, and per second after that. A client's keepalive
+#: pings every 20 s or so (OpenEnv's and `websockets`' clients), a browser never. uvicorn parses and answers each at
+#: once, outside the pace the app sets for messages (one at a time): a flood of them costs the event loop ~4 us a
+#: frame to parse (websockets' parser, on this machine), more to answer, so past the allowance the connection is
+#: aborted (its session ends with it).
+CONTROL_BURST, CONTROL_PER_S = 32, 1.0
 
 
 def websocket_protocol() -> type:
-    """uvicorn's WebSocket protocol (websockets' sans-I/O implementation, the one uvicorn's "auto" picks) with two
+    """uvicorn's WebSocket protocol (websockets' sans-I/O implementation, the one uvicorn's "auto" picks) with three
     bounds at the transport, for `uvicorn.Config(ws=...)`:
 
     - Unread output stops reading: while the transport holds more unsent bytes than its high-water mark (64 KiB:
@@ -82,6 +89,10 @@ def websocket_protocol() -> type:
       mark plus one read's pongs (~0.3 MB), and the client's pings wait in its own buffers. uvicorn's "websockets"
       implementation (deprecated) waits for the buffer to drain before each pong, "wsproto" writes them as
       "websockets-sansio" does.
+    - Control frames have an allowance: `CONTROL_BURST` pings and pongs at once, `CONTROL_PER_S` a second after
+      that; past it the connection is aborted. Data messages are paced by the app (uvicorn reads the next once
+      the app took the last); control frames were not: four clients' floods held `/health` 1.3-2.8 s at load 7
+      while the server parsed what it had read before their output backed up.
     - An ended connection ends: `LINGER_S` after the app's part in it ended (`run_asgi` returned), a connection
       still open is aborted. A graceful close waits for the client to take what is buffered, which a client that
       never reads never does: the socket and its buffer were held as long as the client stayed.
@@ -95,8 +106,12 @@ def websocket_protocol() -> type:
         _sqlenv_linger: asyncio.TimerHandle | None = None
         _sqlenv_lost = False
 
+        _sqlenv_allowance = float(CONTROL_BURST)  # control frames the client may send now
+        _sqlenv_allowance_at = 0.0
+
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
+            self._sqlenv_allowance_at = self.loop.time()
             sock = transport.get_extra_info("socket")
             if sock is not None:
                 try:
@@ -119,6 +134,26 @@ def websocket_protocol() -> type:
             super().data_received(data)
             if self._sqlenv_output_waits:
                 self.transport.pause_reading()  # uvicorn resumed reading as the app took a message
+
+        def handle_ping(self) -> None:
+            if self._sqlenv_control_frame():
+                super().handle_ping()
+
+        def handle_pong(self, event: Any) -> None:
+            if self._sqlenv_control_frame():
+                super().handle_pong(event)
+
+        def _sqlenv_control_frame(self) -> bool:
+            """Whether this control frame is within the client's allowance; past it, the connection is aborted."""
+            now = self.loop.time()
+            self._sqlenv_allowance = min(float(CONTROL_BURST),
+                                         self._sqlenv_allowance + (now - self._sqlenv_allowance_at) * CONTROL_PER_S)
+            self._sqlenv_allowance_at = now
+            if self._sqlenv_allowance < 1.0:
+                self.transport.abort()  # the rest of what was read goes unanswered
+                return False
+            self._sqlenv_allowance -= 1.0
+            return True
 
         async def run_asgi(self) -> None:
             try:
