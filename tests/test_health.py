@@ -134,11 +134,16 @@ def test_collapse_signs_of_a_run_directory(tmp_path):
 #: The table of docs/EXPERIMENTS.md section 18: on each recorded run, the GRPO steps after which each rule warned.
 RECORDED_SIGNS = {
     "tiny_default": {},
+    "tiny_default_seed1": {},
     "tiny_destructive": {"policy_drift": list(range(1, 41)), "entropy_runaway": list(range(4, 41)),
                          "validation_drop": list(range(5, 41))},
     "smollm2_h200_builtin": {"validation_drop": [9]},
     "smollm2_cpu_recipe": {},
 }
+
+
+def test_every_recorded_run_has_its_row():
+    assert set(RECORDED_SIGNS) == set(RECORDED) == {d.name for d in FIXTURES.iterdir() if d.is_dir()}
 
 
 @pytest.mark.parametrize("name", sorted(RECORDED_SIGNS))

@@ -24,8 +24,9 @@ Four rules, each a `Sign` with its words:
   (0.19 and 0.18 against 0.07) made the median rule this one replaced fire at step 24 and clear a step later.
 - `policy_drift`: the KL from GRPO's start (`health/kl_start`, measured on the fixed probe episodes, so one reading
   is no sampling noise) above `KL_LIMIT` (0.5 nats/token). Every healthy run recorded stayed below 0.05 (the default
-  run 0.006 at step 40, SmolLM2's CPU recipe 0.004 at step 20, the sweep's lr 1e-5 try 0.043 at step 10); the
-  destructive run (lr 0.05) read 5.0 after its first update. docs/EXPERIMENTS.md section 18 holds the table.
+  run 0.006 at step 40 and 0.036 at seed 1, SmolLM2's CPU recipe 0.004 at step 20, the sweep's lr 1e-5 try 0.043
+  at step 10); the destructive run (lr 0.05) read 5.0 after its first update. docs/EXPERIMENTS.md section 18 holds
+  the table.
 - `grad_norm_spike`: a step's grad norm over `SPIKE_RATIO` (5) times the median of up to `SPIKE_HISTORY` (20) steps
   before it (at least `SPIKE_MIN_HISTORY`, 5): GRPO's grad norm moves by about 2x from batch to batch with the
   share of groups that carry an advantage; a jump far beyond that comes before a collapse (RAGEN's "echo trap": the
