@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from training.config.legacy import LEGACY_SFT_KEYS
+
 REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
@@ -118,10 +120,11 @@ def test_run_stopped_during_sft_resumes_there(tmp_path):
     plan = run.read_status()["phases"]
     assert [p["name"] for p in plan][:2] == ["loading model", "sft"] and "grpo" in [p["name"] for p in plan]
     assert {"name": "sft", "label": "warm start (SFT, 3 steps)"} in plan
-    # Saved as runs before the `sft` section saved it (flat sft_* keys): it still loads and resumes.
+    # Saved as runs before the `sft` section saved it (flat sft_* keys, only the settings that existed then; later
+    # ones take their defaults): it still loads and resumes.
     saved = json.loads(run.file("config.json").read_text())
     flat = {**{k: v for k, v in saved.items() if k != "sft"}, "sft": saved["sft"]["enabled"],
-            **{f"sft_{k}": v for k, v in saved["sft"].items() if k != "enabled"}}
+            **{f"sft_{k}": v for k, v in saved["sft"].items() if f"sft_{k}" in LEGACY_SFT_KEYS}}
     run.file("config.json").write_text(json.dumps(flat))
     with pytest.warns(FutureWarning, match="sft_max_steps.*deprecated"):
         path = resume_training(path)
