@@ -13,9 +13,9 @@ reset timeout, and a 20 s session timeout as the issue's probe had; stopped at t
    values) while `/health` is asked every 0.1 s: closed or answered, and `/health` at its slowest.
 2. pings: `--ping-clients` clients (127.0.0.3, ...) each open `/ws` and send up to `--ping-mb` MB of 125-byte pings
    without reading anything (a client gives up when the server has taken nothing for 5 s): MB the server took,
-   its RSS before, at its peak and after, `/health` at its slowest, when the sessions ended and when the
-   connections were gone (the clients' sockets no longer established: the server reset or closed them; the clients
-   still read nothing).
+   its RSS before, at its peak and after, `/health` at its slowest (from the flood until both ends below, or the
+   wait's end), when the sessions ended and when the connections were gone (the clients' sockets no longer
+   established: the server reset or closed them; the clients still read nothing).
 3. shares: four addresses (127.0.0.11-14) each open 16 WebSockets that reset once and fall silent, then 10 honest
    episodes one after another from 127.0.0.1 and one from each of four new addresses at once: sessions each
    address got, episodes served.
@@ -391,7 +391,6 @@ async def shape_pings(server: ServerProcess, ping_mb: float, clients: int, wait_
         floods = await asyncio.gather(*(ping_flood(server.port, f"127.0.0.{3 + i}", int(ping_mb * MB), 120.0, 5.0)
                                         for i in range(clients)))
         held = rss_mb(pid)
-        flood_health = watch.health_max_s
         session_end = connection_end = None
         started = min(f["started"] for f in floods)
         names = [f["writer"].get_extra_info("sockname") for f in floods]
@@ -409,7 +408,7 @@ async def shape_pings(server: ServerProcess, ping_mb: float, clients: int, wait_
             "ping_ended_by_server": [f["ended"] for f in floods], "ping_stalled": [f["stalled"] for f in floods],
             "ping_rss_before_mb": round(before), "ping_rss_held_mb": round(held),
             "ping_rss_peak_mb": round(watch.rss_peak), "ping_rss_growth_mb": round(watch.rss_peak - before),
-            "ping_health_max_s": flood_health,
+            "ping_health_max_s": watch.health_max_s,
             "ping_session_end_s": None if session_end is None else round(session_end, 1),
             "ping_connection_end_s": None if connection_end is None else round(connection_end, 1)}
 
