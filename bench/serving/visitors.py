@@ -5,8 +5,9 @@ process, whose runner trains a tiny GRPO run (builtin:tiny, SFT off, a metrics l
 training process. Once GRPO steps are logged, the bench alternates quiet and visitor phases (quiet, visitors,
 quiet, ..., quiet: `--rounds` visitor phases of `--phase-s` each), so both kinds see the same drift of a shared
 machine. In a visitor phase 20 visitors start at once and stop at its end, each with its own session, all
-speaking Gradio's HTTP API as a page does (queue join + event stream, or one POST) from coroutines of one event
-loop in this process, so that the client takes little of the cores it shares with the server:
+speaking Gradio's HTTP API as a page does (queue join + event stream, or one POST) from its own loopback address,
+from coroutines of one event loop in this process, so that the client takes little of the cores it shares with
+the server:
 
 - 10 pollers do what a browser on the Train tab does: the timer's long poll, then the refresh chained to it
   (status bar, charts, trace), every `POLL_TICK_S`;
@@ -216,19 +217,29 @@ async def player(session: GradioSession, ids: dict, index: int, stop: asyncio.Ev
 
 async def visit(url: str, pollers: int, players: int, seconds: float, think_s: float, tally: Tally) -> None:
     """All visitors at once for `seconds`, as coroutines of one event loop (a light client: the server is
-    what is measured); they stop by themselves."""
+    what is measured); they stop by themselves. Each visitor speaks from its own loopback address (pollers
+    127.0.2.x, players 127.0.1.x), as visitors come from their own machines: the app bounds what one client
+    (address) holds, Play episodes included, so ten players from one address would be one household."""
+    import contextlib
+
     import httpx
 
-    limits = httpx.Limits(max_connections=4 * (pollers + players) + 8)
-    async with httpx.AsyncClient(timeout=120, limits=limits) as http:
-        config = (await http.get(url.rstrip("/") + "/config")).json()
+    async with contextlib.AsyncExitStack() as stack:
+        def client(address: str) -> httpx.AsyncClient:
+            return httpx.AsyncClient(timeout=120, transport=httpx.AsyncHTTPTransport(local_address=address),
+                                     limits=httpx.Limits(max_connections=8))
+
+        config = (await stack.enter_async_context(client("127.0.0.1")).get(url.rstrip("/") + "/config")).json()
         deps = {d["id"]: d for d in config["dependencies"]}
         ids = endpoints(config)
         stop = asyncio.Event()
-        tasks = [asyncio.create_task(poller(GradioSession(http, url, deps), ids, stop, tally))
-                 for _ in range(pollers)]
-        tasks += [asyncio.create_task(player(GradioSession(http, url, deps), ids, i, stop, tally, think_s))
-                  for i in range(players)]
+        tasks = []
+        for i in range(pollers):
+            http = await stack.enter_async_context(client(f"127.0.2.{i + 1}"))
+            tasks.append(asyncio.create_task(poller(GradioSession(http, url, deps), ids, stop, tally)))
+        for i in range(players):
+            http = await stack.enter_async_context(client(f"127.0.1.{i + 1}"))
+            tasks.append(asyncio.create_task(player(GradioSession(http, url, deps), ids, i, stop, tally, think_s)))
         await asyncio.sleep(seconds)
         stop.set()
         await asyncio.wait(tasks, timeout=120)
