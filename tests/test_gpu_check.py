@@ -99,7 +99,7 @@ def test_dry_run_plays_the_two_calls_in_their_order(tmp_path):
         with tarfile.open(out / archive) as files:
             assert sorted(files.getnames()) == sorted(archived) and f"{name}_comparison.jsonl" in archived
     assert summary["rollout_share"] == spider["rollout_share"]
-    assert {"spider10: after_grpo>=0.3", "spider10: after_grpo>=warm_start+0.05",
+    assert {"spider10: warm_start>=0.2", "spider10: after_grpo>=warm_start+0.05",
             "builtin: after_grpo>=warm_start+0.1", "logprob_gap_mean_abs<=1e-2"} <= set(summary["checks"])
 
     # Items 3-6 after the learning runs.

@@ -28,7 +28,9 @@ __all__ = ["TARGETS", "FIRST_RUN_FLOOR_S", "MIN_LEARNING_S", "targets_for", "run
            "grpo_step_estimate", "run_learning", "learning_figures", "copy_run_files"]
 
 #: Per dataset: success after GRPO (at least), and its gain over the warm start (at least), on the eval questions.
-TARGETS = {"builtin": {"gain_over_warm_start": 0.10}, "spider10": {"after_grpo": 0.30, "gain_over_warm_start": 0.05}}
+#: Issue 48's bars: spider10's warm start >= 20% and GRPO >= 5 points on it (30%, the reference's figure with a model
+#: 4x larger, is the target beyond the bar, not a check).
+TARGETS = {"builtin": {"gain_over_warm_start": 0.10}, "spider10": {"warm_start": 0.20, "gain_over_warm_start": 0.05}}
 #: Seconds past the planned end at which GRPO is stopped (the run must end before the command's own limit).
 GRACE_S = 30.0
 #: The first run is planned on at least this (issue 48: spider10 got 136 s behind the built-in run, 2 GRPO steps).

@@ -129,6 +129,8 @@ class Report:
                                                       "error")}
             if run.get("floor_s") is not None:
                 checks[f"{name}: budget_s>={run['floor_s']:.0f}"] = run["budget_s"] >= run["floor_s"]
+            if "warm_start" in targets:
+                checks[f"{name}: warm_start>={targets['warm_start']}"] = at_least(warm, targets["warm_start"])
             if "after_grpo" in targets:
                 checks[f"{name}: after_grpo>={targets['after_grpo']}"] = at_least(after, targets["after_grpo"])
             if "gain_over_warm_start" in targets:
