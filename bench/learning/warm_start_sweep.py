@@ -41,8 +41,8 @@ DEFAULT_CONFIG = REPO / "configs" / "smollm2_spider10_cpu.json"
 
 #: The tries, by name: `--set` keys each changes from the config. docs/EXPERIMENTS.md (section 17) has their figures.
 TRIES: dict[str, list[str]] = {
-    "lr1e-4": ["sft.learning_rate=1e-4"],
-    "lr3e-4": ["sft.learning_rate=3e-4"],
+    "lr1e-4": ["sft.learning_rate=1e-4", "sft.tidy_sql=false"],
+    "lr3e-4": ["sft.learning_rate=3e-4", "sft.tidy_sql=false"],
     "tidy": ["sft.learning_rate=3e-4", "sft.tidy_sql=true"],
     "tidy-fix": ["sft.learning_rate=3e-4", "sft.tidy_sql=true", "sft.teacher_error_rate=0.25",
                  "sft.teacher_mistakes=[\"query_fix\"]"],
