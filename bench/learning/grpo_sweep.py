@@ -306,6 +306,7 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, Any, list[
 
 def main(argv: list[str] | None = None) -> int:
     from training.config import ConfigError
+    from training.run_dir import read_jsonl
 
     try:
         args, base, chosen = parse(argv)
@@ -317,14 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     warm = warm_start(base, args.out / "warm_start")
     ledger = args.out / "sweep.jsonl"
-    done = {}
-    if ledger.is_file():
-        for line in ledger.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-                done[record["name"]] = record
-            except (ValueError, KeyError):
-                continue
+    done = {record["name"]: record for record in read_jsonl(ledger) if "name" in record}  # a torn line skipped
     records = []
     for name, settings in chosen:
         if name in done and not args.again:

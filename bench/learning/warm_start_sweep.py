@@ -200,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from training.config import ConfigError, TrainConfig
+    from training.run_dir import read_jsonl
 
     try:
         names = args.tries.split(",") if args.tries else ([] if args.extra else list(TRIES))
@@ -227,14 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     args.out.mkdir(parents=True, exist_ok=True)
     ledger = args.out / "sweep.jsonl"
-    done: dict[str, dict[str, Any]] = {}
-    if ledger.is_file():
-        for line in ledger.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-                done[record["name"]] = record
-            except (ValueError, KeyError):
-                continue
+    done = {record["name"]: record for record in read_jsonl(ledger) if "name" in record}  # a torn line skipped
     records = []
     for name, pairs in chosen:
         if name in done and not args.again:
