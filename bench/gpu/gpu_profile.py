@@ -65,6 +65,7 @@ def dry_profile(args: argparse.Namespace, scratch: Path) -> Profile:
                  "cpu_threads": 1, "num_generations": 2, "per_device_train_batch_size": 2,
                  "gradient_accumulation_steps": 2, "step_budget": 3, "max_turn_tokens": 16,
                  "max_completion_length": 96, "max_steps": 2, "comparison_episodes": 10, "prompt": "full",
+                 "keep_best": False,  # ten questions leave no room for a validation panel to keep by
                  "sft": {"enabled": True, "max_steps": 3, "batch_size": 2, "eval_every": 0}}
     rows = args.rows or (2, 4)
     return Profile(overrides, rows=rows, cb_rows=args.cb_rows or (min(rows),), decode_tokens=4,
