@@ -36,4 +36,4 @@ demo: install
 # Two workers (pytest-xdist): one per core of the 2-core CI machine; `make test TEST_WORKERS=4` on a bigger one.
 TEST_WORKERS ?= 2
 test: install browser
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=15  # the slowest, to keep CI under 15 minutes
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=30  # the slowest, to keep CI under 15 minutes
