@@ -26,7 +26,7 @@ def test_the_panel_is_held_out_of_grpo_and_the_warm_start_and_apart_from_eval(tm
 
     from training.grpo import build_trainer
     from training.grpo.trl_env import SQLEnvTRL
-    from training.phases import _sft_settings
+    from training.phases import sft_settings
     from training.plan import RunPlan
     from training.warm_start import teacher_conversations
 
@@ -57,7 +57,7 @@ def test_the_panel_is_held_out_of_grpo_and_the_warm_start_and_apart_from_eval(tm
 
     # The warm start's teacher is handed the panel, and never plays a held-out question: on the toy dataset (10
     # questions), one episode per question plays exactly the others.
-    assert set(_sft_settings(plan).held_out) == panel
+    assert set(sft_settings(plan).held_out) == panel
     from sqlenv.checker import build_toy_dataset
 
     questions_path, _ = build_toy_dataset(tmp_path / "toy")

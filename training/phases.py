@@ -27,7 +27,7 @@ from training.evals import play_model, record_comparison
 from training.run_dir import RunDir, atomic_write_json, last_checkpoint, now_iso
 
 __all__ = ["RunState", "Phase", "LoadModel", "ZeroShotEval", "WarmStart", "BaseEval", "GRPO", "Comparison",
-           "run_phases", "RunStopped", "save_final", "ZERO_SHOT_FILE"]
+           "run_phases", "RunStopped", "save_final", "sft_settings", "ZERO_SHOT_FILE"]
 
 #: The pretrained model's zero-shot episodes, kept so that a run resumed after its warm start still compares them.
 ZERO_SHOT_FILE = "zero_shot.json"
@@ -173,7 +173,7 @@ class WarmStart(Phase):
                                evaluate_at_start=checkpoint is None, last_eval_step=last_eval_step)
         if checkpoint is None and state.is_main:
             callback.evaluate_start(state.model)  # before the episodes are prepared: the chart starts sooner
-        sft = run_sft(state.model, state.tokenizer, _sft_settings(plan), callbacks=[callback],
+        sft = run_sft(state.model, state.tokenizer, sft_settings(plan), callbacks=[callback],
                       resume_from_checkpoint=str(checkpoint) if checkpoint else None,
                       tracker_dir=str(plan.run_dir / "tracker" / "sft") if config.report_to else None)
         if state.is_main:
@@ -323,11 +323,11 @@ def _last_eval_step(run: RunDir, phase: str, step: int | None) -> int | None:
     return step if found else None
 
 
-#: Warm starts of at most this many steps log every `plot_every` steps (see `_sft_settings`).
+#: Warm starts of at most this many steps log every `plot_every` steps (see `sft_settings`).
 SHORT_WARM_START_STEPS = 200
 
 
-def _sft_settings(plan: Any):
+def sft_settings(plan: Any):
     """The warm start's settings: the config's `sft` section, the plan's dataset and precision (`sft.precision` when
     set), checkpoints."""
     import dataclasses

@@ -86,7 +86,7 @@ def warm_start(config: Any, folder: Path) -> Path:
         log(f"warm start: reusing {folder}")
         return folder
     from training.models import load_model_and_tokenizer
-    from training.phases import _sft_settings
+    from training.phases import sft_settings
     from training.plan import RunPlan
     from training.warm_start import run_sft
 
@@ -99,7 +99,7 @@ def warm_start(config: Any, folder: Path) -> Path:
     start = time.perf_counter()
     model, tokenizer = load_model_and_tokenizer(config.model, seed=config.seed, dataset=plan.dataset,
                                                 device=plan.device)
-    result = run_sft(model, tokenizer, _sft_settings(plan))
+    result = run_sft(model, tokenizer, sft_settings(plan))
     tmp = folder.with_name(folder.name + ".tmp")
     model.save_pretrained(str(tmp))
     tokenizer.save_pretrained(str(tmp))

@@ -66,7 +66,7 @@ def try_config(base: Any, pairs: list[str], *, out: Path, name: str) -> Any:
 def train(config: Any, folder: Path) -> dict[str, Any]:
     """The try's warm start, saved to `folder`; its SFT figures."""
     from training.models import load_model_and_tokenizer
-    from training.phases import _sft_settings
+    from training.phases import sft_settings
     from training.plan import RunPlan
     from training.warm_start import run_sft
 
@@ -74,7 +74,7 @@ def train(config: Any, folder: Path) -> dict[str, Any]:
     start = time.perf_counter()
     model, tokenizer = load_model_and_tokenizer(config.model, seed=config.seed, dataset=plan.dataset,
                                                 device=plan.device)
-    settings = _sft_settings(plan)
+    settings = sft_settings(plan)
     from transformers import TrainerCallback
 
     class Progress(TrainerCallback):  # the SFT loss as it goes: a try runs for an hour or more
