@@ -81,6 +81,8 @@ def test_every_websocket_route_is_guarded(no_leak):
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
         held = [stack.enter_context(_ws(server, "/mcp")) for _ in range(PER_CLIENT)]
         started = time.monotonic()
+        for ws in held:  # a JSON-RPC call is no reset: at once, since the reset deadline runs from the connection
+            ws.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}))
         assert server.wait_sessions(PER_CLIENT) == PER_CLIENT
         for path in ("/mcp", "/ws"):  # one more, on either route: refused, saying why
             extra = stack.enter_context(_ws(server, path))
@@ -90,8 +92,7 @@ def test_every_websocket_route_is_guarded(no_leak):
         honest = stack.enter_context(_ws(server, source="127.0.0.2"))
         honest.send(json.dumps({"type": "reset", "data": {}}))
         assert json.loads(honest.recv(timeout=30))["type"] == "observation"
-        for ws in held:  # a JSON-RPC call is no reset: closed at the reset deadline
-            ws.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}))
+        for ws in held:  # answered, then closed at the reset deadline (the answer is read now, kept till then)
             assert "does not support MCP" in ws.recv(timeout=10)
             with pytest.raises(ConnectionClosed) as closed:
                 ws.recv(timeout=RESET_TIMEOUT_S + GRACE_S)
