@@ -12,8 +12,10 @@ from sqlenv.data.spider import default_spider_dir
 # OpenMP's default busy-waiting collapses on a shared, oversubscribed 2-core machine (measured: training steps
 # ~25x slower while other jobs run); passive waiting costs nothing when the machine is idle. Before torch loads.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# The float model converted from a GGUF file, kept for the session's every process (workers, CLI runs, servers): the
+# first load converts it (~25 s), the rest read it (<1 s). Here, not in the user's ~/.cache.
+os.environ.setdefault("SQLENV_MODEL_CACHE", str(REPO_ROOT / ".cache" / "models"))
 
 
 # --------------------------------------------------------------------------- pytest-xdist

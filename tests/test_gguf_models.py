@@ -98,6 +98,47 @@ def test_smollm2_loads_as_a_trainable_float_model_with_a_tool_template(smollm2):
 
 @pytest.mark.slow
 @needs_smollm2
+def test_the_first_load_keeps_the_converted_model_and_later_loads_read_it(smollm2, tmp_path, monkeypatch):
+    """Reading the GGUF file takes ~20-30 s on 2 cores; its float model, kept once, loads in under one. What is read
+    back is what was converted: the same weights, the same tokenizer and template."""
+    import os
+    import shutil
+
+    import torch
+
+    from training.models.gguf import converted_dir, gguf_path
+
+    monkeypatch.setenv("SQLENV_MODEL_CACHE", str(tmp_path / "cache"))
+    path = gguf_path("smollm2-135m")
+    kept = converted_dir(path)
+    assert kept.parent == tmp_path / "cache" and not kept.exists()
+    converted, tokenizer = load_model_and_tokenizer("smollm2-135m", device="cpu", dtype="fp32")
+    assert (kept / "config.json").is_file() and [p.name for p in kept.parent.iterdir()] == [kept.name]
+    read, read_tokenizer = load_model_and_tokenizer("smollm2-135m", device="cpu", dtype="fp32")
+    expected = smollm2[0].state_dict()  # the module's model, loaded through the test session's cache
+    for model in (converted, read):
+        assert model.name_or_path == str(path)
+        assert all(torch.equal(tensor, expected[name]) for name, tensor in model.state_dict().items())
+    messages = [{"role": "user", "content": "How many singers are there?"}]
+    for tok in (tokenizer, read_tokenizer):
+        assert tok.apply_chat_template(messages, tokenize=False) == smollm2[1].apply_chat_template(messages,
+                                                                                                  tokenize=False)
+        assert tok("SELECT count(*) FROM singer")["input_ids"] == smollm2[1]("SELECT count(*) FROM singer")["input_ids"]
+    # A changed file is converted again (its entry replaces the old one, by name); `off` keeps nothing.
+    link = tmp_path / "link.gguf"
+    link.symlink_to(path)
+    assert converted_dir(link) == kept  # the file, not a name of it, is what was converted
+    copy = shutil.copy2(path, tmp_path / path.name)
+    assert converted_dir(copy) != kept and converted_dir(copy).name.startswith(path.stem + "-")
+    before = converted_dir(copy)
+    os.utime(copy, ns=(1, 1))
+    assert converted_dir(copy) not in (before, kept)
+    monkeypatch.setenv("SQLENV_MODEL_CACHE", "off")
+    assert converted_dir(path) is None
+
+
+@pytest.mark.slow
+@needs_smollm2
 def test_smollm2_episodes_are_the_same_with_the_kept_cache_as_when_re_read(smollm2, monkeypatch):
     """Both decoders that keep each episode's cache (`MultiTurnDecoder`, and the graph decoder, forced: on a CPU it
     runs its step eagerly) play SmolLM2's greedy episodes token for token as the decoder that re-reads the

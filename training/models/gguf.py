@@ -25,6 +25,7 @@ neither, so a tokenizer that fails that gate gets TRL's Qwen3 template (one log 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
@@ -128,6 +129,8 @@ def load_gguf(name: str, *, dtype: Any, device: Any):
         dtype: the weights' dtype (a run keeps fp32 master weights; see `training.train._device_kwargs`).
         device: where the model goes.
 
+    The first load converts the file and keeps the float model (`converted_dir`); later loads read that.
+
     Returns:
         `(model, tokenizer)`: the model dequantized and in train mode; the tokenizer with a pad token and a chat
         template TRL's tool loop accepts (`ensure_tool_template`).
@@ -136,24 +139,18 @@ def load_gguf(name: str, *, dtype: Any, device: Any):
         FileNotFoundError: see `gguf_path`. ValueError: transformers cannot read the file's architecture or
             quantization type (the message names them), or `gguf` is not installed.
     """
-    path = gguf_path(name)
-    try:
-        import gguf  # noqa: F401 - transformers reads the file with it
-    except ImportError:
-        raise ValueError("reading GGUF files needs the gguf package: pip install 'sqlenv[models]' (or pip install "
-                         "gguf)") from None
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder, filename = str(path.parent), path.name
-    _check_readable(path)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=dtype,
-                                                     quantization_config=GgufConfig(dequantize=True))
-    except ValueError as exc:
-        if "architecture" in str(exc) and "not supported" in str(exc):
-            raise _unsupported_architecture(path, exc) from exc
-        raise
+    path = gguf_path(name)
+    converted = converted_dir(path)
+    if converted is not None and converted.is_dir():  # only ever appears whole (`_keep_converted`)
+        tokenizer = AutoTokenizer.from_pretrained(converted)
+        model = AutoModelForCausalLM.from_pretrained(converted, dtype=dtype)
+    else:
+        model, tokenizer = _convert(path)
+        if converted is not None:
+            _keep_converted(model, tokenizer, converted)
+        model.to(dtype)
     # What the weights came from; `final/` is a plain model that needs none of it.
     model.config.name_or_path = model.name_or_path = str(path)
     if tokenizer.pad_token is None:
@@ -162,6 +159,85 @@ def load_gguf(name: str, *, dtype: Any, device: Any):
     model.to(device)
     model.train()
     return model, tokenizer
+
+
+def converted_dir(path: Path) -> Path | None:
+    """Where the float model converted from the GGUF file at `path` is kept, or None when keeping is off.
+
+    Reading a GGUF file takes ~20-30 s on 2 cores (transformers parses it three times, in Python: tokenizer, config,
+    weights); the converted model loads in under a second. The folder is `$SQLENV_MODEL_CACHE` (default
+    `~/.cache/sqlenv/models`, under `$XDG_CACHE_HOME` where set; `off` turns keeping off), one entry per file, named
+    by what its conversion depends on (a newer entry of the same file name replaces the older): the file's path, size and modification time, and the transformers and gguf
+    versions. The weights are kept in float32, exactly as dequantized (SmolLM2-135M: 540 MB).
+    """
+    import hashlib
+    from importlib import metadata
+
+    setting = os.environ.get("SQLENV_MODEL_CACHE", "").strip()
+    if setting.lower() == "off":
+        return None
+    path = path.resolve()
+    root = Path(setting or Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "sqlenv" / "models").expanduser()
+    stat = path.stat()
+    versions = [metadata.version(package) for package in ("transformers", "gguf")]
+    key = json.dumps([str(path), stat.st_size, stat.st_mtime_ns, *versions])
+    return root / f"{path.stem}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+def _convert(path: Path):
+    """(model, tokenizer) read from the GGUF file, dequantized to float32, with no template or pad token added."""
+    try:
+        import gguf  # noqa: F401 - transformers reads the file with it
+    except ImportError:
+        raise ValueError("reading GGUF files needs the gguf package: pip install 'sqlenv[models]' (or pip install "
+                         "gguf)") from None
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    folder, filename = str(path.parent), path.name
+    _check_readable(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=torch.float32,
+                                                     quantization_config=GgufConfig(dequantize=True))
+    except ValueError as exc:
+        if "architecture" in str(exc) and "not supported" in str(exc):
+            raise _unsupported_architecture(path, exc) from exc
+        raise
+    return model, tokenizer
+
+
+def _keep_converted(model: Any, tokenizer: Any, folder: Path) -> None:
+    """Save the converted model to `folder` whole or not at all (written beside it, then renamed: two processes
+    converting at once leave one entry), and drop the entries of older versions of the same file. A cache that
+    cannot be written (a read-only home, a full disk) costs the next load its conversion, nothing else."""
+    import re
+    import shutil
+    import tempfile
+    import time
+
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+        try:
+            model.save_pretrained(partial)
+            tokenizer.save_pretrained(partial)
+            partial.rename(folder)
+        except OSError:
+            if not folder.is_dir():  # else another process kept it first
+                raise
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+        stem = folder.name.rsplit("-", 1)[0]
+        for old in folder.parent.iterdir():  # this file's other entries; partial ones a killed process left
+            entry = re.fullmatch(rf"{re.escape(stem)}-[0-9a-f]{{16}}", old.name)
+            partial_left = old.name.startswith(f".{stem}-") and time.time() - old.stat().st_mtime > 3600
+            if old != folder and old.is_dir() and (entry or partial_left):
+                shutil.rmtree(old, ignore_errors=True)
+        logger.info("kept the model converted from %s in %s (SQLENV_MODEL_CACHE=off turns this off)", folder.name,
+                    folder.parent)
+    except OSError as exc:
+        logger.warning("could not keep the converted model in %s (%s): the next load converts it again", folder, exc)
 
 
 def _check_readable(path: Path) -> None:
