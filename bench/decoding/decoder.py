@@ -166,6 +166,9 @@ def rollout_workload(model, tokenizer, n: int, step_budget: int, turn_tokens: in
     out: dict = {}
     with tempfile.TemporaryDirectory() as scratch:
         trainer = build_trainer(config, model, tokenizer, output_dir=scratch)
+        # Every generated token counts here, those of an episode cut by the completion budget too (training masks
+        # them out of the loss: counted from the mask, a budget every episode reaches measured 0 tokens).
+        trainer.args.mask_truncated_completions = False
         rows = trainer.train_dataset
         prompts = [rows[(i // 4) % len(rows)]["prompt"] for i in range(n)]
         renderer = trainer.rollout_func.renderer  # the run's own (TRL's training template, as build_trainer sets it)
@@ -208,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     decoders = tuple(d.strip() for d in args.decoders.split(",") if d.strip())
     if not decoders or not set(decoders) <= {name for name, _, _ in DECODERS}:
         parser.error(f"--decoders takes some of old,new,graph (got {args.decoders!r})")
+    if args.episodes < 1 or (not args.skip_rollout and args.episodes % 4):
+        parser.error(f"--episodes must be positive, and a multiple of 4 for the rollout workload (its groups of 4 "
+                     f"generations; got {args.episodes}; --skip-rollout plays any number)")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
     import torch

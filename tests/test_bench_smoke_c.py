@@ -1,0 +1,64 @@
+"""Bench scripts in their smallest form (see `test_bench_smoke_a.py`): the decoders side by side, and the measurements
+behind the CPU recipe's choices (threads, the compact prompt, the question sampler). Each is a real subprocess that
+exits 0 with one JSON object of figures as its last line.
+
+The security soaks (`security/soak.py`, `websocket_holds.py`, `web_server.py`) and `serving/visitors.py` wait out
+the server's own timeouts whatever their size (a minute or more each): tests/test_server_websockets.py,
+tests/test_adversarial.py and tests/test_access_api.py test each shape they make instead.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from bench_smoke import REPO, run_bench
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    """The built-in tiny model, built once before a bench's subprocess loads it."""
+    from training_helpers import built_tiny_model
+
+    return built_tiny_model()
+
+
+def test_decoders_side_by_side(tiny_model):
+    """`decoding/decoder.py`: the three decoders play the same greedy eval episodes token for token, and one GRPO
+    step's rollouts; the cached ones read fewer tokens than the one that re-reads every turn."""
+    figures = run_bench("decoding/decoder.py", "--model", "builtin:tiny", "--episodes", "4", "--step-budget", "2",
+                        "--turn-tokens", "8", "--completion", "64", "--threads", "1")
+    played = figures["eval"]
+    assert set(played) >= {"old", "new", "graph"}
+    assert all(played[name]["generated"] > 0 for name in ("old", "new", "graph"))
+    assert played["new"]["fed"] < played["old"]["fed"]
+    assert figures["eval"]["identical_episodes"] == "4/4" and figures["rollout"]["old"]["generated"] > 0
+
+
+def test_decoder_bench_refuses_a_batch_of_partial_groups():
+    done = subprocess.run([sys.executable, "bench/decoding/decoder.py", "--episodes", "2"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "multiple of 4" in done.stderr.strip().splitlines()[-1]
+
+
+def test_cpu_threads(tiny_model):
+    figures = run_bench("learning/cpu_threads.py", "--model", "builtin:tiny", "--tokens", "64", "--reps", "1",
+                        "--variants", "1:PASSIVE")
+    (variant,) = figures["variants"]
+    assert variant["threads"] == 1 and variant["wait_policy"] == "PASSIVE" and variant["wall_s"] > 0
+
+
+def test_episode_tokens():
+    """`learning/episode_tokens.py`: the compact prompt is the shorter one, counted by SmolLM2's own tokenizer."""
+    figures = run_bench("learning/episode_tokens.py", "--episodes", "4")
+    prompts = figures["prompt_tokens"]
+    assert figures["model"] == "smollm2-135m" and prompts["compact"]["mean"] < prompts["full"]["mean"]
+    assert figures["teacher"]["episodes"] == 4 and figures["teacher"]["completion"]["mean"] > 0
+
+
+def test_question_sampler():
+    figures = run_bench("learning/question_sampler.py", "--seeds", "1")
+    for scenario in ("static_8x8", "static_4x4", "learning_8x8", "learning_4x4"):
+        assert 0 <= figures[scenario]["uniform"] <= 1 and 0 <= figures[scenario]["mixed"] <= 1
