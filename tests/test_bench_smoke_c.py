@@ -2,9 +2,12 @@
 behind the CPU recipe's choices (threads, the compact prompt, the question sampler). Each is a real subprocess that
 exits 0 with one JSON object of figures as its last line.
 
-The security soaks (`security/soak.py`, `websocket_holds.py`, `web_server.py`) and `serving/visitors.py` wait out
-the server's own timeouts whatever their size (a minute or more each): tests/test_server_websockets.py,
-tests/test_adversarial.py and tests/test_access_api.py test each shape they make instead.
+And `serving/visitors.py`: a dashboard training while visitors poll and play (its last change, per-visitor addresses,
+crashed it before any visitor came, unseen: it had no smoke test).
+
+The security soaks (`security/soak.py`, `websocket_holds.py`, `web_server.py`) wait out the server's own timeouts
+whatever their size (a minute or more each): tests/test_server_websockets.py and tests/test_adversarial.py test each
+shape they make instead.
 """
 
 from __future__ import annotations
@@ -62,3 +65,10 @@ def test_question_sampler():
     figures = run_bench("learning/question_sampler.py", "--seeds", "1")
     for scenario in ("static_8x8", "static_4x4", "learning_8x8", "learning_4x4"):
         assert 0 <= figures[scenario]["uniform"] <= 1 and 0 <= figures[scenario]["mixed"] <= 1
+
+
+def test_visitors(tiny_model):
+    figures = run_bench("serving/visitors.py", "--pollers", "2", "--players", "2", "--phase-s", "6", "--rounds", "1",
+                        "--think-s", "0.5")
+    assert figures["errors"] == 0 and figures["cross_talk"] == 0 and figures["play_steps"] > 0
+    assert figures["grpo_steps_quiet"] > 0 and figures["grpo_steps_visitors"] > 0

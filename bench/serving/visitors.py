@@ -229,7 +229,8 @@ async def visit(url: str, pollers: int, players: int, seconds: float, think_s: f
             transport = httpx.AsyncHTTPTransport(local_address=address, limits=httpx.Limits(max_connections=8))
             return httpx.AsyncClient(timeout=120, transport=transport)
 
-        config = (await stack.enter_async_context(client("127.0.0.1")).get(url.rstrip("/") + "/config")).json()
+        reader = await stack.enter_async_context(client("127.0.0.1"))
+        config = (await reader.get(url.rstrip("/") + "/config")).json()
         deps = {d["id"]: d for d in config["dependencies"]}
         ids = endpoints(config)
         stop = asyncio.Event()
