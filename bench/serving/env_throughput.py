@@ -205,7 +205,7 @@ def main() -> None:
             _env_pass(envs, mix, cold=args.profile == "cold")
             prof.disable()
             buf = io.StringIO()
-            pstats.Stats(prof, stream=buf).sort_stats(os.environ.get("PROFILE_SORT", "cumulative")).print_stats(30)
+            pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(30)
             print(buf.getvalue())
         for conn in connections.values():
             conn.close()
