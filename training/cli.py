@@ -18,10 +18,13 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from training.callbacks import Listener
 from training.config import ConfigError, TrainConfig
 from training.run_dir import RunDir
+
+if TYPE_CHECKING:  # transformers loads with it: a bad argument is refused before any of that
+    from training.callbacks import Listener
 
 __all__ = ["main", "progress_listener"]
 
@@ -103,12 +106,12 @@ def main(argv: list[str] | None = None) -> int:
         print("python -m training.train: error: --resume uses the run's own config.json: drop --config/--set",
               file=sys.stderr)
         return 2
-    from training.train import check_resumable
-
     try:
         if args.resume:
             if not (Path(args.resume) / "config.json").is_file():
                 raise ConfigError(f"--resume {args.resume}: not a run directory (no config.json)")
+            from training.train import check_resumable  # loads torch: only a resume needs it here
+
             config = TrainConfig.from_dict(RunDir(Path(args.resume)).read_config())
             check_resumable(RunDir(Path(args.resume)))
         else:

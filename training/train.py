@@ -28,6 +28,11 @@ and only the main process writes the run files.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # `python -m training.train` runs the CLI (training/cli.py), before this module's imports:
+    import runpy  # a bad argument is refused in a fraction of a second, not after torch and transformers load
+
+    runpy.run_module("training.cli", run_name="__main__", alter_sys=True)  # exits
+
 import gc
 import shutil
 import os
@@ -271,8 +276,3 @@ def _free_memory() -> None:
     except Exception:  # noqa: BLE001
         pass
 
-
-if __name__ == "__main__":  # `python -m training.train` runs the CLI (training/cli.py), which imports this module
-    import runpy
-
-    runpy.run_module("training.cli", run_name="__main__", alter_sys=True)
