@@ -33,7 +33,8 @@ browser:
 demo: install
 	$(PY) app.py
 
-# Two workers (pytest-xdist): one per core of the 2-core CI machine; `make test TEST_WORKERS=4` on a bigger one.
-TEST_WORKERS ?= 2
+# Three workers (pytest-xdist) on the 2-core CI machine: much of the suite waits (servers and browsers starting,
+# subprocesses importing torch), and two kept the cores ~75% busy; `make test TEST_WORKERS=6` on a bigger one.
+TEST_WORKERS ?= 3
 test: install browser
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=30  # the slowest, to keep CI under 15 minutes

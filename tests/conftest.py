@@ -19,7 +19,7 @@ os.environ.setdefault("SQLENV_MODEL_CACHE", str(REPO_ROOT / ".cache" / "models")
 
 
 # --------------------------------------------------------------------------- pytest-xdist
-# `make test` runs `pytest -n 2`; pyproject's addopts say `--dist loadfile --no-loadscope-reorder`: a worker is handed
+# `make test` runs `pytest -n 3`; pyproject's addopts say `--dist loadfile --no-loadscope-reorder`: a worker is handed
 # whole groups, in the order the workers collected them.
 BROWSER_TESTS = "tests/browser"
 HEAVY_FIRST = ("browser", "slow")  # a group's rank: its heaviest mark; unmarked groups come last

@@ -154,7 +154,7 @@ def test_smollm2_episodes_are_the_same_with_the_kept_cache_as_when_re_read(smoll
         try:
             observations = [env.reset(seed=i) for i, env in enumerate(envs)]
             return play_model_episodes(model, tokenizer, envs, observations, max_turn_tokens=12,
-                                       keep_cache=keep_cache)
+                                       keep_cache=keep_cache, prompt="compact")  # the recipes' (a third as long)
         finally:
             for env in envs:
                 env.close()
@@ -219,6 +219,7 @@ def test_run_with_warm_start_compares_zero_shot_and_saves_a_plain_final_model(tm
 
     config = small_train_config(tmp_path, model=str(SMOLLM2.path()), max_steps=1, max_completion_length=64,
                                 max_turn_tokens=24, learning_rate=1e-5, compare_base=True, save_steps=0,
+                                prompt="compact", rollout="rollout_func",  # the recipes' own: a third of the tokens
                                 sft={"enabled": True, "max_steps": 1, "batch_size": 2, "eval_every": 0,
                                      "learning_rate": 1e-5},
                                 comparison_episodes=1)
