@@ -100,7 +100,8 @@ def test_smollm2_loads_as_a_trainable_float_model_with_a_tool_template(smollm2):
 @needs_smollm2
 def test_the_first_load_keeps_the_converted_model_and_later_loads_read_it(smollm2, tmp_path, monkeypatch):
     """Reading the GGUF file takes ~20-30 s on 2 cores; its float model, kept once, loads in under one. What is read
-    back is what was converted: the same weights, the same tokenizer and template."""
+    back is what was converted: the same weights, the same tokenizer and template. A damaged entry (here: empty) is
+    converted again, not an error."""
     import os
     import shutil
 
@@ -112,6 +113,7 @@ def test_the_first_load_keeps_the_converted_model_and_later_loads_read_it(smollm
     path = gguf_path("smollm2-135m")
     kept = converted_dir(path)
     assert kept.parent == tmp_path / "cache" and not kept.exists()
+    kept.mkdir(parents=True)  # damaged: no model in it
     converted, tokenizer = load_model_and_tokenizer("smollm2-135m", device="cpu", dtype="fp32")
     assert (kept / "config.json").is_file() and [p.name for p in kept.parent.iterdir()] == [kept.name]
     read, read_tokenizer = load_model_and_tokenizer("smollm2-135m", device="cpu", dtype="fp32")

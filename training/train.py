@@ -275,4 +275,3 @@ def _free_memory() -> None:
             torch.cuda.empty_cache()
     except Exception:  # noqa: BLE001
         pass
-

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -143,10 +144,17 @@ def load_gguf(name: str, *, dtype: Any, device: Any):
 
     path = gguf_path(name)
     converted = converted_dir(path)
+    model = None
     if converted is not None and converted.is_dir():  # only ever appears whole (`_keep_converted`)
-        tokenizer = AutoTokenizer.from_pretrained(converted)
-        model = AutoModelForCausalLM.from_pretrained(converted, dtype=dtype)
-    else:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(converted)
+            model = AutoModelForCausalLM.from_pretrained(converted, dtype=dtype)
+        except (OSError, ValueError) as exc:  # damaged, or replaced while read: convert again
+            logger.warning("could not read the converted model in %s (%s): converting %s again", converted, exc,
+                           path.name)
+            shutil.rmtree(converted, ignore_errors=True)
+            model = None
+    if model is None:
         model, tokenizer = _convert(path)
         if converted is not None:
             _keep_converted(model, tokenizer, converted)
@@ -167,8 +175,9 @@ def converted_dir(path: Path) -> Path | None:
     Reading a GGUF file takes ~20-30 s on 2 cores (transformers parses it three times, in Python: tokenizer, config,
     weights); the converted model loads in under a second. The folder is `$SQLENV_MODEL_CACHE` (default
     `~/.cache/sqlenv/models`, under `$XDG_CACHE_HOME` where set; `off` turns keeping off), one entry per file, named
-    by what its conversion depends on (a newer entry of the same file name replaces the older): the file's path, size and modification time, and the transformers and gguf
-    versions. The weights are kept in float32, exactly as dequantized (SmolLM2-135M: 540 MB).
+    by what its conversion depends on: the file's path, size and modification time, and the transformers and gguf
+    versions (a newer entry of the same file name replaces the older). The weights are kept in float32, exactly as
+    dequantized (SmolLM2-135M: 540 MB).
     """
     import hashlib
     from importlib import metadata
@@ -212,7 +221,6 @@ def _keep_converted(model: Any, tokenizer: Any, folder: Path) -> None:
     converting at once leave one entry), and drop the entries of older versions of the same file. A cache that
     cannot be written (a read-only home, a full disk) costs the next load its conversion, nothing else."""
     import re
-    import shutil
     import tempfile
     import time
 
