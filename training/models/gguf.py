@@ -32,7 +32,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PACKAGED_MODELS", "PackagedModel", "is_gguf_model", "gguf_path", "load_gguf", "ensure_tool_template"]
+__all__ = ["PACKAGED_MODELS", "PackagedModel", "is_gguf_model", "gguf_path", "load_gguf", "load_gguf_tokenizer",
+           "converted_dir", "ensure_tool_template"]
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +154,6 @@ def load_gguf(name: str, *, dtype: Any, device: Any):
             logger.warning("could not read the converted model in %s (%s): converting %s again", converted, exc,
                            path.name)
             shutil.rmtree(converted, ignore_errors=True)
-            model = None
     if model is None:
         model, tokenizer = _convert(path)
         if converted is not None:
@@ -161,12 +161,36 @@ def load_gguf(name: str, *, dtype: Any, device: Any):
         model.to(dtype)
     # What the weights came from; `final/` is a plain model that needs none of it.
     model.config.name_or_path = model.name_or_path = str(path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    ensure_tool_template(tokenizer, name)
+    _ready_tokenizer(tokenizer, name)
     model.to(device)
     model.train()
     return model, tokenizer
+
+
+def load_gguf_tokenizer(name: str):
+    """The tokenizer of GGUF model `name` as `load_gguf` gives it (pad token, TRL's tool template), without the
+    weights: from the kept conversion when there is one (under a second), else from the file (~7 s on 2 cores)."""
+    from transformers import AutoTokenizer
+
+    path = gguf_path(name)
+    converted = converted_dir(path)
+    tokenizer = None
+    if converted is not None and converted.is_dir():
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(converted)
+        except (OSError, ValueError):  # damaged, or replaced while read: the file has it too
+            pass
+    if tokenizer is None:
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    return _ready_tokenizer(tokenizer, name)
+
+
+def _ready_tokenizer(tokenizer: Any, name: str) -> Any:
+    """A pad token (the end-of-turn one where the file names none) and a template TRL's tool loop accepts."""
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    ensure_tool_template(tokenizer, name)
+    return tokenizer
 
 
 def converted_dir(path: Path) -> Path | None:
