@@ -145,17 +145,20 @@ def test_health_metrics_on_both_rollout_paths(tmp_path, rollout):
     # The environment path's entropy is TRL's, over the tokens the loss computes: all of them without the lean loss
     # (an untrained model's groups are all-equal, which the lean loss would leave out) and with cut episodes kept (an
     # untrained model's are all cut by the 96-token budget).
-    config = small_train_config(tmp_path, rollout=rollout, kl_probe_episodes=2, validation_questions=8,
-                                eval_every=1, lean_loss=rollout == "rollout_func",
+    # The batched rollout's run reads the KL every 2 steps: at step 2 (its last), not at step 1.
+    kl_every = 2 if rollout == "rollout_func" else 1
+    config = small_train_config(tmp_path, rollout=rollout, kl_probe_episodes=2, kl_probe_every=kl_every,
+                                validation_questions=8, eval_every=1, lean_loss=rollout == "rollout_func",
                                 grpo={"mask_truncated_completions": rollout == "rollout_func"})
     run_training(config)
     metrics = [m for m in _read(tmp_path / "run" / "metrics.jsonl") if m.get("phase") == "grpo" and "loss" in m]
     assert len(metrics) == 2
     for record in metrics:
-        for key in ("health/sampled_entropy", "health/kl_start", "grad_norm", "reward_std",
-                    "groups_mixed_success_frac"):
+        for key in ("health/sampled_entropy", "grad_norm", "reward_std", "groups_mixed_success_frac"):
             assert isinstance(record.get(key), (int, float)), (key, record)
-        assert record["health/sampled_entropy"] > 0 and record["health/kl_start"] >= 0
+        assert record["health/sampled_entropy"] > 0
+    assert [("health/kl_start" in m) for m in metrics] == [kl_every == 1, True]
+    assert metrics[-1]["health/kl_start"] >= 0
     panel = [e for e in _read(tmp_path / "run" / "evals.jsonl") if e["split"] == "validation"]
     assert [e["step"] for e in panel] == [0, 1, 2]
 

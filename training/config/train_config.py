@@ -73,6 +73,9 @@ class TrainConfig:
         kl_probe_episodes: episodes sampled once at GRPO's start from the starting policy, on which the KL from that
             policy is measured after every logged step (`health/kl_start`, nats per model token; one forward pass
             without gradients, `training.grpo.kl_probe`). Default 8; 0 = no probe.
+        kl_probe_every: measure the probe's KL every N GRPO steps, and at the last (default 1: every logged step).
+            Each reading is a forward pass over the probe's episodes: on 2 CPU cores ~15-20 s for SmolLM2, a fifth
+            of a step, so the CPU recipe reads it every 5 steps; the drift it tracks moves slowly.
         beta: KL coefficient against the starting model (default 0.0, TRL's default: no reference model is
             loaded, which halves forward passes). Try 0.01-0.04 if the policy drifts into gibberish.
         temperature: sampling temperature during rollouts (default 1.0). Lower values make groups more alike
@@ -211,6 +214,7 @@ class TrainConfig:
     lean_loss: bool = True
     negative_advantage_weight: float = 1.0
     kl_probe_episodes: int = 8
+    kl_probe_every: int = 1
     gradient_checkpointing: bool = False
     train_top_layers: int | None = None
     train_head: bool = True

@@ -74,7 +74,7 @@ def validate(config) -> None:
         fail(f"prompt={config.prompt!r} lists the tools in the system prompt, but rollout='environment' (TRL's "
              "environment_factory tool loop) always renders the tool schemas of the environment's methods: set "
              "rollout='rollout_func' with it, or prompt='full'")
-    for name in ("plot_every",):
+    for name in ("plot_every", "kl_probe_every"):
         if getattr(config, name) < 1:
             fail(f"{name} must be at least 1 (got {getattr(config, name)})")
     if not 0.0 <= config.negative_advantage_weight <= 1.0:

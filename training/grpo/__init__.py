@@ -151,7 +151,7 @@ def build_trainer(plan: Any, model: Any, tokenizer: Any, *, output_dir: str | No
         train_top_layers(model, config.train_top_layers, train_head=config.train_head)
     from training.grpo.kl_probe import KLProbe
 
-    kl_probe = KLProbe(plan, tokenizer, config.kl_probe_episodes, config.temperature,
+    kl_probe = KLProbe(plan, tokenizer, config.kl_probe_episodes, config.temperature, every=config.kl_probe_every,
                        file=Path(args.output_dir) / "kl_probe.json" if args.save_strategy != "no" else None) \
         if config.kl_probe_episodes > 0 else None
     common = dict(model=model, reward_funcs=list(REWARD_FUNCS), args=args, processing_class=tokenizer,

@@ -1,4 +1,4 @@
-"""`KLProbe`: how far the policy has moved from where GRPO started, measured on a fixed batch, every logged step.
+"""`KLProbe`: how far the policy has moved from where GRPO started, measured on a fixed batch every N logged steps.
 
 At GRPO's start the probe samples a few train episodes from the starting policy (at the run's temperature, the
 distribution GRPO samples from) and keeps their token ids and the starting policy's log-probability of every model
@@ -45,14 +45,17 @@ class KLProbe:
         tokenizer: the model's tokenizer.
         episodes: episodes in the probe (`TrainConfig.kl_probe_episodes`); 0 = no probe (`kl` returns None).
         temperature: the rollouts' sampling temperature: the probe's tokens and log-probabilities are under it.
+        every: measure every N steps and at the last (`TrainConfig.kl_probe_every`; `due`).
         file: where the probe is kept for a resumed run (None: not kept).
     """
 
-    def __init__(self, plan: Any, tokenizer: Any, episodes: int, temperature: float, file: str | Path | None = None):
+    def __init__(self, plan: Any, tokenizer: Any, episodes: int, temperature: float, every: int = 1,
+                 file: str | Path | None = None):
         self.plan = plan
         self.tokenizer = tokenizer
         self.episodes = int(episodes)
         self.temperature = float(temperature)
+        self.every = max(1, int(every))
         self.file = Path(file) if file is not None else None
         self.rows: list[dict[str, list]] | None = None  # {"ids", "model_positions", "logp_start"} per episode
 
@@ -103,6 +106,10 @@ class KLProbe:
             os.replace(tmp, self.file)
 
     # ------------------------------------------------------------------------------------------------- kl
+    def due(self, step: int, last_step: int) -> bool:
+        """Whether step `step` of `last_step` reads the KL: every `every` steps, and the last (a run's end state)."""
+        return step % self.every == 0 or step >= last_step
+
     def kl(self, model: Any) -> float | None:
         """Mean k3 KL(start || now) per model token of the probe (nats), or None without a probe."""
         if not self.rows:

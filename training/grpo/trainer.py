@@ -104,8 +104,8 @@ class SQLEnvGRPOTrainer(QuestionSampling, GRPOTrainer):
             GRPO). Below 1 a worse-than-average episode pushes its tokens down less than a better one pushes its
             tokens up; 0 trains on the better-than-average episodes alone (RAFT-like: their rows with a negative
             advantage then have none, and the lean loss leaves them out).
-        kl_probe: a `training.grpo.kl_probe.KLProbe`, sampled when training starts and measured at every training
-            log (`health/kl_start`); None = none.
+        kl_probe: a `training.grpo.kl_probe.KLProbe`, sampled when training starts and measured at the training
+            logs it is due at (`health/kl_start`); None = none.
         question_sampler, question_groups, sampler_settings: as `QuestionSampling`.
         args, kwargs: as `trl.GRPOTrainer`.
 
@@ -202,7 +202,7 @@ class SQLEnvGRPOTrainer(QuestionSampling, GRPOTrainer):
                 logs["loss_phase/rows_dropped_frac"] = self._window.rows_dropped_frac
                 logs["loss_phase/tokens_fed_frac"] = self._window.tokens_fed_frac
                 self._window.reset()
-            if self.kl_probe is not None:
+            if self.kl_probe is not None and self.kl_probe.due(self.state.global_step, self.state.max_steps):
                 kl = self.kl_probe.kl(self.accelerator.unwrap_model(self.model))
                 if kl is not None:
                     logs["health/kl_start"] = kl
