@@ -200,12 +200,21 @@ def test_a_bench_measurement_reads_the_stages_from_the_run(tmp_path, monkeypatch
 
     run = RunDir(tmp_path / "run")
     run.path.mkdir()
+    # The paired count: the same 4 questions, greedy; the trained model fixes two of them and breaks none.
+    for base, trained in ((True, True), (False, True), (False, True), (False, False)):
+        run.append("comparison", {"kind": "pair", "base": {"correct": base}, "trained": {"correct": trained}})
     run.append("comparison", {"kind": "summary", "n_episodes": 4, "random": scores(0.0, 0.0),
                               "base": scores(0.25, 0.25), "trained": scores(0.75, 0.5), "zero_shot": None})
+    for step, success in ((0, 0.5), (10, 0.625)):
+        run.append("evals", {"step": step, "split": "validation", "success_rate": success})
+    run.append("evals", {"step": 10, "split": "eval", "success_rate": 0.1})
+    run.write_status("completed", keep_best={"kept": "last", "step": 10})
     config = TrainConfig.from_json(CONFIGS / "tiny_cpu.json")
     entry = measurement(config, run.path, device="cpu", minutes=5.43,
                         command="python bench/learning/learning_curve.py", mean_load=9.0)
     assert entry["success"] == {"random": 0.0, "zero_shot": None, "warm_start": 0.25, "after_grpo": 0.75}
+    assert (entry["fixed"], entry["broken"], entry["kept_step"]) == (2, 0, 10)
+    assert entry["validation"] == {"0": 0.5, "10": 0.625}
     assert entry["execution_accuracy"]["after_grpo"] == 0.5 and entry["comparison_episodes"] == 4
     assert entry["minutes"] == 5.4 and entry["sft_steps"] == config.sft.max_steps and entry["cpu_minutes"] >= 0
     assert entry["shared"] and "shared machine" in entry["note"]  # a load of 9 is more than this machine's cores

@@ -139,6 +139,7 @@ RECORDED_SIGNS = {
                          "validation_drop": list(range(5, 41))},
     "smollm2_h200_builtin": {"validation_drop": [9]},
     "smollm2_cpu_recipe": {},
+    "smollm2_cpu_measured": {},
 }
 
 

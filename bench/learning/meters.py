@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["MemoryMeter", "PhaseClock", "measurement", "command_line", "machine_load", "usable_cores", "refuse_shared",
-           "BUSY_LOAD"]
+__all__ = ["MemoryMeter", "PhaseClock", "measurement", "run_outcome", "command_line", "machine_load", "usable_cores",
+           "refuse_shared", "BUSY_LOAD"]
 
 #: A 1-minute load average at or above this before a measured run starts means other work keeps at least a core
 #: busy: the run would share the cores, and its wall minutes would not be what a newcomer's idle machine gives.
@@ -156,6 +156,26 @@ def command_line(script: str, argv: list[str] | None) -> str:
     return shlex.join(["python", script, *(sys.argv[1:] if argv is None else argv)])
 
 
+def run_outcome(run_dir: Path | str) -> dict[str, Any]:
+    """What GRPO changed, from a finished run's records: the comparison's paired count (`fixed`: questions the trained
+    model answers and the base column did not; `broken`: the reverse; the same questions, greedy), the step
+    keep_best handed back (`kept_step`, None without a panel) and the validation panel's success at each step it
+    played (`validation`: {step: success})."""
+    from training.run_dir import RunDir
+
+    run = RunDir(Path(run_dir))
+    pairs = [r for r in run.read("comparison") if r.get("kind") == "pair" and r.get("base") and r.get("trained")]
+    correct = lambda episode: bool(episode.get("correct"))  # noqa: E731
+    keep = run.read_status(default={}).get("keep_best") or {}
+    return {
+        "fixed": sum(correct(p["trained"]) and not correct(p["base"]) for p in pairs) if pairs else None,
+        "broken": sum(correct(p["base"]) and not correct(p["trained"]) for p in pairs) if pairs else None,
+        "kept_step": keep.get("step"),
+        "validation": {str(e["step"]): e["success_rate"] for e in run.read("evals")
+                       if e.get("split") == "validation" and e.get("success_rate") is not None},
+    }
+
+
 def measurement(config, run_dir: Path | str, *, device: str | None, minutes: float, command: str,
                 phase_seconds: dict[str, float] | None = None, peak_memory_gb: float | None = None,
                 disk_written_gb: float | None = None, mean_load: float | None = None,
@@ -221,6 +241,7 @@ def measurement(config, run_dir: Path | str, *, device: str | None, minutes: flo
         "comparison_episodes": summary.get("n_episodes", config.comparison_episodes),
         "success": success,
         "execution_accuracy": ex,
+        **run_outcome(run_dir),
         "command": command,
         **({"note": "; ".join(notes)} if notes else {}),
     }

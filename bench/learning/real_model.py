@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO))
 DEFAULT_CONFIG = REPO / "configs" / "smollm2_cpu.json"
 
 from bench.learning.meters import (  # noqa: E402 - after the path
-    MemoryMeter, PhaseClock, command_line, machine_load, measurement, refuse_shared)
+    MemoryMeter, PhaseClock, command_line, machine_load, measurement, refuse_shared, run_outcome)
 
 
 def log(message: str) -> None:
@@ -294,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         "grpo_steps": len(rewards),
         "reward_first_fifth": round(sum(rewards[:fifth]) / fifth, 4) if rewards else None,
         "reward_last_fifth": round(sum(rewards[-fifth:]) / fifth, 4) if rewards else None,
+        **run_outcome(run.path),
         **figures,
         "run_dir": str(run.path),
     }
