@@ -71,8 +71,8 @@ class TrainConfig:
             skeleton), and penalising the wrong ones also lowers what the right ones said (lazy likelihood
             displacement). 0 keeps only the better-than-average episodes (rejection-sampling fine-tuning, RAFT-like).
         kl_probe_episodes: episodes sampled once at GRPO's start from the starting policy, on which the KL from that
-            policy is measured after every logged step (`health/kl_start`, nats per model token; one forward pass
-            without gradients, `training.grpo.kl_probe`). Default 8; 0 = no probe.
+            policy is measured every `kl_probe_every` steps (`health/kl_start`, nats per model token; one forward
+            pass without gradients, `training.grpo.kl_probe`). Default 8; 0 = no probe.
         kl_probe_every: measure the probe's KL every N GRPO steps, and at the last (default 1: every logged step).
             Each reading is a forward pass over the probe's episodes: on 2 CPU cores ~15-20 s for SmolLM2, a fifth
             of a step, so the CPU recipe reads it every 5 steps; the drift it tracks moves slowly.

@@ -2,8 +2,9 @@
 
 At GRPO's start the probe samples a few train episodes from the starting policy (at the run's temperature, the
 distribution GRPO samples from) and keeps their token ids and the starting policy's log-probability of every model
-token. After each logged step one forward pass without gradients gives the current policy's log-probabilities of the
-same tokens, and the KL from the start is estimated per model token with Schulman's k3 estimator,
+token. Every `every` steps (and at the last) one forward pass without gradients gives the current policy's
+log-probabilities of the same tokens, and the KL from the start is estimated per model token with Schulman's k3
+estimator,
 `r - 1 - log r` with `r = p_now / p_start`, which for tokens drawn from the starting policy is unbiased for
 KL(start || now), never negative, and of low variance. It is `health/kl_start` in metrics.jsonl.
 
