@@ -4,9 +4,8 @@ At GRPO's start the probe samples a few train episodes from the starting policy 
 distribution GRPO samples from) and keeps their token ids and the starting policy's log-probability of every model
 token. Every `every` steps (and at the last) one forward pass without gradients gives the current policy's
 log-probabilities of the same tokens, and the KL from the start is estimated per model token with Schulman's k3
-estimator,
-`r - 1 - log r` with `r = p_now / p_start`, which for tokens drawn from the starting policy is unbiased for
-KL(start || now), never negative, and of low variance. It is `health/kl_start` in metrics.jsonl.
+estimator, `r - 1 - log r` with `r = p_now / p_start`, which for tokens drawn from the starting policy is unbiased
+for KL(start || now), never negative, and of low variance. It is `health/kl_start` in metrics.jsonl.
 
 Why it matters (issue 45): from SmolLM2's warm start, a GRPO step at lr 3e-5 moved the policy 0.0105 nats/token on
 unrelated episodes and redrew the warm start within ten steps; at lr 3e-6 it moved 0.000124 and refined it. The KL
