@@ -5,9 +5,7 @@ exits 0 with one JSON object of figures as its last line.
 And `serving/visitors.py`: a dashboard training while visitors poll and play (its last change, per-visitor addresses,
 crashed it before any visitor came, unseen: it had no smoke test).
 
-Two security soaks (`security/soak.py`, `websocket_holds.py`) wait out the server's own timeouts whatever their size
-(a minute or more each): tests/test_server_websockets.py and tests/test_adversarial.py test each shape they make
-instead. `web_server.py` runs in `test_bench_smoke_d.py`.
+The security benches (`security/soak.py`, `websocket_holds.py`, `web_server.py`) run in `test_bench_smoke_d.py`.
 """
 
 from __future__ import annotations
