@@ -5,7 +5,8 @@ exits 0 with one JSON object of figures as its last line.
 And `serving/visitors.py`: a dashboard training while visitors poll and play (its last change, per-visitor addresses,
 crashed it before any visitor came, unseen: it had no smoke test).
 
-The security benches (`security/soak.py`, `websocket_holds.py`, `web_server.py`) run in `test_bench_smoke_d.py`.
+The security benches wait out the server's own timeouts: `security/websocket_holds.py` runs in
+`test_bench_smoke_d.py`, which says why `soak.py` and `web_server.py` have no smoke test.
 """
 
 from __future__ import annotations
