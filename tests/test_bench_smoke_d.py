@@ -5,9 +5,9 @@ is fixed (tests/test_server_websockets.py).
 
 The other two security benches wait out the server's timeouts too, on more CPU: `security/web_server.py` (~70 s, ~15 s
 of CPU at `--steps 10 --wait 3`) and `security/soak.py` (~72 s, ~36 s of CPU at `--duration 5 --honest 2 --hostile
-2`). With them this file took ~180 s of one worker and CI's tests ~108 s longer (818 s against 710 s, two fresh-clone
-CIs on one host), past its 15 minutes; their shapes are tested where they are fixed (tests/test_server_web.py,
-tests/test_server_websockets.py, tests/test_adversarial.py).
+2`). With them this file held one worker ~180 s and a fresh-clone CI took 958 s all-in (818 s of tests; 808 s and
+710 s the run before), past its 15 minutes, though the host's own pace varies as much; their shapes are tested where
+they are fixed (tests/test_server_web.py, tests/test_server_websockets.py, tests/test_adversarial.py).
 """
 
 from __future__ import annotations
