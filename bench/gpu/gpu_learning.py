@@ -249,17 +249,17 @@ def learning_figures(run: Any) -> dict:
         return None if not cell else {"success": cell["success_rate"], "ex": cell.get("execution_accuracy"),
                                       "success_ci": cell.get("success_ci"), "n": cell.get("n_episodes")}
 
+    from bench.learning.meters import run_outcome
+
     scores = {key: score(key) for key in ("random", "zero_shot", "base", "trained")}
-    pairs = [r for r in run.read("comparison") if r.get("kind") == "pair" and r.get("base")]
-    fixed = sum(1 for p in pairs if p["trained"].get("correct") and not p["base"].get("correct"))
-    broken = sum(1 for p in pairs if p["base"].get("correct") and not p["trained"].get("correct"))
+    outcome = run_outcome(run.path)
     rewards = [m["reward"] for m in run.read("metrics") if m.get("phase", "grpo") == "grpo" and "reward" in m]
     fifth = max(1, len(rewards) // 5)
     figures.update(
         scores=scores, eval_questions=summary.get("n_episodes"),
         zero_shot=(scores["zero_shot"] or {}).get("success"), warm_start=(scores["base"] or {}).get("success"),
         after_grpo=(scores["trained"] or {}).get("success"), random=(scores["random"] or {}).get("success"),
-        paired={"fixed": fixed, "broken": broken}, grpo_steps_run=len(rewards),
+        paired={"fixed": outcome["fixed"] or 0, "broken": outcome["broken"] or 0}, grpo_steps_run=len(rewards),
         reward_first_fifth=round(sum(rewards[:fifth]) / fifth, 4) if rewards else None,
         reward_last_fifth=round(sum(rewards[-fifth:]) / fifth, 4) if rewards else None)
     return figures
