@@ -385,10 +385,13 @@ class OwnerGate:
         with gr.Row(elem_id="owner-bar", equal_height=True):
             self.status = gr.HTML(self.status_html(owner=mode == "open"), elem_id="owner-status", scale=4)
             if mode == "password":
+                # Greyed out until the page's load event has said who this is: a login answered before it would be
+                # undone by it (its note wiped, an owner shown the visitor's page).
                 self._password = gr.Textbox(placeholder="owner password", type="password", show_label=False,
                                             elem_id="owner-password", scale=1, min_width=180, max_length=512,
-                                            container=False)
-                self._login = gr.Button("Log in", elem_id="owner-login", scale=0, min_width=100, size="md")
+                                            container=False, interactive=False)
+                self._login = gr.Button("Log in", elem_id="owner-login", scale=0, min_width=100, size="md",
+                                        interactive=False)
                 self._logout = gr.Button("Log out", elem_id="owner-logout", scale=0, min_width=110, size="md",
                                          visible=False)
             elif mode == "oauth":
@@ -400,8 +403,8 @@ class OwnerGate:
         updates = [self.status_html(owner, note)]
         updates += [gr.update(interactive=owner) for _ in self._controls]
         if self.policy.mode == "password":
-            updates += [gr.update(visible=not owner, value=""), gr.update(visible=not owner),
-                        gr.update(visible=owner)]
+            updates += [gr.update(visible=not owner, value="", interactive=True),
+                        gr.update(visible=not owner, interactive=True), gr.update(visible=owner)]
         return updates
 
     def wire(self, demo: gr.Blocks) -> None:
