@@ -14,7 +14,8 @@
    `--validation`, the same questions in every try: the panel is drawn from the seed) is played greedily at step 0
    and at the end (and every `--eval-every` steps), with `keep_best` off: the try reports where GRPO took the model.
    A try whose batch is larger plays fewer steps, so tries of 16, 32 and 64 episodes a step take about equal time
-   (`steps x episodes` is kept at `--steps x` the config's episodes a step).
+   (`steps x episodes` is kept at `--steps x` the config's episodes a step); a try that reuses each batch for
+   `num_iterations` optimizer steps plays that many times the steps, on the same episodes.
 3. **The verdict** of a try is the paired count on the panel, start vs end: questions gained, lost and the net. Sampled
    success over 16 episodes has a standard deviation of ~0.12 a step and says little; greedy play of the same questions
    before and after says which questions moved. With it: the policy's drift (`health/kl_start` at the end), the
@@ -67,6 +68,9 @@ TRIES: dict[str, dict[str, Any]] = {
     "adam-eps1e-6": {"learning_rate": 1e-5, "grpo": {"adam_epsilon": 1e-6}},
     "sgd": {"learning_rate": 0.3, "grpo": {"optim": "sgd", "optim_args": "momentum=0.9"}},
     "T1.0": {"learning_rate": 3e-6, "temperature": 1.0},
+    # mu = 2: each generation batch feeds two optimizer steps (TRL's `num_iterations`, its clipped ratio against the
+    # log-probs of the policy that sampled it); the try plays as many episodes as the others, in twice the steps.
+    "mu2": {"learning_rate": 3e-6, "grpo": {"num_iterations": 2}},
 }
 
 #: What every try sets, whatever the config: GRPO only, from the saved warm start, no comparison. Checkpoints as the
@@ -113,7 +117,7 @@ def warm_start(config: Any, folder: Path) -> Path:
 def try_config(base: Any, settings: dict[str, Any], *, warm: Path, steps: int, validation: int, eval_every: int,
                out: Path, name: str) -> Any:
     """The run config of one try: the base config, `BASE_TRY`, the try's settings, and its steps (fewer for a larger
-    batch: equal episodes in all)."""
+    batch, more for a batch reused `num_iterations` times: equal episodes in all)."""
     values = {**BASE_TRY, "model": str(warm), "validation_questions": validation, "eval_every": eval_every,
               "output_dir": str(out / "tries" / name), "run_id": f"sweep-{name}"}
     grpo = {**(base.grpo or {}), **settings.get("grpo", {})}
@@ -121,7 +125,7 @@ def try_config(base: Any, settings: dict[str, Any], *, warm: Path, steps: int, v
     episodes = base.generation_batch_size
     tried = values.get("per_device_train_batch_size", base.per_device_train_batch_size) * values.get(
         "gradient_accumulation_steps", base.gradient_accumulation_steps)
-    values["max_steps"] = max(1, round(steps * episodes / tried))
+    values["max_steps"] = max(1, round(steps * episodes / tried)) * int(grpo.get("num_iterations", 1))
     if values.get("eval_every", 0) >= values["max_steps"]:
         values["eval_every"] = 0  # only start and end
     return base.with_overrides(values)
