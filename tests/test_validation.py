@@ -179,11 +179,38 @@ def test_a_stopped_run_hands_back_its_best_validated_weights_not_the_unvalidated
         if event == "metrics" and payload.get("phase") == "grpo":
             stop.set()  # after GRPO step 1
 
-    config = _destructive(tmp_path, "stopped", max_steps=20)
-    run = RunDir(run_training(config, stop_event=stop, listener=listener))
+    from training.validation import WeightsSnapshot
+
+    written = []  # the best weights go to disk with a checkpoint, for a resume, never at each new best
+    checkpoints = tmp_path / "stopped" / "run" / "checkpoints" / "grpo"
+    save = WeightsSnapshot.save
+
+    def counted(snapshot, path):
+        written.append((snapshot.step, sorted(p.name for p in checkpoints.glob("checkpoint-*"))))
+        save(snapshot, path)
+
+    config = _destructive(tmp_path, "stopped", max_steps=3, save_steps=10)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(WeightsSnapshot, "save", counted)
+        run = RunDir(run_training(config, stop_event=stop, listener=listener))
     status = run.read_status()
     assert status["status"] == "stopped" and status["step"] == 1
     keep = status["keep_best"]
     assert keep["kept"] == "start" and keep["step"] == 0 and "stopped at step 1" in keep["reason"], keep
     final, start = _tensors(run.final_dir), _tensors(run.path / "warm_start")
     assert all(torch.equal(final[k], start[k]) for k in final)
+    assert written == [(0, ["checkpoint-1"])]  # the start's weights, once, with the stop's checkpoint
+    beside = json.loads((checkpoints / "best_weights.json").read_text())
+    assert beside["checkpoint_step"] == 1 and beside["weights_step"] == 0 and beside["keep_best"]["best_step"] == 0
+
+    # Resumed, the run reads the best as of its checkpoint back (the start is not played again) and finishes.
+    from training.train import resume_training
+
+    resume_training(run.path)
+    status = run.read_status()
+    assert status["status"] == "completed" and status["resumes"] == 1
+    panel = [e["step"] for e in _read(run.path / "evals.jsonl") if e["split"] == "validation"]
+    assert panel == [0, 3] and status["keep_best"]["start_step"] == 0
+    if status["keep_best"]["kept"] == "start":  # read back: the weights before the destructive steps
+        final = _tensors(run.final_dir)
+        assert all(torch.equal(final[k], start[k]) for k in final)

@@ -222,9 +222,8 @@ class GRPO(Phase):
                                last_eval_step=last_eval_step)
         from training.validation import ValidationCallback
 
-        resumed = run.read_status().get("keep_best") if checkpoint is not None else None
         validation = ValidationCallback(
-            recorder, plan, state.tokenizer, stop_event=state.stop_event, resumed=resumed,
+            recorder, plan, state.tokenizer, stop_event=state.stop_event, resume_step=_checkpoint_step(checkpoint),
             weights_file=plan.phase_dir("grpo") / "best_weights.pt" if config.resolved_save_steps("grpo") > 0
             else None)
         # In this order: the run's end-of-GRPO eval plots the last step's weights (the curve's end, at its step);

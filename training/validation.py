@@ -11,13 +11,21 @@ step 0 — and puts them back into the model when GRPO ends, so `final/` and the
 `load_best_model_at_end` / `metric_for_best_model`, on a metric of our own). A later step is kept only when it
 scores strictly higher: a tie keeps the earlier weights, which drifted less. status.json's `keep_best` says which
 step was kept and why, after every validation (what the run would hand back if it ended there).
+
+A resumed run must know the best as of its checkpoint, so the copy goes to disk with each checkpoint, not with each
+new best: `best_weights.pt` (written only when the best changed since the last checkpoint; SmolLM2-135M: 0.54 GB)
+and `best_weights.json` (the `keep_best` record as of that checkpoint, and its step). A best found after the last
+checkpoint is never written: a run that dies there resumes from that checkpoint and plays those steps again.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
@@ -86,33 +94,30 @@ class ValidationCallback(TrainerCallback):
         plan: the run's `RunPlan`: its panel (`validation_ids`), `eval_every`, `keep_best` and play settings.
         tokenizer: the model's tokenizer.
         stop_event: the run's stop flag: a stopped run is not validated again; it keeps its best validated weights.
-        resumed: the status.json `keep_best` record of the run this one resumes (None on a fresh run): the panel is not
-            played again at steps already recorded, and the best so far is read back (`best_weights.pt`).
-        weights_file: where the best weights are written for a resumed run to read back (None: not written, as when
-            the run saves no checkpoints and so cannot resume).
+        resume_step: the step of the checkpoint this run resumes from (None on a fresh run): the best as of that
+            checkpoint and its `keep_best` record are read back from `weights_file`, and the panel is not played again
+            at steps already validated.
+        weights_file: where the best weights are written with each checkpoint for a resumed run to read back, its
+            record beside it (`.json`); None: not written, as when the run saves no checkpoints and so cannot resume.
 
     After `trainer.train()`, `kept` is the status.json record (None without a panel).
     """
 
     def __init__(self, recorder: RunRecorder, plan: Any, tokenizer: Any, *,
-                 stop_event: threading.Event | None = None, resumed: dict | None = None, weights_file: Any = None):
+                 stop_event: threading.Event | None = None, resume_step: int | None = None, weights_file: Any = None):
         self.recorder = recorder
         self.plan = plan
         self.config = plan.config
         self.tokenizer = tokenizer
         self.stop_event = stop_event
-        self.weights_file = weights_file
+        self.weights_file = Path(weights_file) if weights_file is not None else None
         self.keep_best = bool(self.config.keep_best)
-        self.kept: dict | None = dict(resumed) if resumed else None
+        self.kept: dict | None = None
         self._best: WeightsSnapshot | None = None
-        if resumed and self.keep_best and weights_file is not None:
-            try:
-                self._best = WeightsSnapshot.load(weights_file)
-            except (OSError, RuntimeError, KeyError, ValueError) as exc:
-                logger.warning("best weights not read back (%s): the best of the steps validated from now on is kept",
-                               exc)
-                self.kept = None
-        self._last_validated: int | None = resumed.get("last_step") if resumed else None
+        self._written_step: int | None = None  # the step of the weights in `weights_file`
+        if resume_step is not None and self.weights_file is not None and self.active:
+            self._read_back(resume_step)
+        self._last_validated: int | None = self.kept.get("last_step") if self.kept else None
         self._envs: list[Any] = []
 
     @property
@@ -130,6 +135,19 @@ class ValidationCallback(TrainerCallback):
         if (self.active and _is_main(state) and every > 0 and state.global_step % every == 0
                 and not self._stopping()):
             self.validate(model, state.global_step)
+        return control
+
+    def on_save(self, args, state, control, **kwargs):
+        """A checkpoint was written: write the best as of it (its weights only when they changed), for a resume."""
+        if self.weights_file is None or self.kept is None or not _is_main(state):
+            return control
+        if self.keep_best and self._best is not None and self._best.step != self._written_step:
+            self._best.save(self.weights_file)
+            self._written_step = self._best.step
+        record = {"checkpoint_step": state.global_step, "weights_step": self._written_step, "keep_best": self.kept}
+        tmp = self.weights_file.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(record), encoding="utf-8")
+        os.replace(tmp, self.weights_file.with_suffix(".json"))
         return control
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
@@ -184,9 +202,7 @@ class ValidationCallback(TrainerCallback):
         if new_best:
             kept.update(best_step=step, best_metric=success)
             if self.keep_best:
-                self._best = WeightsSnapshot.of(model, step)
-                if self.weights_file is not None:
-                    self._best.save(self.weights_file)
+                self._best = WeightsSnapshot.of(model, step)  # to disk with the next checkpoint (`on_save`)
         self.kept = kept
         self._decide()
 
@@ -213,6 +229,26 @@ class ValidationCallback(TrainerCallback):
         self.recorder.status(keep_best=dict(kept))
 
     # ------------------------------------------------------------------------------------ helpers
+    def _read_back(self, resume_step: int) -> None:
+        """The best as of the checkpoint at `resume_step` and its record, from what `on_save` wrote with it; when
+        they are missing or belong to another checkpoint, the steps validated from now on are judged afresh."""
+        try:
+            record = json.loads(self.weights_file.with_suffix(".json").read_text(encoding="utf-8"))
+            if record.get("checkpoint_step") != resume_step:
+                raise ValueError(f"written with checkpoint {record.get('checkpoint_step')}, not {resume_step}")
+            kept = dict(record["keep_best"])
+            best = None
+            if self.keep_best:
+                best = WeightsSnapshot.load(self.weights_file)
+                if best.step != kept.get("best_step"):
+                    raise ValueError(f"weights of step {best.step}, record's best {kept.get('best_step')}")
+        except (OSError, RuntimeError, KeyError, TypeError, ValueError) as exc:
+            logger.warning("best weights not read back (%s): the best of the steps validated from now on is kept",
+                           exc)
+            return
+        self.kept, self._best = kept, best
+        self._written_step = best.step if best is not None else None
+
     def _stopping(self) -> bool:
         return self.stop_event is not None and self.stop_event.is_set()
 
