@@ -33,7 +33,8 @@ class WarmStart:
         learning_rate: peak learning rate (default 1e-3; the tiny model from scratch takes 3e-3, a pretrained one
             ~1e-5).
         batch_size: conversations per step (default 8).
-        episodes: teacher episodes rendered. `None` (default) = one per train question.
+        episodes: teacher episodes rendered. `None` (default) = one per train question, at most as many as
+            `max_steps` steps take (a seeded sample: a short warm start plays no episode it never sees).
         teacher_error_rate: share of the episodes in which the teacher makes a mistake an untrained agent makes
             (answers without looking, or queries with a wrong filter or column and answers from that) instead of
             playing the oracle; 0.0 = the clean oracle. `None` (default) = auto: `TINY_TEACHER_ERROR_RATE` for

@@ -72,7 +72,8 @@ class SFTSettings:
             "warmup_stable_decay".
         max_steps: optimizer steps; overrides `epochs` when > 0 (-1).
         max_length: longest tokenized episode; longer ones are truncated (2048).
-        episodes: oracle episodes to imitate (None = one per question of the split).
+        episodes: oracle episodes to imitate (None = one per question of the split, at most as many as `max_steps`
+            steps take: a seeded sample, so a short warm start does not play episodes it never sees).
         describe: the oracle DESCRIBEs the tables involved before querying (True, the careful analyst's path the
             system prompt advises). `None` = auto: off for a small model trained from scratch (< 20M parameters: the
             shortest successful path, query then answer, is learned several times faster), on for pretrained ones.
@@ -230,6 +231,7 @@ def teacher_conversations(
     held_out: tuple[str, ...] | frozenset[str] = (),
     tidy_sql: bool = False,
     sample_values: bool = False,
+    at_most: int | None = None,
 ) -> list[dict[str, Any]]:
     """Play the teacher through `SQLEnvTRL` and return each episode as `{"messages", "tools", "question_id",
     "teacher"}`. `dataset` is a name, a prepared directory or a resolved `DatasetInfo`.
@@ -250,7 +252,8 @@ def teacher_conversations(
     template writes strings verbatim), which renders identically to a dict and keeps the rows Arrow-friendly.
     `tools` holds the tool schemas as JSON text, in TRL's order, or JSON `null` with a prompt that renders none
     (`prompt="compact"`: the system prompt names the tools). With `episodes` larger than the split, questions
-    repeat (a seeded shuffle decides which); smaller takes a seeded sample.
+    repeat (a seeded shuffle decides which); smaller takes a seeded sample. `at_most` caps the default (one per
+    question) the same way: a warm start of a few steps plays only the episodes it will see.
     """
     import random
 
@@ -266,6 +269,8 @@ def teacher_conversations(
     tools_json = json.dumps(tools, ensure_ascii=False)
     rows = train_rows(source, system_prompt=system_prompt(prompt)).to_list()
     order = list(range(len(rows)))
+    if episodes is None and at_most is not None and at_most < len(rows):
+        episodes = at_most
     if episodes is not None:
         rng = random.Random(seed)
         order = []
@@ -323,6 +328,18 @@ def foreign_questions(extra: Any, dataset: Any) -> frozenset[str]:
 # ---------------------------------------------------------------------------------------------------- training
 
 
+def _examples_seen(settings: "SFTSettings") -> int | None:
+    """Examples `max_steps` optimizer steps take (steps x batch x accumulation x processes), `args` overrides
+    included; None when the warm start is sized by epochs."""
+    args = settings.args or {}
+    steps = args.get("max_steps", settings.max_steps)
+    if not isinstance(steps, int) or steps <= 0:
+        return None
+    batch = args.get("per_device_train_batch_size", settings.batch_size)
+    accumulation = args.get("gradient_accumulation_steps", settings.gradient_accumulation_steps)
+    return steps * batch * accumulation * int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
 def run_sft(
     model: Any,
     tokenizer: Any,
@@ -374,7 +391,7 @@ def run_sft(
                        mistakes=settings.teacher_mistakes, seed=settings.seed, prompt=settings.prompt,
                        tidy_sql=settings.tidy_sql, sample_values=settings.sample_values)
         conversations = teacher_conversations(settings.dataset, settings.split, episodes=settings.episodes,
-                                              held_out=settings.held_out, **teacher)
+                                              held_out=settings.held_out, at_most=_examples_seen(settings), **teacher)
         if settings.extra_dataset and settings.extra_episodes:
             conversations += teacher_conversations(
                 settings.extra_dataset, "train", episodes=settings.extra_episodes,
