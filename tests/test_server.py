@@ -685,3 +685,18 @@ def test_openenv_manifest_names_the_wire_types():
     from sqlenv.server import models
 
     assert hasattr(models, manifest["action"]) and hasattr(models, manifest["observation"])
+
+
+def test_a_serving_process_never_loads_gradio():
+    """OpenEnv imports its Gradio web interface whenever Gradio is installed (it is, for the dashboard); the server
+    never serves it, and loading it cost each server ~4 s of CPU at start and ~120 MB of memory."""
+    code = ("import sys\n"
+            "from sqlenv.cli.serve import server_stack\n"
+            "serve, config = server_stack()\n"
+            "import openenv.core.env_server as env_server\n"
+            "assert sys.modules.get('gradio') is None, 'gradio was imported'\n"
+            "assert env_server.create_web_interface_app is None and env_server.create_app is not None\n"
+            "print(serve.__module__, config.__name__)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["sqlenv.server.app", "ServerConfig"]

@@ -49,6 +49,26 @@ def add_parser(commands: Any) -> None:
     srv.set_defaults(run=run)
 
 
+def server_stack() -> tuple[Any, Any]:
+    """`(serve, ServerConfig)`, imported for a process that only serves, without OpenEnv's Gradio web interface.
+
+    OpenEnv's `env_server` package imports its shared-episode web interface, and with it Gradio, whenever Gradio is
+    installed, and takes it to be absent otherwise (`create_web_interface_app` is then None). This server never
+    serves that interface (`--web` is SQLEnv's own playground page), and Gradio is installed beside it for the
+    dashboard: importing it cost every server ~4 s of CPU at start and ~120 MB of resident memory. So, in a process
+    that has not imported it yet, Gradio is marked not importable (a None entry in `sys.modules`, which Python's import
+    system reads as "not found") before OpenEnv loads.
+    """
+    import sys
+
+    if "openenv" not in sys.modules:
+        sys.modules.setdefault("gradio", None)  # type: ignore[arg-type]
+    from sqlenv.server.app import serve
+    from sqlenv.server.environment import ServerConfig
+
+    return serve, ServerConfig
+
+
 def run(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
     """Serve until stopped; the dataset and split are checked before the server stack is imported."""
     try:  # bad input first: the server stack takes seconds to import
@@ -61,8 +81,7 @@ def run(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
     except ValueError as exc:
         raise CLIError(one_line(exc)) from None
     try:
-        from sqlenv.server.app import serve
-        from sqlenv.server.environment import ServerConfig
+        serve, ServerConfig = server_stack()
     except ImportError as exc:
         raise CLIError(one_line(exc)) from None
     try:
