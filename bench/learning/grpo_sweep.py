@@ -242,18 +242,22 @@ def table(records: list[dict[str, Any]]) -> str:
     def fmt(value: Any, spec: str = ".3f") -> str:
         return "-" if value is None else format(value, spec) if isinstance(value, float) else str(value)
 
+    def shape(r: dict[str, Any]) -> str:  # "20 x 16 (each batch twice)" for a try that reuses its batches
+        reuse = ((r.get("settings") or {}).get("grpo") or {}).get("num_iterations", 1)
+        return f"{r['steps']} x {r['episodes_per_step']}" + (f" (each batch {reuse}x)" if reuse > 1 else "")
+
     rows = ["| try | steps x episodes | validation start -> end | gained / lost / net | KL end | entropy first -> "
-            "last | grad norm median (max) | mixed groups | step s |", "|" + "---|" * 9]
+            "last | grad norm median (max) | mixed groups | step s | min |", "|" + "---|" * 10]
     for r in records:
         if r.get("validation_start") is None:
-            rows.append(f"| {r['name']} | {r['steps']} x {r['episodes_per_step']} | failed: {r.get('error')} |"
-                        + " |" * 6)
+            rows.append(f"| {r['name']} | {shape(r)} | failed: {r.get('error')} |" + " |" * 7)
             continue
         rows.append(
-            f"| {r['name']} | {r['steps']} x {r['episodes_per_step']} | {r['validation_start']:.1%} -> "
+            f"| {r['name']} | {shape(r)} | {r['validation_start']:.1%} -> "
             f"{r['validation_end']:.1%} | {r['gained']} / {r['lost']} / {r['net']:+d} | {fmt(r['kl_start_end'], '.4f')} | "
             f"{fmt(r['entropy_first'])} -> {fmt(r['entropy_last'])} | {fmt(r['grad_norm_median'])} "
-            f"({fmt(r['grad_norm_max'])}) | {fmt(r['mixed_groups_mean'], '.2f')} | {fmt(r['step_s_median'], '.0f')} |")
+            f"({fmt(r['grad_norm_max'])}) | {fmt(r['mixed_groups_mean'], '.2f')} | {fmt(r['step_s_median'], '.0f')} | "
+            f"{fmt(r.get('wall_s', 0.0) / 60, '.0f')} |")
     return "\n".join(rows)
 
 
