@@ -242,7 +242,7 @@ class ValidationCallback(TrainerCallback):
                 best = WeightsSnapshot.load(self.weights_file)
                 if best.step != kept.get("best_step"):
                     raise ValueError(f"weights of step {best.step}, record's best {kept.get('best_step')}")
-        except (OSError, RuntimeError, KeyError, TypeError, ValueError) as exc:
+        except (OSError, RuntimeError, AttributeError, KeyError, TypeError, ValueError) as exc:  # odd or torn files
             logger.warning("best weights not read back (%s): the best of the steps validated from now on is kept",
                            exc)
             return
