@@ -19,7 +19,8 @@
 3. **The verdict** of a try is the paired count on the panel, start vs end: questions gained, lost and the net. Sampled
    success over 16 episodes has a standard deviation of ~0.12 a step and says little; greedy play of the same questions
    before and after says which questions moved. With it: the policy's drift (`health/kl_start` at the end), the
-   sampled entropy's first and last step, the grad norm (median, max), the share of mixed groups, and the step time.
+   sampled entropy's first and last step, the grad norm (median, max), the share of mixed groups, the step time, and
+   the try's wall and CPU minutes (the process's CPU time barely moves when other work shares the cores).
 
 Each try's record is appended to `<out>/sweep.jsonl` as it ends (a sweep cut short keeps the tries before the cut; a
 try already there is not run again unless `--again`). The table is printed at the end, and the last line is one JSON
@@ -193,7 +194,7 @@ def run_try(name: str, config: Any, *, again: bool = False, stop_event: Any = No
     if action == "start":
         shutil.rmtree(run_path, ignore_errors=True)
     load_before = os.getloadavg()[0]
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     error = None
     try:
         if action == "start":
@@ -202,13 +203,14 @@ def run_try(name: str, config: Any, *, again: bool = False, stop_event: Any = No
             resume_training(run_path, stop_event, listener)
     except Exception as exc:  # noqa: BLE001 - a failed try is a row of the table, the sweep goes on
         error = f"{type(exc).__name__}: {exc}"
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     run = RunDir(run_path)
     panel = [e for e in run.read("evals") if e.get("split") == "validation"]
     metrics = [m for m in run.read("metrics") if m.get("phase", "grpo") == "grpo" and "loss" in m]
     status = run.read_status()
     record: dict[str, Any] = {"name": name, "error": error or status.get("error"), "status": status.get("status"),
-                              "wall_s": round(wall, 1), "load_1min_before": round(load_before, 2),
+                              # CPU seconds barely move when other work shares the cores; wall seconds do
+                              "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "load_1min_before": round(load_before, 2),
                               "load_1min_after": round(os.getloadavg()[0], 2), "steps": config.max_steps,
                               "episodes_per_step": config.generation_batch_size,
                               # wall_s is this process's part of the try only when it resumed
@@ -247,7 +249,7 @@ def table(records: list[dict[str, Any]]) -> str:
         return f"{r['steps']} x {r['episodes_per_step']}" + (f" (each batch {reuse}x)" if reuse > 1 else "")
 
     rows = ["| try | steps x episodes | validation start -> end | gained / lost / net | KL end | entropy first -> "
-            "last | grad norm median (max) | mixed groups | step s | min |", "|" + "---|" * 10]
+            "last | grad norm median (max) | mixed groups | step s | min (CPU min) |", "|" + "---|" * 10]
     for r in records:
         if r.get("validation_start") is None:
             rows.append(f"| {r['name']} | {shape(r)} | failed: {r.get('error')} |" + " |" * 7)
@@ -257,7 +259,7 @@ def table(records: list[dict[str, Any]]) -> str:
             f"{r['validation_end']:.1%} | {r['gained']} / {r['lost']} / {r['net']:+d} | {fmt(r['kl_start_end'], '.4f')} | "
             f"{fmt(r['entropy_first'])} -> {fmt(r['entropy_last'])} | {fmt(r['grad_norm_median'])} "
             f"({fmt(r['grad_norm_max'])}) | {fmt(r['mixed_groups_mean'], '.2f')} | {fmt(r['step_s_median'], '.0f')} | "
-            f"{fmt(r.get('wall_s', 0.0) / 60, '.0f')} |")
+            f"{fmt(r.get('wall_s', 0.0) / 60, '.0f')} ({fmt(r['cpu_s'] / 60 if r.get('cpu_s') else None, '.0f')}) |")
     return "\n".join(rows)
 
 
