@@ -23,7 +23,8 @@ from training.run_dir import RunDir
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "health"
 #: The recorded runs (tests/fixtures/health/<name>/, its README says how each was made): is each healthy?
 RECORDED = {"tiny_default": True, "tiny_default_seed1": True, "tiny_destructive": False, "smollm2_h200_builtin": None,
-            "smollm2_cpu_recipe": True, "smollm2_cpu_measured": True}
+            "smollm2_cpu_recipe": True, "smollm2_cpu_measured": True, "smollm2_sweep_lr3e-6": True,
+            "smollm2_sweep_mu2": None}
 #: What health reads of a metrics line and of an evals line.
 METRIC_FIELDS = ("phase", "step", ENTROPY_KEY, KL_KEY, "grad_norm", REWARD_KEY)
 EVAL_FIELDS = ("phase", "step", "split", "success_rate", "n_episodes", "question_ids", "correct", "error")

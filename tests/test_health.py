@@ -140,6 +140,8 @@ RECORDED_SIGNS = {
     "smollm2_h200_builtin": {"validation_drop": [9]},
     "smollm2_cpu_recipe": {},
     "smollm2_cpu_measured": {},
+    "smollm2_sweep_lr3e-6": {},
+    "smollm2_sweep_mu2": {"validation_drop": [20]},
 }
 
 
