@@ -249,19 +249,19 @@ def learning_figures(run: Any) -> dict:
         return None if not cell else {"success": cell["success_rate"], "ex": cell.get("execution_accuracy"),
                                       "success_ci": cell.get("success_ci"), "n": cell.get("n_episodes")}
 
-    from bench.learning.meters import run_outcome
+    from bench.learning.meters import grpo_rewards, reward_fifths, run_outcome
 
     scores = {key: score(key) for key in ("random", "zero_shot", "base", "trained")}
     outcome = run_outcome(run.path)
-    rewards = [m["reward"] for m in run.read("metrics") if m.get("phase", "grpo") == "grpo" and "reward" in m]
-    fifth = max(1, len(rewards) // 5)
+    rewards = grpo_rewards(run)
+    first_fifth, last_fifth = reward_fifths(rewards)
     figures.update(
         scores=scores, eval_questions=summary.get("n_episodes"),
         zero_shot=(scores["zero_shot"] or {}).get("success"), warm_start=(scores["base"] or {}).get("success"),
         after_grpo=(scores["trained"] or {}).get("success"), random=(scores["random"] or {}).get("success"),
         paired={"fixed": outcome["fixed"] or 0, "broken": outcome["broken"] or 0}, grpo_steps_run=len(rewards),
-        reward_first_fifth=round(sum(rewards[:fifth]) / fifth, 4) if rewards else None,
-        reward_last_fifth=round(sum(rewards[-fifth:]) / fifth, 4) if rewards else None)
+        reward_first_fifth=round(first_fifth, 4) if first_fifth is not None else None,
+        reward_last_fifth=round(last_fifth, 4) if last_fifth is not None else None)
     return figures
 
 

@@ -40,7 +40,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 DEFAULT_CONFIG = REPO / "configs" / "tiny_cpu.json"
 
-from bench.learning.meters import MemoryMeter, PhaseClock, machine_load, refuse_shared  # noqa: E402 - after the path
+from bench.learning.meters import (  # noqa: E402 - after the path
+    MemoryMeter, PhaseClock, grpo_rewards, machine_load, refuse_shared, reward_fifths)
 
 
 def log(message: str) -> None:
@@ -76,15 +77,14 @@ def run_once(config, label: str) -> dict:
     if status.get("status") != "completed":
         raise RuntimeError(f"{label} run ended {status.get('status')}: {status.get('error')}")
     summary = next(r for r in reversed(run.read("comparison")) if r.get("kind") == "summary")
-    rewards = [m["reward"] for m in run.read("metrics") if m.get("phase") == "grpo" and "reward" in m]
-    fifth = max(1, len(rewards) // 5)
+    first_fifth, last_fifth = reward_fifths(grpo_rewards(run))
     evals = run.read("evals")
     t0 = min((e["time"] for e in evals), default=0.0)
     return {
         "random": summary["random"], "base": summary["base"], "trained": summary["trained"],
         "n_episodes": summary["n_episodes"],
-        "reward_first_fifth": sum(rewards[:fifth]) / fifth if rewards else None,
-        "reward_last_fifth": sum(rewards[-fifth:]) / fifth if rewards else None,
+        "reward_first_fifth": first_fifth,
+        "reward_last_fifth": last_fifth,
         "sft_seconds": status.get("sft", {}).get("seconds"),
         "minutes": round(minutes, 2),
         "curve": [{"phase": e.get("phase"), "step": e["step"], "split": e["split"], "minutes": round((e["time"] - t0) / 60, 2),

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["MemoryMeter", "PhaseClock", "measurement", "run_outcome", "command_line", "machine_load", "usable_cores",
+__all__ = ["MemoryMeter", "PhaseClock", "measurement", "run_outcome", "grpo_rewards", "reward_fifths", "command_line", "machine_load", "usable_cores",
            "refuse_shared", "BUSY_LOAD"]
 
 #: A 1-minute load average at or above this before a measured run starts means other work keeps at least a core
@@ -174,6 +174,19 @@ def run_outcome(run_dir: Path | str) -> dict[str, Any]:
         "validation": {str(e["step"]): e["success_rate"] for e in run.read("evals")
                        if e.get("split") == "validation" and e.get("success_rate") is not None},
     }
+
+
+def grpo_rewards(run: Any) -> list[float]:
+    """The mean reward of each logged GRPO step of a run (`run`: a `training.run_dir.RunDir`), in order."""
+    return [m["reward"] for m in run.read("metrics") if m.get("phase", "grpo") == "grpo" and "reward" in m]
+
+
+def reward_fifths(rewards: list[float]) -> tuple[float | None, float | None]:
+    """The mean of the first fifth and of the last fifth of `rewards` (at least one step each; None, None for none)."""
+    if not rewards:
+        return None, None
+    fifth = max(1, len(rewards) // 5)
+    return sum(rewards[:fifth]) / fifth, sum(rewards[-fifth:]) / fifth
 
 
 def measurement(config, run_dir: Path | str, *, device: str | None, minutes: float, command: str,

@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO))
 DEFAULT_CONFIG = REPO / "configs" / "smollm2_cpu.json"
 
 from bench.learning.meters import (  # noqa: E402 - after the path
-    MemoryMeter, PhaseClock, command_line, machine_load, measurement, refuse_shared, run_outcome)
+    MemoryMeter, PhaseClock, command_line, machine_load, measurement, refuse_shared, grpo_rewards, reward_fifths, run_outcome)
 
 
 def log(message: str) -> None:
@@ -277,8 +277,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench/learning/real_model.py: run ended {status.get('status')}: {status.get('error')}", file=sys.stderr)
         return 1
     summary = next(r for r in reversed(run.read("comparison")) if r.get("kind") == "summary")
-    rewards = [m["reward"] for m in run.read("metrics") if m.get("phase", "grpo") == "grpo" and "reward" in m]
-    fifth = max(1, len(rewards) // 5)
+    rewards = grpo_rewards(run)
+    first_fifth, last_fifth = reward_fifths(rewards)
 
     def success(key: str) -> float | None:
         return summary[key]["success_rate"] if summary.get(key) else None
@@ -292,8 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         "warm_start": success("base") if warm else None,
         "after_grpo": success("trained"),
         "grpo_steps": len(rewards),
-        "reward_first_fifth": round(sum(rewards[:fifth]) / fifth, 4) if rewards else None,
-        "reward_last_fifth": round(sum(rewards[-fifth:]) / fifth, 4) if rewards else None,
+        "reward_first_fifth": round(first_fifth, 4) if first_fifth is not None else None,
+        "reward_last_fifth": round(last_fifth, 4) if last_fifth is not None else None,
         **run_outcome(run.path),
         **figures,
         "run_dir": str(run.path),
