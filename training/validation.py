@@ -20,9 +20,7 @@ checkpoint is never written: a run that dies there resumes from that checkpoint 
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
 import time
 from pathlib import Path
@@ -31,6 +29,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from training.callbacks import RunRecorder, error_message
+from training.run_dir import atomic_write_json, read_json
 
 __all__ = ["ValidationCallback", "WeightsSnapshot", "METRIC", "VALIDATION_SPLIT"]
 
@@ -144,10 +143,8 @@ class ValidationCallback(TrainerCallback):
         if self.keep_best and self._best is not None and self._best.step != self._written_step:
             self._best.save(self.weights_file)
             self._written_step = self._best.step
-        record = {"checkpoint_step": state.global_step, "weights_step": self._written_step, "keep_best": self.kept}
-        tmp = self.weights_file.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(record), encoding="utf-8")
-        os.replace(tmp, self.weights_file.with_suffix(".json"))
+        atomic_write_json(self.weights_file.with_suffix(".json"), {
+            "checkpoint_step": state.global_step, "weights_step": self._written_step, "keep_best": self.kept})
         return control
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
@@ -233,7 +230,7 @@ class ValidationCallback(TrainerCallback):
         """The best as of the checkpoint at `resume_step` and its record, from what `on_save` wrote with it; when
         they are missing or belong to another checkpoint, the steps validated from now on are judged afresh."""
         try:
-            record = json.loads(self.weights_file.with_suffix(".json").read_text(encoding="utf-8"))
+            record = read_json(self.weights_file.with_suffix(".json"))
             if record.get("checkpoint_step") != resume_step:
                 raise ValueError(f"written with checkpoint {record.get('checkpoint_step')}, not {resume_step}")
             kept = dict(record["keep_best"])
