@@ -23,7 +23,7 @@ from sqlenv.rewards import GoldProfile, RewardConfig, progress_score
 from sqlenv.sandbox.result_text import clean_for_display as _clean_for_display
 from sqlenv.sandbox.result_text import cut_text
 from sqlenv.sandbox.sandbox import Sandbox, SandboxError, SandboxSettings
-from sqlenv.sandbox.sql_checks import SeenQueries, has_top_level_order_by, sql_too_long, table_name_too_long
+from sqlenv.sandbox.sql_checks import SeenQueries, sql_too_long, table_name_too_long
 from sqlenv.transcript import make_step, make_transcript
 from sqlenv.types import (ACTION_TYPES, EpisodeState, Question, RewardBreakdown, RewardLayers, SQLAction,
                           SQLObservation)
@@ -127,7 +127,6 @@ class SQLEnvironment:
         self._execution_note: str | None = None  # why a finished episode's EX is unknown
         self._tables: list[str] = []
         self._gold: GoldProfile | None = None
-        self._gold_ordered = False
         self._seed: int | None = None
 
     def reset(self, seed: int | None = None, question_id: str | None = None, *, step_budget: int | None = None,
@@ -171,7 +170,6 @@ class SQLEnvironment:
         self._gold = self._gold_profile(question)
         if self._gold is not None:  # EX's own gold result (official rules), so the episode's end only looks it up
             gold_result(self.sandbox, question.database_name, question.gold_sql)
-        self._gold_ordered = has_top_level_order_by(question.gold_sql)
         if episode_id is None:
             episode_id = f"{self._episode_ids.getrandbits(48):012x}"
         self.state = EpisodeState(episode_id=episode_id, step_count=0, question_id=question.question_id, done=False,
@@ -305,7 +303,9 @@ class SQLEnvironment:
         else:  # ANSWER
             q = self.question
             self._answer = _utf8(argument)
-            self._correct = verify_answer(argument, q.gold_answer, q.answer_type, ordered=self._gold_ordered,
+            # The gold SQL's ORDER BY is parsed only when a table is answered, never at reset (the GRPO dataset
+            # resets every train question once).
+            self._correct = verify_answer(argument, q.gold_answer, q.answer_type, gold_sql=q.gold_sql,
                                           columns=self._gold.columns if self._gold is not None else None)
             terminal = cfg.correct_answer if self._correct else 0.0
             self._outcome = "correct" if self._correct else "wrong_answer"

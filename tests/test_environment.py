@@ -71,6 +71,20 @@ def test_sample_and_query(env):
     assert obs.result == "" and obs.error == "SQL error: no such column: nosuchcolumn" and not obs.done
 
 
+def test_a_table_answer_is_checked_in_order_only_when_the_gold_query_orders_its_result(env):
+    """The gold SQL's top-level ORDER BY (parsed when a table is answered, never at reset) makes the rows' order
+    count: the same rows in another order are wrong for music_q5 (ORDER BY), right for shop_q3 (none)."""
+    by_id = {q.question_id: q for q in env.questions}
+    for question_id, reversed_is_right in (("music_q5", False), ("shop_q3", True)):
+        question = by_id[question_id]
+        assert question.answer_type == "table" and ("ORDER BY" in question.gold_sql) != reversed_is_right
+        assert len(question.gold_answer) > 1
+        for rows, right in ((question.gold_answer, True), (question.gold_answer[::-1], reversed_is_right)):
+            env.reset(question_id=question_id)
+            assert env.step(SQLAction("ANSWER", format_answer(rows, "table"))).done
+            assert env.reward_breakdown.correctness == (1.0 if right else 0.0), (question_id, rows)
+
+
 @pytest.mark.parametrize("action,fragment", [
     (SQLAction("FLY", "away"), "Unknown action type 'FLY'"),
     (SQLAction("", ""), "Unknown action type ''"),
