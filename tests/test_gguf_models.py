@@ -299,6 +299,7 @@ def test_run_with_warm_start_compares_zero_shot_and_saves_a_plain_final_model(tm
                                 prompt="compact", rollout="rollout_func",  # the recipes' own: a third of the tokens
                                 sft={"enabled": True, "max_steps": 1, "batch_size": 2, "eval_every": 0,
                                      "learning_rate": 1e-5},
+                                eval_episodes=0,  # the comparison plays each model: GRPO's end eval would replay it
                                 comparison_episodes=1)
     run = RunDir(run_training(config))
     status = run.read_status()
@@ -317,7 +318,7 @@ def test_run_with_warm_start_compares_zero_shot_and_saves_a_plain_final_model(tm
     model, tokenizer = load_model_and_tokenizer(str(final), device="cpu", dtype="fp32")
     assert type(model).__name__ == "LlamaForCausalLM" and "<tool_call>" in tokenizer.chat_template
     assert tokenizer.eos_token == "<|im_end|>"
-    result = evaluate_model(model, tokenizer, dataset="builtin", split="eval", n_episodes=1, seed=0, step_budget=2,
+    result = evaluate_model(model, tokenizer, dataset="builtin", split="eval", n_episodes=1, seed=0, step_budget=1,
                             max_turn_tokens=24)
     assert result.n_episodes == 1 and result.episodes[0]["n_steps"] >= 1
 
