@@ -214,3 +214,34 @@ def test_a_stopped_run_hands_back_its_best_validated_weights_not_the_unvalidated
     if status["keep_best"]["kept"] == "start":  # read back: the weights before the destructive steps
         final = _tensors(run.final_dir)
         assert all(torch.equal(final[k], start[k]) for k in final)
+
+
+def test_a_resume_that_lost_the_best_s_record_plays_the_panel_again_in_place_of_the_old_line(tmp_path):
+    """A process killed after its checkpoint was written and before `on_save` wrote the best beside it (CI's SIGKILL
+    once landed there) resumes without the record: it plays the panel again at the checkpoint's step, and that line
+    replaces the one the killed process wrote, so the run holds one validation line per step."""
+    import threading
+
+    from training.run_dir import RunDir
+    from training.train import resume_training, run_training
+
+    stop = threading.Event()
+
+    def listener(event, payload):
+        if event == "metrics" and payload.get("phase") == "grpo":
+            stop.set()  # after GRPO step 1, which the panel has played (eval_every 1)
+
+    config = _destructive(tmp_path, "lost", max_steps=2, eval_every=1, save_steps=10)
+    run = RunDir(run_training(config, stop_event=stop, listener=listener))
+    assert run.read_status()["status"] == "stopped"
+    panel = [e["step"] for e in _read(run.path / "evals.jsonl") if e["split"] == "validation"]
+    assert panel == [0, 1]
+    for name in ("best_weights.json", "best_weights.pt"):  # what the killed process never wrote
+        (run.path / "checkpoints" / "grpo" / name).unlink(missing_ok=True)
+
+    resume_training(run.path)
+    status = run.read_status()
+    assert status["status"] == "completed" and status["resumes"] == 1
+    panel = [e["step"] for e in _read(run.path / "evals.jsonl") if e["split"] == "validation"]
+    assert panel == [0, 1, 2], panel
+    assert status["keep_best"]["start_step"] == 1  # the start's record was lost with the file: judged from step 1

@@ -114,8 +114,10 @@ class ValidationCallback(TrainerCallback):
         self.kept: dict | None = None
         self._best: WeightsSnapshot | None = None
         self._written_step: int | None = None  # the step of the weights in `weights_file`
+        self._replayed_step: int | None = None  # a resume that lost the record plays the panel again at this step
         if resume_step is not None and self.weights_file is not None and self.active:
-            self._read_back(resume_step)
+            if not self._read_back(resume_step):
+                self._replayed_step = resume_step
         self._last_validated: int | None = self.kept.get("last_step") if self.kept else None
         self._envs: list[Any] = []
 
@@ -181,6 +183,10 @@ class ValidationCallback(TrainerCallback):
                                            "error": error_message(exc), "time": time.time()})
             return None
         correct = [bool(e.get("correct")) for e in result.episodes]
+        if step == self._replayed_step:  # this line replaces the one the interrupted process wrote at this step
+            self.recorder.run.truncate("evals", lambda r: not (r.get("split") == VALIDATION_SPLIT
+                                                                and r.get("step") == step))
+            self._replayed_step = None
         self.recorder.append("evals", {
             "step": step, "phase": "grpo", "split": VALIDATION_SPLIT, "success_rate": result.success_rate,
             "avg_reward": result.avg_reward, "avg_steps": result.avg_steps, "explore_rate": result.explore_rate,
@@ -226,9 +232,11 @@ class ValidationCallback(TrainerCallback):
         self.recorder.status(keep_best=dict(kept))
 
     # ------------------------------------------------------------------------------------ helpers
-    def _read_back(self, resume_step: int) -> None:
-        """The best as of the checkpoint at `resume_step` and its record, from what `on_save` wrote with it; when
-        they are missing or belong to another checkpoint, the steps validated from now on are judged afresh."""
+    def _read_back(self, resume_step: int) -> bool:
+        """The best as of the checkpoint at `resume_step` and its record, from what `on_save` wrote with it; False
+        when they are missing or belong to another checkpoint (a process killed after its checkpoint was written and
+        before `on_save` wrote them): the panel is then played again at `resume_step` and the steps validated from
+        there on are judged afresh."""
         try:
             record = read_json(self.weights_file.with_suffix(".json"))
             if record.get("checkpoint_step") != resume_step:
@@ -242,9 +250,10 @@ class ValidationCallback(TrainerCallback):
         except (OSError, RuntimeError, AttributeError, KeyError, TypeError, ValueError) as exc:  # odd or torn files
             logger.warning("best weights not read back (%s): the best of the steps validated from now on is kept",
                            exc)
-            return
+            return False
         self.kept, self._best = kept, best
         self._written_step = best.step if best is not None else None
+        return True
 
     def _stopping(self) -> bool:
         return self.stop_event is not None and self.stop_event.is_set()
