@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["MemoryMeter", "PhaseClock", "measurement", "run_outcome", "grpo_rewards", "reward_fifths", "command_line", "machine_load", "usable_cores",
-           "refuse_shared", "BUSY_LOAD"]
+__all__ = ["MemoryMeter", "PhaseClock", "measurement", "run_outcome", "grpo_rewards", "reward_fifths", "command_line",
+           "machine_load", "usable_cores", "refuse_shared", "BUSY_LOAD"]
 
 #: A 1-minute load average at or above this before a measured run starts means other work keeps at least a core
 #: busy: the run would share the cores, and its wall minutes would not be what a newcomer's idle machine gives.

@@ -41,7 +41,8 @@ sys.path.insert(0, str(REPO))
 DEFAULT_CONFIG = REPO / "configs" / "smollm2_cpu.json"
 
 from bench.learning.meters import (  # noqa: E402 - after the path
-    MemoryMeter, PhaseClock, command_line, machine_load, measurement, refuse_shared, grpo_rewards, reward_fifths, run_outcome)
+    MemoryMeter, PhaseClock, command_line, grpo_rewards, machine_load, measurement, refuse_shared, reward_fifths,
+    run_outcome)
 
 
 def log(message: str) -> None:

@@ -10,8 +10,8 @@ before. Between shapes the server settles (`--settle` seconds: its periodic memo
 
 The shapes: 128 columns (`max_columns`) of ~10 KB values (`max_value_bytes`), row after row until the time limit
 (ASCII text; text with one 4-byte character, which Python stores at 4 bytes a character; blobs); one column of
-~10 KB values; 20,000 rows (`--rows`) of 128 integers (the progress score's sets); and the issue's own shape, 1,990 columns
-of 10 KB (refused now: SQLite's default column limit was 2,000, and `fetchmany(256)` built a whole batch before a
+~10 KB values; 20,000 rows (`--rows`) of 128 integers (the progress score's sets); and the issue's own shape, 1,990
+columns of 10 KB (refused now: SQLite's default column limit was 2,000, and `fetchmany(256)` built a whole batch before a
 byte of it was counted: RSS 209 -> 2,686 MB).
 
 Prints one line per shape and, last, one JSON object: per shape its growth in MB (peak during the step minus
