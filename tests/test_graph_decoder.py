@@ -90,6 +90,27 @@ def test_greedy_turns_are_those_of_the_multi_turn_decoder(random_model, mode):
         assert new._cache.length % 16 == 0 and new._cache.rows in (8, 16)  # grown, in steps the graphs allow
 
 
+@pytest.mark.parametrize("mode", [{}, GPU_LIKE], ids=["cpu", "gpu-like"])
+def test_groups_of_rows_with_one_prompt_read_it_once_as_the_multi_turn_decoder_does(random_model, mode):
+    """GRPO's rows: three questions' prompts (sharing a system prompt), three episodes each, over two turns (the
+    second after each row's own tool result): the same tokens, caches and reads as `MultiTurnDecoder`, each group's
+    prompt read once."""
+    old, new = _decoders(random_model, **mode)
+    prompts = _prompts(3)
+    sequences = {(q, g): prompts[q] + list(range(30, 40 + q)) for q in range(3) for g in range(3)}
+    for turn in range(2):
+        got = {decoder: decoder.generate(sequences, 10) for decoder in (old, new)}
+        assert got[new] == got[old], f"turn {turn}"
+        assert (new.stats.fed, new.stats.generated) == (old.stats.fed, old.stats.generated)
+        for key in sequences:
+            assert new.cached_ids(key) == old.cached_ids(key)
+        if turn == 0:
+            common = 20  # _prompts' shared prefix
+            read = common + sum(len(sequences[(q, 0)]) - 1 - common for q in range(3)) + len(sequences)
+            assert new.stats.fed == read + new.stats.generated - len(sequences)
+        sequences = {(q, g): sequences[(q, g)] + got[old][(q, g)] + [1 + g, 2, 3] for q, g in sequences}
+
+
 def test_greedy_episodes_on_the_tiny_model_are_those_of_the_multi_turn_decoder(tiny, monkeypatch):
     """Whole episodes (tool calls parsed, tools run, tool results read, turns closed at their cap), played as evals
     play them, with each decoder forced."""

@@ -95,6 +95,43 @@ def test_rows_starting_together_read_their_shared_prefix_once(tiny):
     assert unshared.stats.fed == sum(len(p) for p in prompts) + generated - len(prompts)
 
 
+def test_shared_prefixes_finds_the_common_prefix_and_each_group_s_longer_one():
+    from training.generation.multi_turn import shared_prefixes
+
+    system = list(range(100, 120))
+    a, b = system + [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], system + [21, 22, 23, 24, 25, 26, 27, 28, 29]
+    rows = {("a", 0): a, ("b", 0): b, ("a", 1): a, ("b", 1): b, ("a", 2): a + [7], ("c", 0): system + [5]}
+    plan = shared_prefixes(list(rows), rows, min_shared=4)
+    assert plan.common == 20  # the system prompt (("c", 0) adds one token of its own)
+    # each group's prompt but its last token, which each row reads itself: its logits choose its first token
+    assert plan.groups == [([("a", 0), ("a", 1), ("a", 2)], len(a) - 1), ([("b", 0), ("b", 1)], len(b) - 1)]
+    assert shared_prefixes(list(rows), rows, min_shared=10) == type(plan)(20, [])  # 9 and 8 more: below 10
+    assert shared_prefixes([("a", 0)], rows, min_shared=1).groups == []  # one row shares with nobody
+    two = {0: [1, 2, 3, 4], 1: [9, 2, 3, 4, 5]}  # nothing in common
+    assert shared_prefixes([0, 1], two, min_shared=1) == type(plan)(0, [])
+
+
+def test_each_group_of_rows_with_one_prompt_reads_it_once(tiny):
+    """GRPO's rows: G episodes of each question start from one prompt. The system prompt is read once for all, each
+    question's rest once for its group; every row decodes as it would alone."""
+    prompts = _prompts(tiny, 3)
+    shared = 0
+    while all(p[shared] == prompts[0][shared] for p in prompts):
+        shared += 1
+    rows = {(q, g): prompts[q] for q in range(3) for g in range(3)}
+    decoder = _decoder(tiny)
+    out = decoder.generate(rows, 8)
+    unshared = _decoder(tiny, min_shared_prefix=10**9)
+    assert unshared.generate(rows, 8) == out
+    assert all(out[(q, g)] == out[(q, 0)] for q, g in rows)  # greedy: one prompt, one answer
+    generated = sum(len(t) for t in out.values())
+    # the common prefix once, each question's rest but its last token once, each row's last token itself
+    read = shared + sum(len(p) - 1 - shared for p in prompts) + len(rows)
+    assert decoder.stats.fed == read + generated - len(rows)
+    assert unshared.stats.fed == sum(len(p) for p in rows.values()) + generated - len(rows)
+    assert decoder.stats.fed < unshared.stats.fed / 2
+
+
 def test_rows_that_end_early_leave_the_batch_and_the_others_decode_as_alone(tiny):
     prompts = _prompts(tiny, 3)
     decoder = _decoder(tiny)

@@ -3,7 +3,7 @@
 `MultiTurnDecoder` spends its time on the host on a GPU: each decoding step is ~30 layers of eager PyTorch, a cache
 that grows, a mask built anew, a `.tolist()` per token (~28 ms a step for SmolLM2-135M on an H100, whatever the
 rows). This decoder keeps what it does — one turn for many conversations, each keeping its KV cache across turns, the
-prefix the rows' first prompts share read once, the same tokens for the same logits — and moves the per-token work
+prefixes the rows' first prompts share read once (all rows' and each group's), the same tokens for the same logits — and moves the per-token work
 onto the device:
 
 - **Fixed shapes.** Every conversation owns a slot of a `SlotCache` (keys/values `[slots, heads, length, dim]`) for
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Hashable, NamedTuple
 
 from training.generation.decode_state import DecodeState
-from training.generation.multi_turn import DecodeStats, KeptRows, common_prefix
+from training.generation.multi_turn import DecodeStats, KeptRows, common_prefix, shared_prefixes
 from training.generation.slot_model import SlotCache, SlotModel
 from training.generation.step_graphs import StepGraphs
 
@@ -303,31 +303,33 @@ class GraphDecoder(KeptRows):
                 self._rows[key] = _Row(ids=[], slot=low_free.pop())
 
     def _share_prefix(self, keys, sequences, keep) -> None:
-        """Rows with nothing kept that start with a common prefix: read it once (in the first one's slot) and copy
-        it into the others'."""
+        """Rows with nothing kept: the prefixes they share (`shared_prefixes`) read once — the one all of them share
+        in the first one's slot, copied into the others'; then each group's longer one in its first member's slot,
+        after the common one, copied into the group's other slots."""
         fresh = [k for k in keys if keep[k] == 0]
-        if len(fresh) < 2:
-            return
-        first = sequences[fresh[0]]
-        shared = min(len(sequences[k]) - 1 for k in fresh)
-        for key in fresh[1:]:
-            shared = min(shared, common_prefix(first, sequences[key]))
-        if shared < self.min_shared_prefix:
-            return
+        plan = shared_prefixes(fresh, sequences, self.min_shared_prefix)
+        if plan.common:
+            self._read_shared(fresh, sequences[fresh[0]], 0, plan.common, keep)
+        for members, length in plan.groups:
+            self._read_shared(members, sequences[members[0]], plan.common, length, keep)
+
+    def _read_shared(self, members: list[Hashable], ids: list[int], start: int, end: int, keep) -> None:
+        """Read `ids[start:end]` once into the first member's slot (which holds `ids[:start]`) and copy its
+        positions `[0, end)` into the other members' slots."""
         import torch
 
         device = self.slots.device
-        source = self._rows[fresh[0]].slot
-        ids = torch.tensor([first[:shared]], device=device)
-        positions = torch.arange(shared, device=device)[None]
-        self.slots.forward(self._cache, slice(source, source + 1), ids, positions, shared)
-        targets = torch.tensor([self._rows[k].slot for k in fresh[1:]], device=device)
-        self._cache.share(source, targets, shared)
-        self.stats.fed += shared
+        source = self._rows[members[0]].slot
+        tokens = torch.tensor([ids[start:end]], device=device)
+        positions = torch.arange(start, end, device=device)[None]
+        self.slots.forward(self._cache, slice(source, source + 1), tokens, positions, end)
+        targets = torch.tensor([self._rows[k].slot for k in members[1:]], device=device)
+        self._cache.share(source, targets, end)
+        self.stats.fed += end - start
         self.stats.forward_calls += 1
-        for key in fresh:
-            keep[key] = shared
-            self._rows[key].ids = list(first[:shared])
+        for key in members:
+            keep[key] = end
+            self._rows[key].ids = list(ids[:end])
 
     def _prefill(self, keys, sequences, keep, sample) -> None:
         """Read each row's new tokens into its slot (rows in groups whose attention fits `PREFILL_ELEMENTS`) and

@@ -4,7 +4,9 @@ An agent's episode is a conversation that grows by a generated turn and a tool r
 from the whole conversation re-reads everything said so far (about ten tokens fed for every token generated on
 SQLEnv's episodes). This decoder keeps, for every row, the keys and values of the tokens it has already read, so a
 turn feeds only what is new (the end of the last turn and the tool result); the prefix the rows' first prompts share
-(system prompt, tool schemas) is read once for all of them; a row that ends its turn leaves the batch (its cache is
+(system prompt, tool schemas) is read once for all of them, and so is the longer prefix each group of rows shares
+(GRPO's G episodes of one question start from one prompt: its question and schema are read once, not G times,
+`shared_prefixes`); a row that ends its turn leaves the batch (its cache is
 set aside for its next turn) while the others decode on; a conversation no longer asked for is forgotten.
 
     decoder = MultiTurnDecoder(model, pad_id=tokenizer.pad_token_id, eos_ids={tokenizer.eos_token_id})
@@ -24,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Hashable
 
-__all__ = ["MultiTurnDecoder", "DecodeStats", "common_prefix"]
+__all__ = ["MultiTurnDecoder", "DecodeStats", "SharedPrefixes", "common_prefix", "shared_prefixes"]
 
 
 @dataclass
@@ -56,6 +58,41 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
+@dataclass
+class SharedPrefixes:
+    """What rows starting together read once: `common` tokens that every row starts with (0: none worth it), then,
+    per group of rows that share more, the group's keys and the length of its shared prefix (> `common`)."""
+
+    common: int
+    groups: list[tuple[list[Hashable], int]]
+
+
+def shared_prefixes(keys: list[Hashable], sequences: dict[Hashable, list[int]], min_shared: int) -> SharedPrefixes:
+    """The prefixes worth reading once among rows that start now (`keys`, nothing cached): the prefix all of them
+    share, and the longer prefix each group of them shares, when at least `min_shared` tokens long (a group's: beyond
+    the common one). Every row keeps at least its last token to read itself (its logits choose its first token).
+    Rows are grouped by their first member's prefix, in order: GRPO's groups are runs of identical prompts."""
+    room = {k: len(sequences[k]) - 1 for k in keys}
+    if len(keys) < 2:
+        return SharedPrefixes(0, [])
+    first = sequences[keys[0]]
+    common = min(room.values())
+    for key in keys[1:]:
+        common = min(common, common_prefix(first, sequences[key]))
+    common = common if common >= min_shared else 0
+    groups: list[list[Any]] = []  # [members, the prefix they all share]
+    for key in keys:
+        for group in groups:
+            shared = min(group[1], room[key], common_prefix(sequences[group[0][0]], sequences[key]))
+            if shared - common >= min_shared:
+                group[0].append(key)
+                group[1] = shared
+                break
+        else:
+            groups.append([[key], room[key]])
+    return SharedPrefixes(common, [(members, length) for members, length in groups if len(members) >= 2])
+
+
 class KeptRows:
     """What the kept-cache decoders share: `_rows`, each conversation's kept cache by key (an object with `ids`)."""
 
@@ -84,10 +121,15 @@ class MultiTurnDecoder(KeptRows):
         eos_ids: tokens that end a row's turn.
         min_shared_prefix: the shortest prefix (in tokens) that rows starting together read once for all of them
             (default 16; below that, sharing saves less than the copies cost).
+        autocast_dtype: `torch.bfloat16` (or float16) to run every forward under `torch.autocast` in that dtype, as a
+            trainer's mixed precision computes; default None (the weights' dtype). `kept_cache_decoder` prefers the
+            graph decoder for it, which casts the weights once per turn rather than at every step.
     """
 
-    def __init__(self, model: Any, pad_id: int, eos_ids: set[int], *, min_shared_prefix: int = 16):
+    def __init__(self, model: Any, pad_id: int, eos_ids: set[int], *, min_shared_prefix: int = 16,
+                 autocast_dtype: Any = None):
         self.model = model
+        self.autocast_dtype = autocast_dtype
         self.pad_id = int(pad_id)
         self.eos_ids = set(eos_ids)
         self.min_shared_prefix = min_shared_prefix
@@ -142,7 +184,8 @@ class MultiTurnDecoder(KeptRows):
 
     def _reuse(self, keys: list[Hashable], sequences: dict[Hashable, list[int]]) -> dict[Hashable, int]:
         """How many leading tokens of each row are already in its cache (cropping what no longer matches); rows
-        with nothing cached that start with a common prefix get it read once for all of them."""
+        with nothing cached get the prefixes they share read once (`shared_prefixes`): the one all of them share,
+        then each group's longer one on top of it."""
         reused: dict[Hashable, int] = {}
         fresh = []
         for key in keys:
@@ -157,32 +200,48 @@ class MultiTurnDecoder(KeptRows):
                 row.ids = row.ids[:keep]
                 row.layers = [(k[:, :keep], v[:, :keep]) for k, v in row.layers]
             reused[key] = keep
-        if len(fresh) >= 2:
-            shared = min(len(sequences[k]) - 1 for k in fresh)
-            first = sequences[fresh[0]]
-            for key in fresh[1:]:
-                shared = min(shared, common_prefix(first, sequences[key]))
-            if shared >= self.min_shared_prefix:
-                layers = self._prefill_alone(first[:shared])
-                for key in fresh:
-                    self._rows[key] = _Row(ids=list(first[:shared]), layers=list(layers))
-                    reused[key] = shared
+        plan = shared_prefixes(fresh, sequences, self.min_shared_prefix)
+        common: list[tuple[Any, Any]] = []
+        if plan.common:
+            ids = sequences[fresh[0]][: plan.common]
+            common = self._prefill_alone(ids)
+            for key in fresh:
+                self._rows[key] = _Row(ids=list(ids), layers=list(common))
+                reused[key] = plan.common
+        for members, length in plan.groups:
+            ids = sequences[members[0]][:length]
+            layers = self._prefill_alone(ids, past=common)
+            for key in members:
+                self._rows[key] = _Row(ids=list(ids), layers=list(layers))
+                reused[key] = length
         for key in fresh:
             reused.setdefault(key, 0)
         return reused
 
-    def _prefill_alone(self, ids: list[int]) -> list[tuple[Any, Any]]:
-        """Keys/values of `ids` read as one row."""
+    def _prefill_alone(self, ids: list[int], past: list[tuple[Any, Any]] = ()) -> list[tuple[Any, Any]]:
+        """Keys/values of `ids` read as one row, after `past` (the keys/values of its first tokens, already read)."""
         import torch
         from transformers import DynamicCache
 
         device = self._device()
         cache = DynamicCache(config=self.model.config)
-        self.model(input_ids=torch.tensor([ids], device=device), cache=cache, use_cache=True,
-                   logits_to_keep=1)
-        self.stats.fed += len(ids)
+        start = past[0][0].shape[1] if past else 0
+        for layer, (k, v) in enumerate(past):
+            cache.update(k[None], v[None], layer)
+        self._forward(input_ids=torch.tensor([ids[start:]], device=device), cache=cache, use_cache=True,
+                      position_ids=torch.arange(start, len(ids), device=device)[None], logits_to_keep=1)
+        self.stats.fed += len(ids) - start
         self.stats.forward_calls += 1
         return [(layer.keys[0], layer.values[0]) for layer in cache.layers]
+
+    def _forward(self, **inputs: Any) -> Any:
+        """The model's forward, under autocast when the decoder computes in a lower precision."""
+        if self.autocast_dtype is None:
+            return self.model(**inputs)
+        import torch
+
+        with torch.autocast(self._device().type, dtype=self.autocast_dtype):
+            return self.model(**inputs)
 
     def _device(self) -> Any:
         return next(self.model.parameters()).device
@@ -238,8 +297,8 @@ class MultiTurnDecoder(KeptRows):
             chunk_mask[i, chunk - len(new):] = 1
         mask = torch.cat([mask, chunk_mask.to(device)], dim=1)
         next_position = torch.tensor([len(sequences[k]) for k in keys], device=device)
-        logits = self.model(input_ids=input_ids.to(device), attention_mask=mask, position_ids=positions.to(device),
-                            cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1, :]
+        logits = self._forward(input_ids=input_ids.to(device), attention_mask=mask, position_ids=positions.to(device),
+                               cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1, :]
         self.stats.fed += sum(len(n) for n in news)
         self.stats.forward_calls += 1
         eos = torch.tensor(sorted(self.eos_ids), device=device)
@@ -280,8 +339,8 @@ class MultiTurnDecoder(KeptRows):
                 live = [live[b] for b in keep.tolist()]
                 token, mask, next_position, budget = token[keep], mask[keep], next_position[keep], budget[keep]
             mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
-            logits = self.model(input_ids=token[:, None], attention_mask=mask, position_ids=next_position[:, None],
-                                cache=cache, use_cache=True).logits[:, -1, :]
+            logits = self._forward(input_ids=token[:, None], attention_mask=mask,
+                                   position_ids=next_position[:, None], cache=cache, use_cache=True).logits[:, -1, :]
             next_position = next_position + 1
             self.stats.fed += len(live)
             self.stats.forward_calls += 1
