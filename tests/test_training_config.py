@@ -42,7 +42,7 @@ def test_defaults_and_auto_fields():
         ({"rollout": "vllm"}, ["rollout", "environment"]),
         ({"learning_rate": -1.0}, ["learning_rate"]),
         ({"learning_rate": "fast"}, ["learning_rate", "float"]),
-        ({"precision": "bf16", "device": "cpu"}, ["precision", "GPU"]),
+        ({"precision": "fp16", "device": "cpu"}, ["precision", "GPU"]),
         ({"run_id": "../escape"}, ["run_id"]),
         ({"max_tool_calling_iterations": 0}, ["max_tool_calling_iterations"]),
         ({"reward_weights": [1.0, 2.0]}, ["reward_weights"]),

@@ -88,8 +88,8 @@ def validate(config) -> None:
         fail(f"device must be one of {DEVICES} (got {config.device!r})")
     if config.precision not in PRECISIONS:
         fail(f"precision must be one of {PRECISIONS} (got {config.precision!r})")
-    if config.precision in ("bf16", "fp16") and config.device == "cpu":
-        fail(f"precision={config.precision} needs a GPU; use precision='fp32' (or 'auto') with device='cpu'")
+    if config.precision == "fp16" and config.device == "cpu":
+        fail("precision=fp16 needs a GPU; use precision='bf16', 'fp32' or 'auto' with device='cpu'")
     if config.cpu_threads is not None and config.cpu_threads < 1:
         fail(f"cpu_threads must be at least 1 or null (got {config.cpu_threads})")
     if config.save_steps is not None and config.save_steps < 0:
@@ -120,7 +120,7 @@ def validate(config) -> None:
             fail(f"grpo.generation_kwargs.{key} is set by this config: a turn's token budget is "
                  "max_turn_tokens (translated to max_tokens for vLLM); set max_turn_tokens")
     if config.run_id is not None:
-        from training.run_dir import RUN_ID_PATTERN
+        from training.run.schema import RUN_ID_PATTERN
 
         if not RUN_ID_PATTERN.match(config.run_id):
             fail(f"run_id {config.run_id!r} is invalid: use letters, digits, '.', '_' and '-' (max 128)")

@@ -61,10 +61,11 @@ class WarmStart:
             no question on an eval database enters.
         extra_episodes: how many episodes of `extra_dataset` (a seeded sample; default 0).
         precision: the warm start's own precision, `"bf16"`, `"fp16"` or `"fp32"` (mixed: the weights stay fp32, the
-            forward and backward passes are autocast), or `None` (default) = the run's `precision`. SFT is all
-            prefill-shaped matrix products, which bf16 runs ~1.8x faster on a CPU with AVX512-BF16 (SmolLM2-135M, 2
-            cores, 700-token episodes: 308 tokens/s against 170), while decoding one token at a time is slower in bf16
-            there: so a CPU recipe warm-starts in bf16 and plays (evals, GRPO rollouts) in fp32.
+            forward and backward passes are autocast), or `None` (default) = the run's `precision` (whose `"auto"` is
+            bf16 on a GPU or CPU with bf16 units, fp32 elsewhere). SFT is all prefill-shaped matrix products, which
+            bf16 runs ~1.8x faster on a CPU with AVX512-BF16 / AMX (SmolLM2-135M, 2 cores, 700-token episodes: 308
+            tokens/s against 170), and several times slower on a CPU without such units (emulated): leave it `None`
+            unless the warm start must differ from the run.
         args: any other `trl.SFTConfig` field, e.g. `{"lr_scheduler_type": "constant", "max_length": 1024}` (CLI:
             `--set sft.args.max_length=1024`). Default `{}`. Fields set above, precision, device, the run directory
             and checkpoints are refused, naming the field to set instead; TRL checks the rest when the run is

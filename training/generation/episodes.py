@@ -66,6 +66,7 @@ def play_batched(
     temperature: float = 1.0,
     keep_cache: bool = True,
     decoder: Any = None,
+    compute_dtype: Any = None,
 ) -> list[Episode]:
     """Play `episodes` to the end together: each turn, one `generate` for every live episode.
 
@@ -88,7 +89,8 @@ def play_batched(
     a model with a plain key/value cache: `kept_cache_decoder` picks the decoder (on a CUDA device the graph decoder,
     elsewhere `MultiTurnDecoder`; `SQLENV_DECODER` forces one). Otherwise, or with `keep_cache=False`, every turn
     re-reads each conversation (`generate_new_tokens`). `decoder` passes one in (kept across calls by the batched
-    rollout, so its captured graphs are reused; or to read its `stats`).
+    rollout, so its captured graphs are reused; or to read its `stats`). `compute_dtype` (`decoders.decode_dtype` of
+    a run's precision): the decoder made here computes as a trainer's bf16/fp16 autocast does.
     """
     pad_id = renderer.tokenizer.pad_token_id
     if pad_id is None:
@@ -101,7 +103,7 @@ def play_batched(
         else:
             keep_cache = False  # top-p/k, penalties...: model.generate, re-reading
     if keep_cache and decoder is None and eos:
-        decoder = kept_cache_decoder(model, pad_id, eos)
+        decoder = kept_cache_decoder(model, pad_id, eos, compute_dtype=compute_dtype)
     if not keep_cache:
         decoder = None
     if decoder is not None:

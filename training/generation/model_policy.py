@@ -19,7 +19,7 @@ from sqlenv.agent.model_output import message_actions
 from training.generation.chat import ChatRenderer
 from training.generation.decoding import generate_new_tokens
 from training.generation.episodes import Episode, play_batched
-from training.generation.decoders import kept_cache_decoder
+from training.generation.decoders import decode_dtype, kept_cache_decoder
 from sqlenv.agent.prompts import format_tool_result, initial_messages
 
 __all__ = ["ModelPolicy", "evaluate_model", "play_model_episodes"]
@@ -124,10 +124,13 @@ class ModelPolicy:
 def play_model_episodes(model: Any, tokenizer: Any, envs: list[Any], observations: list[SQLObservation], *,
                         max_turn_tokens: int = 256, temperature: float = 0.0, enable_thinking: bool = False,
                         renderer: ChatRenderer | None = None, keep_cache: bool = True,
-                        prompt: str | None = None, decoder: Any = None) -> list[Episode]:
+                        prompt: str | None = None, decoder: Any = None,
+                        precision: str | None = None) -> list[Episode]:
     """Play one episode per environment (already reset, with its first observation) to the end, batched
     (`keep_cache`: each episode keeps its KV cache across turns, see `play_batched`; `decoder` passes the kept-cache
-    decoder in). `prompt` (`sqlenv.agent.prompts.PROMPTS`) defaults to the renderer's, else `"full"`."""
+    decoder in). `prompt` (`sqlenv.agent.prompts.PROMPTS`) defaults to the renderer's, else `"full"`. `precision`
+    (a run's resolved precision; default None: the weights' dtype): "bf16" plays an fp32 model as its trainer's bf16
+    autocast computes (`decoders.decode_dtype`)."""
     prompt = prompt or (renderer.prompt if renderer is not None else "full")
     renderer = renderer or ChatRenderer(tokenizer, chat_template_kwargs={"enable_thinking": enable_thinking},
                                         prompt=prompt)
@@ -150,7 +153,7 @@ def play_model_episodes(model: Any, tokenizer: Any, envs: list[Any], observation
         play_batched(model, renderer, episodes, max_turn_tokens=max_turn_tokens,
                      max_context_tokens=_context_limit(model, max_turn_tokens), max_turns=budget + 2,
                      sample=temperature > 0, temperature=temperature or 1.0, keep_cache=keep_cache,
-                     decoder=decoder)
+                     decoder=decoder, compute_dtype=decode_dtype(precision, model))
     finally:
         if was_training:
             model.train()
@@ -161,7 +164,7 @@ def evaluate_model(model: Any, tokenizer: Any, *, dataset: str = "builtin", spli
                    n_episodes: int = 3, seed: int = 0, step_budget: int = 10, name: str = "model",
                    max_turn_tokens: int = 256, temperature: float = 0.0, enable_thinking: bool = False,
                    batch_size: int = 32, envs: list[Any] | None = None, prompt: str = "full",
-                   question_ids: Sequence[str] | None = None):
+                   question_ids: Sequence[str] | None = None, precision: str | None = None):
     """Evaluate a model like `sqlenv.evaluate` (episode i = `reset(seed=seed + i)`), batched.
 
     With `question_ids`, episode i plays question `question_ids[i]` instead (a fixed panel: `n_episodes` is then
@@ -169,7 +172,8 @@ def evaluate_model(model: Any, tokenizer: Any, *, dataset: str = "builtin", spli
 
     `dataset` is a name, a prepared directory or a resolved `DatasetInfo` (a run passes its plan's); `envs`, when
     given, are played instead (already open; the caller closes them). `prompt` is the prompt the model was trained
-    on (`TrainConfig.prompt`, default `"full"`).
+    on (`TrainConfig.prompt`, default `"full"`). `precision`: the run's resolved precision, so the model plays as it
+    trains (see `play_model_episodes`; default None: the weights' dtype).
 
     Returns an `EvaluationResult` whose episodes are transcripts with `policy` and `seed` filled. A batch that
     raises (out of memory, a broken model) raises here: its episodes are not scored as failures.
@@ -197,7 +201,7 @@ def evaluate_model(model: Any, tokenizer: Any, *, dataset: str = "builtin", spli
             # A batch that raises ends the eval with its error (scored as failed episodes, a crash would read as a
             # model that unlearned); the caller records it (training.callbacks, training.evals, training.validation).
             play_model_episodes(model, tokenizer, used, observations, max_turn_tokens=max_turn_tokens,
-                                temperature=temperature, renderer=renderer)
+                                temperature=temperature, renderer=renderer, precision=precision)
             for env, i in zip(used, chunk):
                 transcript = env.transcript()
                 transcript["policy"] = name
