@@ -1,29 +1,27 @@
 # SQLEnv as an OpenEnv server (a Hugging Face Docker Space, or any container host).
 #
 #   docker build -t sqlenv .
-#   docker run -p 8000:8000 -e SQLENV_PROXY_HOPS=0 sqlenv   # http://localhost:8000/health, /docs, /web; /ws
-#   (SQLENV_PROXY_HOPS=0: no proxy in front here; the image's 1 is for a Space, see below)
+#   docker run -p 8000:8000 sqlenv   # http://localhost:8000/health, /docs, /web; /ws
 #
 # It serves the built-in dataset, generated at build time (deterministic, offline). To serve a prepared Spider
 # dataset, mount it and override the command:
-#   docker run -p 8000:8000 -e SQLENV_PROXY_HOPS=0 -v $PWD/data/spider10:/data/spider10 sqlenv \
+#   docker run -p 8000:8000 -v $PWD/data/spider10:/data/spider10 sqlenv \
 #       python -m sqlenv serve --dataset /data/spider10 --host 0.0.0.0 --port 8000
 #
 # Not built in this repository's CI (no Docker engine there); tests/test_server.py runs the CMD below.
 FROM python:3.11-slim
 
-# SQLENV_PROXY_HOPS=1: on a Space every request reaches the container through Hugging Face's reverse proxy, so
-# the TCP peer is the proxy for every client, and the per-client session limit (--max-sessions-per-client) would
-# be one limit for all clients together. With 1 the client is the last X-Forwarded-For entry, the one the proxy
-# appended; entries left of it are the client's own claims and are never read. We found nothing in HF's documentation
-# on how many entries its proxies append: 1 assumes one. Too few is safe (clients share a limit again),
-# too many is not (the entry read would be the client's claim): were HF found to append two, say 2. Run with no
-# proxy in front (plain docker run -p), set SQLENV_PROXY_HOPS=0, or any client names its address by the header.
-# Not with FORWARDED_ALLOW_IPS (the server refuses both).
+# Client addresses (the per-client session limit, --max-sessions-per-client): no SQLENV_PROXY_HOPS here, so the
+# server trusts X-Forwarded-For only where the platform says a proxy is in front. On a Space (SPACE_ID and
+# SYSTEM=spaces in its environment) every request comes through Hugging Face's reverse proxy, and the client is the
+# last X-Forwarded-For entry, the one the proxy appended (one hop); anywhere else (plain docker run -p) it is the TCP
+# peer and the header is ignored: the image once set SQLENV_PROXY_HOPS=1 everywhere, and with no proxy in front one
+# address named 64 others by the header and took every session (issue 59). Behind a proxy of your own, set
+# SQLENV_PROXY_HOPS to the number that append to the header (never more), or FORWARDED_ALLOW_IPS (not both). The
+# server's start log says which source it uses.
 ENV PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    SQLENV_DATA_DIR=/app/data \
-    SQLENV_PROXY_HOPS=1
+    SQLENV_DATA_DIR=/app/data
 
 WORKDIR /app
 # The core package and the server extra only (no torch, TRL or the dashboard).

@@ -10,7 +10,11 @@ client address is the entry `proxy_hops` places from the right (the one the oute
 
 One setting says which proxies to trust: `SQLENV_PROXY_HOPS` (how many append to the header), or uvicorn's own
 `FORWARDED_ALLOW_IPS` (their addresses; uvicorn then rewrites the peer itself). Both at once are refused
-(`proxy_hops_setting`).
+(`proxy_hops_setting`). With neither, a proxy is trusted only where the platform says one is in front: on a
+HuggingFace Space (`SPACE_ID` set and `SYSTEM=spaces`, as every Space's environment has) one hop, elsewhere none
+(issue 59: the image once set `SQLENV_PROXY_HOPS=1` everywhere, and with no proxy in front one TCP address named
+64 addresses by the header and took 64 of 64 sessions). `address_source` says in one line which source a server
+uses, for its start log.
 
 Every per-client limit counts by `client_key` (the address, an IPv6 one as its /64: the block one host is given,
 so a new address from it each try is still the same client): the OpenEnv server's sessions per client, and the
@@ -25,8 +29,8 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["PROXY_HOPS_ENV", "FORWARDED_ALLOW_IPS_ENV", "MAX_ADDRESS_CHARS", "address_block", "client_address",
-           "client_key", "forwarded_for", "proxy_hops_setting"]
+__all__ = ["PROXY_HOPS_ENV", "FORWARDED_ALLOW_IPS_ENV", "MAX_ADDRESS_CHARS", "address_block", "address_source",
+           "client_address", "client_key", "forwarded_for", "on_space", "proxy_hops_setting"]
 
 #: Reverse proxies in front of the server whose `X-Forwarded-For` entries are trusted (0: none, the TCP peer
 #: is the client).
@@ -94,12 +98,20 @@ def forwarded_for(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
     return ",".join(lines) if lines else None
 
 
+def on_space(env: Mapping[str, str] | None = None) -> bool:
+    """Whether the process runs on a HuggingFace Space, as the Space's own environment says (`SPACE_ID` set and
+    `SYSTEM=spaces`, the test Gradio makes too): every request then comes through HF's reverse proxy."""
+    env = os.environ if env is None else env
+    return bool((env.get("SPACE_ID") or "").strip()) and (env.get("SYSTEM") or "").strip() == "spaces"
+
+
 def proxy_hops_setting(hops: int | None = None, env: Mapping[str, str] | None = None,
                        name: str = PROXY_HOPS_ENV) -> int:
     """The number of trusted proxy hops, checked once at start.
 
     Args:
-        hops: the value given on a command line (None: read `SQLENV_PROXY_HOPS`, default 0).
+        hops: the value given on a command line (None: read `SQLENV_PROXY_HOPS`; unset or empty: 1 on a Space
+            (`on_space`) unless `FORWARDED_ALLOW_IPS` names the proxies, else 0).
         env: the environment (default `os.environ`).
         name: how the error names the hops setting (default the variable; a command line names its flag).
 
@@ -109,7 +121,9 @@ def proxy_hops_setting(hops: int | None = None, env: Mapping[str, str] | None = 
     """
     env = os.environ if env is None else env
     if hops is None:
-        text = (env.get(PROXY_HOPS_ENV) or "0").strip()
+        text = (env.get(PROXY_HOPS_ENV) or "").strip()
+        if not text:  # only the platform's word puts a proxy in front
+            text = "1" if on_space(env) and not (env.get(FORWARDED_ALLOW_IPS_ENV) or "").strip() else "0"
         if not text.isdigit():
             raise ValueError(f"{PROXY_HOPS_ENV} must be a non-negative integer, got {text!r}")
         hops = int(text)
@@ -120,3 +134,22 @@ def proxy_hops_setting(hops: int | None = None, env: Mapping[str, str] | None = 
                          f"({name}: how many proxies append to X-Forwarded-For; "
                          f"{FORWARDED_ALLOW_IPS_ENV}: uvicorn's list of their addresses)")
     return hops
+
+
+def address_source(hops: int, env: Mapping[str, str] | None = None) -> str:
+    """One line saying where a server's client addresses come from, for its start log: `hops` trusted proxy hops
+    (as `proxy_hops_setting` gave them) and what set them, uvicorn's `FORWARDED_ALLOW_IPS`, or the TCP peer."""
+    env = os.environ if env is None else env
+    allowed = (env.get(FORWARDED_ALLOW_IPS_ENV) or "").strip()
+    if hops:
+        named = (env.get(PROXY_HOPS_ENV) or "").strip()
+        why = (f"{PROXY_HOPS_ENV}={named}" if named == str(hops) else
+               "a HuggingFace Space (SPACE_ID, SYSTEM=spaces): its proxy is in front" if not named and on_space(env)
+               else "--proxy-hops")
+        return (f"client addresses: the X-Forwarded-For entry {hops} trusted proxy hop(s) appended ({why}); "
+                "set SQLENV_PROXY_HOPS=0 if no proxy is in front")
+    if allowed:
+        return (f"client addresses: uvicorn's {FORWARDED_ALLOW_IPS_ENV}={allowed[:MAX_ADDRESS_CHARS]} "
+                "(X-Forwarded-For believed from those proxy addresses only)")
+    return ("client addresses: the TCP peer (no trusted proxy: not on a HuggingFace Space and neither "
+            f"{PROXY_HOPS_ENV} nor {FORWARDED_ALLOW_IPS_ENV} set; X-Forwarded-For is ignored)")

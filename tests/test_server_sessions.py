@@ -351,9 +351,12 @@ def test_a_few_client_addresses_cannot_take_every_session(guarded):
 # ------------------------------------------------------------ behind a reverse proxy (a Space): SQLENV_PROXY_HOPS
 @pytest.fixture(scope="module")
 def proxied(builtin):
-    """A server started as the Dockerfile starts it on a Space: SQLENV_PROXY_HOPS=1 in its environment."""
+    """A server started as the Dockerfile starts it on a Space: no proxy setting, and the Space's own environment
+    (`SPACE_ID`, `SYSTEM=spaces`), which says its proxy is in front: one hop trusted."""
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("SQLENV_PROXY_HOPS", "1")
+        env.setenv("SPACE_ID", "someone/sqlenv")
+        env.setenv("SYSTEM", "spaces")
+        env.delenv("SQLENV_PROXY_HOPS", raising=False)
         env.delenv("FORWARDED_ALLOW_IPS", raising=False)
         with ServerProcess(["--dataset", str(builtin.root), "--split", "train", "--max-sessions", "8",
                             "--max-sessions-per-client", str(PER_CLIENT), "--session-timeout", "120"]) as proc:
@@ -377,7 +380,7 @@ def _refused(ws) -> bool:
 
 def test_behind_a_proxy_each_client_has_its_own_limit_keyed_by_the_entry_the_proxy_appended(proxied):
     """On a Space every client arrives from the proxy's address, so the per-client limit was one limit for all
-    clients together. With SQLENV_PROXY_HOPS=1 a client is the X-Forwarded-For entry the proxy appended (the last
+    clients together. With one trusted hop a client is the X-Forwarded-For entry the proxy appended (the last
     one): clients with different last entries have separate limits, and entries a client writes to the left of
     the proxy's (its own claims, a new one per connection) name no new client."""
     assert proxied.wait_sessions(0) == 0

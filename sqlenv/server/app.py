@@ -47,7 +47,7 @@ from openenv.core.env_server.types import ConcurrencyConfig
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sqlenv.asgi_body import BodyTooLarge, read_body, replaying
-from sqlenv.client_address import FORWARDED_ALLOW_IPS_ENV, proxy_hops_setting
+from sqlenv.client_address import FORWARDED_ALLOW_IPS_ENV, address_source, proxy_hops_setting
 from sqlenv.sandbox.native_memory import fix_mmap_threshold, malloc_trim
 from sqlenv.http_connections import http_protocol
 from sqlenv.server.connections import listening_sockets, websocket_protocol
@@ -327,7 +327,8 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, *,
         max_sessions_per_client: most WebSockets one client address may hold at once (default 16).
         reset_timeout_s: seconds a new WebSocket has to send its first reset (default 20).
         proxy_hops: trusted reverse proxies appending to `X-Forwarded-For` (default None: `SQLENV_PROXY_HOPS`,
-            else 0); see `create_app`.
+            else 1 on a HuggingFace Space, else 0: `sqlenv.client_address.proxy_hops_setting`); see `create_app`.
+            The start log says which address source the server uses.
         python_slots: most sessions running a step's Python work at once (default None: `SQLENV_PYTHON_SLOTS`,
             else no bound); see `PythonSlots`.
 
@@ -362,11 +363,11 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, *,
     # out of the garbage collector's full passes, which otherwise stall every session for ~0.2 s now and then.
     gc.collect()
     gc.freeze()
+    shown_host = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL is bracketed
     print(f"sqlenv server: {config.dataset or 'dataset'}/{config.split} ({len(config.questions)} questions) on "
-          f"http://{host}:{port} (WebSocket /ws, at most {max_sessions} sessions{', playground /web' if web else ''}"
-          f"{f', clients by X-Forwarded-For behind {proxy_hops} proxy hop(s)' if proxy_hops else ''}, "
-          f"{config.python_slots.slots or 'no bound on'} Python slot(s))",
-          flush=True)
+          f"http://{shown_host}:{port} (WebSocket /ws, at most {max_sessions} sessions"
+          f"{', playground /web' if web else ''}, {config.python_slots.slots or 'no bound on'} Python slot(s))\n"
+          f"sqlenv server: {address_source(proxy_hops)}", flush=True)
     # No per-message compression: observations are small text, and deflating every frame costs more CPU on
     # both ends than the bytes it saves.
     server = uvicorn.Server(uvicorn.Config(
