@@ -122,3 +122,32 @@ def test_the_bf16_decoders_sample_what_the_trainer_s_autocast_scores(tiny, kind)
     print("mean log-prob gap against the bf16 loss:", mean)
     assert mean["bf16"] <= 1e-2, mean
     assert mean["bf16"] < mean["fp32"], mean  # the fp32 decoder samples another distribution than the loss scores
+
+
+def test_the_bf16_weight_copies_are_cast_once_per_play_and_again_after_the_weights_change(tiny):
+    """GRPO's rollout keeps one decoder across steps: each play (`play_batched` forgets every row first) decodes with
+    the weights of its step, cast once, not at every turn."""
+    import copy
+
+    import torch
+
+    from training.generation.graph_decoder import GraphDecoder
+
+    model, tokenizer = tiny
+    model = copy.deepcopy(model).eval()
+    prompts = {i: p for i, p in enumerate(_prompts(tokenizer, 3))}
+    decoder = GraphDecoder(model, 0, {tokenizer.eos_token_id}, compute_dtype=torch.bfloat16)
+    casts = []
+    refresh = decoder.slots.refresh
+    decoder.slots.refresh = lambda: (casts.append(1), refresh())[1]
+    first = decoder.generate(prompts, 12)
+    decoder.generate({k: v + first[k] + [5, 6] for k, v in prompts.items()}, 12)  # a second turn: no cast
+    assert len(casts) == 1
+    with torch.no_grad():  # an optimizer step
+        for parameter in model.parameters():
+            parameter.mul_(1.5)
+    decoder.forget()  # the next play
+    again = decoder.generate(prompts, 12)
+    assert len(casts) == 2
+    fresh = GraphDecoder(model, 0, {tokenizer.eos_token_id}, compute_dtype=torch.bfloat16).generate(prompts, 12)
+    assert again == fresh and again != first

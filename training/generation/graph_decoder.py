@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, NamedTuple
 
@@ -83,6 +84,8 @@ class GraphDecoder(KeptRows):
         pad_id: the token fed on a prefill's padding positions (never attended to; rows are not padded in a slot).
         eos_ids: tokens that end a row's turn.
         min_shared_prefix: the shortest prefix (tokens) that rows starting together read once (default 16).
+        share_groups: read each group's longer shared prefix once too (default True; False: the common prefix alone,
+            for comparison).
         compute_dtype: None (the weights' dtype) or `torch.bfloat16` over fp32 weights: the trainer's bf16 autocast
             (`SlotModel`); default None.
         lm_head_fp32: with `compute_dtype`, the LM head in fp32 (TRL's `cast_lm_head_to_fp32`); default False.
@@ -93,12 +96,14 @@ class GraphDecoder(KeptRows):
     """
 
     def __init__(self, model: Any, pad_id: int = 0, eos_ids: set[int] | None = None, *, min_shared_prefix: int = 16,
-                 compute_dtype: Any = None, lm_head_fp32: bool = False, graphs: bool | None = None,
+                 compute_dtype: Any = None, lm_head_fp32: bool = False, share_groups: bool = True,
+                 graphs: bool | None = None,
                  buckets: bool | None = None, sync_every: int | None = None, window_step: int | None = None):
         self.model = model
         self.pad_id = int(pad_id)
         self.eos_ids = set(eos_ids or ())
         self.min_shared_prefix = min_shared_prefix
+        self.share_groups = share_groups
         self.slots = SlotModel(model, compute_dtype=compute_dtype, lm_head_fp32=lm_head_fp32)
         cuda = self.slots.device.type == "cuda"
         if graphs and not cuda:
@@ -117,11 +122,19 @@ class GraphDecoder(KeptRows):
         self._cache: SlotCache | None = None
         self._state: DecodeState | None = None
         self._weights_key: tuple | None = None
+        self._weights_stale = True  # the low-precision weight copies need (re)casting before the next turn
 
     @staticmethod
     def supports(model: Any) -> bool:
         """Whether `SlotModel` can run `model` (a Llama / Mistral / Qwen2 / Qwen3 layout in float weights)."""
         return SlotModel.unsupported(model) is None
+
+    def forget(self, keys: Any = None) -> None:
+        """Drop the caches of `keys`; forgetting all of them (a new play: `play_batched` does it at its start, after
+        the weights may have changed) also recasts the low-precision weight copies before the next turn."""
+        super().forget(keys)
+        if keys is None:
+            self._weights_stale = True
 
     def release(self) -> None:
         """Free the device memory held (slots, state, graphs); the next call allocates anew."""
@@ -173,7 +186,9 @@ class GraphDecoder(KeptRows):
         self._ensure(len(set(self._rows) | set(keys)), length, columns)
         self._place(keys)
         keys = sorted(keys, key=lambda k: self._rows[k].slot)  # the i-th sits in slot i
-        self.slots.refresh()
+        if self._weights_stale:  # once per play: the weights change between plays (GRPO steps), not within one
+            self.slots.refresh()
+            self._weights_stale = False
         if self.graphs.enabled and self.slots.weights_key() != self._weights_key:
             self.graphs.clear()  # the weights moved: graphs read their old addresses
             self._weights_key = self.slots.weights_key()
@@ -186,11 +201,15 @@ class GraphDecoder(KeptRows):
         state.budget[:n] = torch.tensor([budgets[k] for k in keys], device=device)
         if sample:
             state.make_noise(self.slots.vocab)
+        start = time.perf_counter()
         self._share_prefix(keys, sequences, keep)
         state.pos[:n] = torch.tensor([keep[k] for k in keys], device=device)
         state.active[:n] = True
         self._prefill(keys, sequences, keep, sample)
+        now = time.perf_counter()
+        self.stats.prefill_seconds += now - start
         steps = self._decode(keys, sequences, budgets, sample)
+        self.stats.decode_seconds += time.perf_counter() - now
 
         # Read back: each row's tokens (up to its end), their log-probabilities, and what its slot now holds.
         slot_of = {k: self._rows[k].slot for k in keys}
@@ -307,7 +326,7 @@ class GraphDecoder(KeptRows):
         in the first one's slot, copied into the others'; then each group's longer one in its first member's slot,
         after the common one, copied into the group's other slots."""
         fresh = [k for k in keys if keep[k] == 0]
-        plan = shared_prefixes(fresh, sequences, self.min_shared_prefix)
+        plan = shared_prefixes(fresh, sequences, self.min_shared_prefix, groups=self.share_groups)
         if plan.common:
             self._read_shared(fresh, sequences[fresh[0]], 0, plan.common, keep)
         for members, length in plan.groups:

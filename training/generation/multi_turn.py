@@ -23,6 +23,7 @@ not supported: `supports(model)` says so, and callers then re-read (`generate_ne
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Hashable
 
@@ -32,13 +33,19 @@ __all__ = ["MultiTurnDecoder", "DecodeStats", "SharedPrefixes", "common_prefix",
 @dataclass
 class DecodeStats:
     """What a decoder has done: tokens fed to the model (prompt and tool tokens read, plus one per decoding step),
-    tokens generated, forward calls. `fed / generated` is the reading overhead."""
+    tokens generated, forward calls; `fed / generated` is the reading overhead. And where its time went, in host
+    wall seconds (exact on a CPU; on a GPU the work queued, not done): `prefill_seconds` reading each turn's new tokens
+    (shared prefixes included), `decode_seconds` generating token by token."""
 
     fed: int = 0
     generated: int = 0
     forward_calls: int = 0
-    def as_dict(self) -> dict[str, int]:
-        return {"fed": self.fed, "generated": self.generated, "forward_calls": self.forward_calls}
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {"fed": self.fed, "generated": self.generated, "forward_calls": self.forward_calls,
+                "prefill_seconds": round(self.prefill_seconds, 3), "decode_seconds": round(self.decode_seconds, 3)}
 
 
 @dataclass
@@ -67,11 +74,13 @@ class SharedPrefixes:
     groups: list[tuple[list[Hashable], int]]
 
 
-def shared_prefixes(keys: list[Hashable], sequences: dict[Hashable, list[int]], min_shared: int) -> SharedPrefixes:
+def shared_prefixes(keys: list[Hashable], sequences: dict[Hashable, list[int]], min_shared: int, *,
+                    groups: bool = True) -> SharedPrefixes:
     """The prefixes worth reading once among rows that start now (`keys`, nothing cached): the prefix all of them
     share, and the longer prefix each group of them shares, when at least `min_shared` tokens long (a group's: beyond
     the common one). Every row keeps at least its last token to read itself (its logits choose its first token).
-    Rows are grouped by their first member's prefix, in order: GRPO's groups are runs of identical prompts."""
+    Rows are grouped by their first member's prefix, in order: GRPO's groups are runs of identical prompts.
+    `groups=False`: the common prefix alone (what the decoders read once before groups were; for comparison)."""
     room = {k: len(sequences[k]) - 1 for k in keys}
     if len(keys) < 2:
         return SharedPrefixes(0, [])
@@ -80,17 +89,19 @@ def shared_prefixes(keys: list[Hashable], sequences: dict[Hashable, list[int]], 
     for key in keys[1:]:
         common = min(common, common_prefix(first, sequences[key]))
     common = common if common >= min_shared else 0
-    groups: list[list[Any]] = []  # [members, the prefix they all share]
+    if not groups:
+        return SharedPrefixes(common, [])
+    found: list[list[Any]] = []  # [members, the prefix they all share]
     for key in keys:
-        for group in groups:
+        for group in found:
             shared = min(group[1], room[key], common_prefix(sequences[group[0][0]], sequences[key]))
             if shared - common >= min_shared:
                 group[0].append(key)
                 group[1] = shared
                 break
         else:
-            groups.append([[key], room[key]])
-    return SharedPrefixes(common, [(members, length) for members, length in groups if len(members) >= 2])
+            found.append([[key], room[key]])
+    return SharedPrefixes(common, [(members, length) for members, length in found if len(members) >= 2])
 
 
 class KeptRows:
@@ -123,13 +134,16 @@ class MultiTurnDecoder(KeptRows):
             (default 16; below that, sharing saves less than the copies cost).
         autocast_dtype: `torch.bfloat16` (or float16) to run every forward under `torch.autocast` in that dtype, as a
             trainer's mixed precision computes; default None (the weights' dtype). `kept_cache_decoder` prefers the
-            graph decoder for it, which casts the weights once per turn rather than at every step.
+            graph decoder for it, which casts the weights once per play rather than at every step.
+        share_groups: read each group's longer shared prefix once too (default True; False reads only the prefix
+            all starting rows share, as before groups were: for comparison).
     """
 
     def __init__(self, model: Any, pad_id: int, eos_ids: set[int], *, min_shared_prefix: int = 16,
-                 autocast_dtype: Any = None):
+                 autocast_dtype: Any = None, share_groups: bool = True):
         self.model = model
         self.autocast_dtype = autocast_dtype
+        self.share_groups = share_groups
         self.pad_id = int(pad_id)
         self.eos_ids = set(eos_ids)
         self.min_shared_prefix = min_shared_prefix
@@ -175,7 +189,9 @@ class MultiTurnDecoder(KeptRows):
             return results
         try:
             with torch.no_grad():
+                start = time.perf_counter()
                 reused = self._reuse(keys, sequences)
+                self.stats.prefill_seconds += time.perf_counter() - start
                 self._decode(keys, sequences, reused, budgets, sample, temperature, results)
         except BaseException:
             self._rows.clear()  # a turn cut short leaves rows half moved into its batch: read them anew next time
@@ -200,7 +216,7 @@ class MultiTurnDecoder(KeptRows):
                 row.ids = row.ids[:keep]
                 row.layers = [(k[:, :keep], v[:, :keep]) for k, v in row.layers]
             reused[key] = keep
-        plan = shared_prefixes(fresh, sequences, self.min_shared_prefix)
+        plan = shared_prefixes(fresh, sequences, self.min_shared_prefix, groups=self.share_groups)
         common: list[tuple[Any, Any]] = []
         if plan.common:
             ids = sequences[fresh[0]][: plan.common]
@@ -284,6 +300,7 @@ class MultiTurnDecoder(KeptRows):
     def _decode(self, keys, sequences, reused, budgets, sample, temperature, results) -> None:
         import torch
 
+        start = time.perf_counter()  # the turn's prefill: its cache assembled, its new tokens read
         device = self._device()
         news = [sequences[k][reused[k]:] for k in keys]
         chunk = max(len(n) for n in news)
@@ -301,6 +318,20 @@ class MultiTurnDecoder(KeptRows):
                                cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1, :]
         self.stats.fed += sum(len(n) for n in news)
         self.stats.forward_calls += 1
+        now = time.perf_counter()
+        self.stats.prefill_seconds += now - start
+        start = now
+        try:
+            self._decode_steps(keys, sequences, budgets, sample, temperature, results, logits, cache, mask,
+                               next_position)
+        finally:
+            self.stats.decode_seconds += time.perf_counter() - start
+
+    def _decode_steps(self, keys, sequences, budgets, sample, temperature, results, logits, cache, mask,
+                      next_position) -> None:
+        import torch
+
+        device = self._device()
         eos = torch.tensor(sorted(self.eos_ids), device=device)
         live = list(range(len(keys)))  # batch row -> index into keys
         budget = torch.tensor([budgets[k] for k in keys], device=device)

@@ -15,7 +15,7 @@ order as transformers' `LlamaModel` / `Qwen3Model`), so a row decodes as transfo
 
 Precision. `compute_dtype=None` runs in the weights' dtype (fp32 weights: fp32; bf16 weights: bf16), as the model
 does. `compute_dtype=torch.bfloat16` over fp32 weights reproduces what a trainer's bf16 autocast computes, without
-casting every weight at every step: the linear layers run in bf16 on bf16 copies of the weights made once per call
+casting every weight at every step: the linear layers run in bf16 on bf16 copies of the weights made once per play
 (`refresh`), the residual stream, the norms and the rotary table stay fp32, attention runs in bf16 (its keys and
 values are kept in bf16: autocast casts them there too). `lm_head_fp32` keeps the LM head in fp32, as TRL's
 `cast_lm_head_to_fp32` does. So a sampler in this mode draws from the distribution the trainer scores.
@@ -184,8 +184,8 @@ class SlotModel:
         return tuple(p.data_ptr() for p in self.model.parameters())
 
     def refresh(self) -> None:
-        """With `compute_dtype`: cast the weights into their fixed-address low-precision copies (once per call; the
-        weights change between GRPO steps)."""
+        """With `compute_dtype`: cast the weights into their fixed-address low-precision copies (`GraphDecoder` does
+        it once per play, after `forget()`: the weights change between GRPO steps, not within a play)."""
         if not self.mixed:
             return
         for module in self._linears:
