@@ -4,7 +4,7 @@ how deeply lists and objects nest.
 The dashboard shows every run directory and saved evaluation under its runs folder to anyone, so one bad file
 must cost one bounded read and read as unreadable, never more: a config nested 1,000,000 deep once raised
 RecursionError (no ValueError) in the Runs and Compare tabs' load events and emptied their lists for everyone,
-and a 50 MB config went whole to every page that opened it. Used by `training.run_dir` (run files) and
+and a 50 MB config went whole to every page that opened it. Used by `training.run.directory` (run files) and
 `sqlenv.evaluation.saved` (saved evaluations), with each file's own size bound. Standard library only.
 """
 

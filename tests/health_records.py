@@ -1,4 +1,4 @@
-"""GRPO records for the health tests: synthetic ones as a run writes them (`training.callbacks.RunRecorder`), a run
+"""GRPO records for the health tests: synthetic ones as a run writes them (`training.run.recorder.RunRecorder`), a run
 that collapses and one that learns, with the health metrics per step and a validation panel every 5 steps (the
 figures follow issue 45's measurements: grad norms of 0.02-0.04 a step, sampled entropy near 0.6 nats/token, KL from
 the start in hundredths of a nat by step 10, a 40-question validation panel); and the recorded runs under
@@ -16,9 +16,9 @@ from pathlib import Path
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from training.callbacks import RunRecorder
-from training.health import ENTROPY_KEY, KL_KEY, REWARD_KEY, VALIDATION_SPLIT, collapse_signs
-from training.run_dir import RunDir
+from training.run.recorder import RunRecorder
+from training.run.health import ENTROPY_KEY, KL_KEY, REWARD_KEY, VALIDATION_SPLIT, collapse_signs
+from training.run.directory import RunDir
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "health"
 #: The recorded runs (tests/fixtures/health/<name>/, its README says how each was made): is each healthy?

@@ -12,7 +12,7 @@ import pytest
 
 from dashboard.access import TOKEN_TTL_S, AccessPolicy, LoginThrottle, is_loopback
 from dashboard.storage import choose_runs_root
-from training.run_dir import RunDir, now_iso
+from training.run.directory import RunDir, now_iso
 
 SPACE = {"SPACE_ID": "alice/sqlenv", "SPACE_AUTHOR_NAME": "alice"}
 OAUTH = {**SPACE, "SYSTEM": "spaces", "OAUTH_CLIENT_ID": "client-id"}

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from app_server import app_config, call_event, default_inputs, serve
-from training.run_dir import RunDir
+from training.run.directory import RunDir
 
 PASSWORD = "correct horse battery staple"
 REFUSED = "Refused: only the owner may"

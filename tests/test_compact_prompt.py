@@ -146,7 +146,7 @@ def test_a_run_on_the_compact_prompt(tmp_path, tiny):
     """A whole run on the compact prompt (warm start, GRPO on the batched path, evals, comparison) completes, and the
     GRPO trainer's rollouts render no tool schemas."""
     from training.grpo import build_trainer
-    from training.run_dir import RunDir
+    from training.run.directory import RunDir
     from training.train import run_training
 
     config = small_train_config(tmp_path, rollout="rollout_func", prompt="compact",

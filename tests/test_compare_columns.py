@@ -16,7 +16,8 @@ from sqlenv.environment import SQLEnvironment
 from sqlenv.evaluation.evaluate import evaluate
 from sqlenv.evaluation.policies import OraclePolicy
 from sqlenv.evaluation.saved import EVALUATIONS_FOLDER, save_evaluation
-from training.run_dir import RunDir, list_runs
+from training.run.directory import RunDir
+from training.run.listing import list_runs
 
 pytestmark = [pytest.mark.usefixtures("one_cpu_thread")]
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")

@@ -10,7 +10,7 @@ from dashboard.run_data import RunCache
 from sqlenv.environment import SQLEnvironment
 from sqlenv.evaluation.evaluate import evaluate
 from sqlenv.evaluation.policies import OraclePolicy, RandomPolicy
-from training.run_dir import RunDir
+from training.run.directory import RunDir
 
 N = 60  # enough draws from the eval split that a question repeats (seed 3 repeats one; checked below)
 

@@ -11,7 +11,7 @@ from dashboard.config_diff import ABSENT, diff_configs, diff_table, flatten, sho
 from dashboard.run_data import RunCache
 from dashboard.runs_tab import config_diff_view
 from training.config import TrainConfig
-from training.run_dir import REDACTED, RunDir
+from training.run.directory import REDACTED, RunDir
 
 
 def test_nested_sections_flatten_to_dotted_keys():
@@ -104,7 +104,7 @@ def test_the_view_shows_secrets_redacted_and_reads_only_listed_runs(tmp_path):
             assert "sqe-err-box" in message, name
 
 
-# Issue 35: credentials under other names, recognised by their values (`training.run_dir.is_secret_value`).
+# Issue 35: credentials under other names, recognised by their values (`training.run.secrets.is_secret_value`).
 HUB_TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz01234567"
 VALUE_SECRETS = {"hf_auth": HUB_TOKEN, "Authorization": "Bearer " + HUB_TOKEN, "hub_model_id": HUB_TOKEN,
                  "label_names": ["labels", "Bearer " + HUB_TOKEN]}

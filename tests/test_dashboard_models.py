@@ -193,7 +193,7 @@ def test_record_keeps_a_bench_measurement_with_the_config_digest(tmp_path):
 def test_a_bench_measurement_reads_the_stages_from_the_run(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(REPO_ROOT))
     from bench.learning.meters import measurement
-    from training.run_dir import RunDir
+    from training.run.directory import RunDir
 
     def scores(success, ex):
         return {"success_rate": success, "execution_accuracy": ex, "n_episodes": 4}
@@ -310,7 +310,7 @@ def test_status_bar_remaining_time_covers_the_phases_after_the_warm_start(monkey
     import datetime as dt
 
     import dashboard.config_costs as costs
-    from training.run_dir import now_iso
+    from training.run.directory import now_iso
 
     table = {"x.json": {"model": "m", "dataset": "builtin", "sft_steps": 10, "phase_seconds": {"grpo": 600}}}
     monkeypatch.setattr(costs, "measured", lambda path=None: table)

@@ -16,7 +16,7 @@ from dashboard import charts
 from dashboard.run_data import RunCache, progress
 from dashboard.runner import ConfigInvalid, RunnerBusy, TrainingRunner, build_config
 from dashboard.transcripts import transcript_html
-from training.run_dir import RunDir, now_iso
+from training.run.directory import RunDir, now_iso
 
 STEP = {"step": 1, "action_type": "QUERY", "argument": "SELECT '<b>x</b>'", "observation": "<script>x</script>",
         "error": "", "reward": 0.16, "layers": {"operational": 0.01, "progress": 0.15, "terminal": 0.0, "total": 0.16},
@@ -231,7 +231,7 @@ def test_a_dead_run_reads_interrupted_in_the_dashboard(tmp_path):
     import subprocess
     import sys
 
-    from training.run_dir import this_host
+    from training.run.directory import this_host
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

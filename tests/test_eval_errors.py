@@ -12,10 +12,12 @@ import pytest
 
 from dashboard.run_data import RunCache
 from dashboard.train_status import status_html
-from training.callbacks import ERROR_CHARS, RunCallback, RunRecorder, error_message
+from training.callbacks import RunCallback
+from training.run.recorder import ERROR_CHARS, RunRecorder, error_message
 from training.config import TrainConfig
-from training.run_dir import RunDir, list_runs, now_iso
-from training.run_results import last_eval_measure
+from training.run.directory import RunDir, now_iso
+from training.run.listing import list_runs
+from training.run.results import last_eval_measure
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 

@@ -290,7 +290,7 @@ def test_run_with_warm_start_compares_zero_shot_and_saves_a_plain_final_model(tm
     loads it by name): zero-shot eval, a one-step warm start, one GRPO step, final/, the comparison with the zero-shot
     model and the warm start beside random and trained; final/ then plays an eval episode."""
     from training.generation.model_policy import evaluate_model
-    from training.run_dir import RunDir
+    from training.run.directory import RunDir
     from training.train import run_training
     from training_helpers import small_train_config
 

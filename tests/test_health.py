@@ -1,4 +1,4 @@
-"""RL health: `training.health`'s collapse rules on real record lists, and the Policy chart and the status bar's
+"""RL health: `training.run.health`'s collapse rules on real record lists, and the Policy chart and the status bar's
 warning from real run directories (written with `RunRecorder`). No browser: tests/browser/test_dashboard.py checks
 the warning on the page."""
 
@@ -14,9 +14,9 @@ from dashboard.run_data import RunCache
 from dashboard.train_status import status_html
 from health_records import (FIXTURES, PANEL, RECORDED, START, flipped, recorded, signs_by_step, validation_line,
                             write_grpo_run)
-from training.health import (ENTROPY_KEY, KL_KEY, REWARD_KEY, collapse_signs, entropy_runaway, grad_norm_spike,
-                             policy_drift, sign_test_p, validation_drop)
-from training.run_dir import RunDir, now_iso
+from training.run.health import (ENTROPY_KEY, KL_KEY, REWARD_KEY, collapse_signs, entropy_runaway, grad_norm_spike,
+                                 policy_drift, sign_test_p, validation_drop)
+from training.run.directory import RunDir, now_iso
 
 
 def _run(tmp_path, name: str = "r1", *, collapse: bool = True) -> RunDir:

@@ -52,7 +52,7 @@ def _wait_for(predicate, timeout: float, proc=None) -> None:
 
 @pytest.mark.slow
 def test_sigkill_reads_interrupted_and_resume_finishes_without_duplicates(tmp_path):
-    from training.run_dir import RunDir, live_status
+    from training.run.directory import RunDir, live_status
 
     config = tmp_path / "config.json"
     config.write_text(json.dumps(_small(tmp_path)))
@@ -99,7 +99,7 @@ def test_sigkill_reads_interrupted_and_resume_finishes_without_duplicates(tmp_pa
 
 @pytest.mark.slow
 def test_run_stopped_during_sft_resumes_there(tmp_path):
-    from training.run_dir import RunDir
+    from training.run.directory import RunDir
     from training.train import resume_training, run_training
 
     stop = threading.Event()
@@ -140,7 +140,8 @@ def test_run_stopped_during_sft_resumes_there(tmp_path):
 
 
 def test_live_status_rules(tmp_path):
-    from training.run_dir import HEARTBEAT_TIMEOUT, RunDir, list_runs, live_status, this_host
+    from training.run.directory import HEARTBEAT_TIMEOUT, RunDir, live_status, this_host
+    from training.run.listing import list_runs
 
     now = time.time()
     alive = {"status": "running", "pid": os.getpid(), "host": this_host(), "heartbeat_at": now}
@@ -163,7 +164,7 @@ def test_live_status_rules(tmp_path):
 
 
 def test_runs_cli_table_and_errors(tmp_path):
-    from training.run_dir import RunDir
+    from training.run.directory import RunDir
 
     run = RunDir.create(tmp_path, "done")
     run.write_config({"model": "builtin:tiny", "dataset": "builtin", "eval_split": "eval"})
@@ -194,7 +195,7 @@ def test_a_pretrained_models_zero_shot_eval_is_played_once_and_read_back_on_resu
     warm-started gets a zero-shot eval before its warm start, kept in zero_shot.json; a run stopped in GRPO and
     resumed reads it back (not played again) and compares it beside random, base and trained."""
     from training.phases import ZERO_SHOT_FILE
-    from training.run_dir import RunDir
+    from training.run.directory import RunDir
     from training.train import resume_training, run_training
 
     model, tokenizer = tiny
@@ -231,7 +232,7 @@ def test_a_pretrained_models_zero_shot_eval_is_played_once_and_read_back_on_resu
 def test_a_short_warm_start_logs_every_step_and_each_phase_says_when_it_began(tmp_path):
     """A warm start of a few steps puts each step on the learning-signal chart (not one point every 50), and
     status.json says when the current phase began (the dashboard's remaining time counts its pace from there)."""
-    from training.run_dir import RunDir
+    from training.run.directory import RunDir
     from training.train import run_training
 
     seen = []
@@ -273,7 +274,7 @@ def test_a_sweep_try_cut_short_resumes_from_its_run_directory(tmp_path, capsys):
     """A try stopped after its first GRPO step (the run's own stop; a killed one reads `interrupted` and takes the
     same path) resumes from its checkpoint when the sweep's command runs again, with no step played twice; a finished
     try is skipped; a try that completed but whose record was never written is read back, not run again."""
-    from training.run_dir import RunDir, last_checkpoint
+    from training.run.directory import RunDir, last_checkpoint
 
     sweep = _bench("grpo_sweep")
     argv = ["--config", "configs/tiny_cpu.json", "--out", str(tmp_path / "sweep"), "--steps", "3", "--validation", "4",
@@ -334,7 +335,7 @@ def test_the_real_model_bench_run_again_resumes_its_run_and_reports_a_finished_o
     """`bench/learning/real_model.py --out DIR`, cut short (its own `--minutes` stop) and run again as it was: the run
     in DIR resumes from its checkpoint (its figures counting both chunks); run once more, the completed run is
     reported, not trained again; another config for the same DIR is refused."""
-    from training.run_dir import RunDir
+    from training.run.directory import RunDir
 
     bench = _bench("real_model")
     out = tmp_path / "run"

@@ -8,7 +8,7 @@ import os
 import time
 
 from dashboard.run_data import RunCache
-from training.run_dir import RunDir, now_iso, read_jsonl
+from training.run.directory import RunDir, now_iso, read_jsonl
 
 
 def append_raw(run: RunDir, text: str) -> None:
@@ -71,7 +71,8 @@ def test_the_runs_listing_never_leaves_the_runs_folder(tmp_path):
 
     import pytest
 
-    from training.run_dir import InvalidRunName, list_runs, resolve_run
+    from training.run.directory import InvalidRunName, resolve_run
+    from training.run.listing import list_runs
 
     runs, outside = tmp_path / "runs", tmp_path / "elsewhere"
     inside = RunDir.create(runs, "run-inside")
@@ -174,7 +175,7 @@ def test_resume_is_offered_for_stopped_failed_and_interrupted_runs_only(tmp_path
 
     for status in ("completed", "stopped", "failed", "running", "queued"):
         finished_run(tmp_path, status, status=status)
-    # A run whose writer died reads "interrupted" (training.run_dir.live_status): resumable.
+    # A run whose writer died reads "interrupted" (training.run.directory.live_status): resumable.
     finished_run(tmp_path, "dead", status="running").write_status(pid=2 ** 22 + 17, host=socket.gethostname())
     no_config = RunDir.create(tmp_path, "no-config")
     no_config.write_status("failed")
@@ -195,7 +196,8 @@ def test_a_malformed_or_huge_run_is_listed_as_unreadable_and_the_others_still_sh
     from dashboard.runs_tab import runs_table
     from sqlenv.evaluation.saved import EVALUATIONS_FOLDER, load_evaluation
     from sqlenv.json_files import MAX_JSON_DEPTH
-    from training.run_dir import MAX_JSON_BYTES, MAX_RECORD_BYTES, list_runs
+    from training.run.directory import MAX_JSON_BYTES, MAX_RECORD_BYTES
+    from training.run.listing import list_runs
 
     good = finished_run(tmp_path, "good")
     bad_configs = {

@@ -10,9 +10,9 @@ from dashboard.run_data import RunCache
 from dashboard.run_notes import comparison_error_html, kept_html
 from dashboard.runs_tab import detail_header
 from health_records import write_grpo_run
-from training.callbacks import RunRecorder
-from training.kept_weights import kept_weights
-from training.run_dir import RunDir, now_iso
+from training.run.recorder import RunRecorder
+from training.run.kept_weights import kept_weights
+from training.run.directory import RunDir, now_iso
 
 
 def _run(tmp_path, name: str, *, status: str = "completed", **fields) -> RunDir:

@@ -16,7 +16,7 @@ from dashboard.run_data import RunCache
 from dashboard.model_picker import model_choices
 from dashboard.train_status import planned_phases, status_html
 from training.config import TrainConfig
-from training.run_dir import RunDir, now_iso
+from training.run.directory import RunDir, now_iso
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = TrainConfig.from_json(REPO / "configs" / "tiny_cpu.json").resolved().to_dict()  # SFT, base eval, GRPO, final eval
@@ -25,7 +25,7 @@ TINY = TrainConfig.from_json(REPO / "configs" / "tiny_cpu.json").resolved().to_d
 def _planned(tmp_path, **fields) -> list[dict]:
     """status.json's `phases` as `training.train` writes them for a run of TINY with `fields` changed (the plan of
     a real run: `training.phases.planned_phases` over its resolved RunPlan)."""
-    from training.callbacks import RunRecorder
+    from training.run.recorder import RunRecorder
     from training.phases import RunState, planned_phases
     from training.plan import RunPlan
 

@@ -205,7 +205,7 @@ def test_gradient_checkpointing_setting_reaches_the_grpo_trainer(tiny, tmp_path,
 
 
 def test_run_training_end_to_end(tiny, tmp_path):
-    from training.run_dir import RunDir
+    from training.run.directory import RunDir
     from training.train import run_training
 
     events: list[tuple[str, dict]] = []
@@ -260,7 +260,7 @@ def test_run_training_end_to_end(tiny, tmp_path):
 
 
 def test_stop_flag_ends_training_within_one_step(tmp_path):
-    from training.run_dir import RunDir
+    from training.run.directory import RunDir
     from training.train import run_training
 
     stop = threading.Event()
@@ -282,7 +282,7 @@ def test_stop_flag_ends_training_within_one_step(tmp_path):
 
 
 def test_stop_before_start_marks_stopped(tmp_path):
-    from training.run_dir import RunDir
+    from training.run.directory import RunDir
     from training.train import run_training
 
     stop = threading.Event()
@@ -293,7 +293,7 @@ def test_stop_before_start_marks_stopped(tmp_path):
 
 
 def test_failed_run_is_marked_with_message(tmp_path):
-    from training.run_dir import RunDir
+    from training.run.directory import RunDir
     from training.train import run_training
 
     config = _small_config(tmp_path, model=str(tmp_path / "no-such-model"))
@@ -306,8 +306,9 @@ def test_failed_run_is_marked_with_message(tmp_path):
 
 
 def test_torn_jsonl_line_is_skipped(tmp_path):
-    from training.callbacks import RunRecorder
-    from training.run_dir import RunDir, list_runs
+    from training.run.recorder import RunRecorder
+    from training.run.directory import RunDir
+    from training.run.listing import list_runs
 
     run = RunDir.create(tmp_path, "torn")
     recorder = RunRecorder(run)
@@ -321,8 +322,8 @@ def test_torn_jsonl_line_is_skipped(tmp_path):
 
 
 def test_non_main_process_writes_nothing(tmp_path):
-    from training.callbacks import RunRecorder
-    from training.run_dir import RunDir
+    from training.run.recorder import RunRecorder
+    from training.run.directory import RunDir
 
     run = RunDir(tmp_path / "r")
     recorder = RunRecorder(run, is_main=False)
@@ -428,7 +429,7 @@ def test_rollout_path_runs_tool_calls_within_the_budget(tiny, tmp_path):
 
 
 def test_an_existing_run_is_never_overwritten(tmp_path):
-    from training.run_dir import RunDir
+    from training.run.directory import RunDir
     from training.train import run_training
 
     run = RunDir.create(tmp_path, "taken")

@@ -24,7 +24,7 @@ def test_lora_run_with_passthrough_and_tensorboard(tmp_path):
 
     from training.models import load_model_and_tokenizer
     from training.generation.model_policy import evaluate_model
-    from training.run_dir import RunDir
+    from training.run.directory import RunDir
     from training.train import run_training
 
     config = small_train_config(tmp_path, sft={"enabled": True, "max_steps": 2, "episodes": 4, "batch_size": 2}, beta=0.04,

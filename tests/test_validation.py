@@ -170,7 +170,7 @@ def test_a_stopped_run_hands_back_its_best_validated_weights_not_the_unvalidated
 
     import torch
 
-    from training.run_dir import RunDir
+    from training.run.directory import RunDir
     from training.train import run_training
 
     stop = threading.Event()
@@ -222,7 +222,7 @@ def test_a_resume_that_lost_the_best_s_record_plays_the_panel_again_in_place_of_
     replaces the one the killed process wrote, so the run holds one validation line per step."""
     import threading
 
-    from training.run_dir import RunDir
+    from training.run.directory import RunDir
     from training.train import resume_training, run_training
 
     stop = threading.Event()

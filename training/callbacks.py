@@ -1,11 +1,7 @@
-"""Live run-directory writing for GRPO: metrics, traces, periodic evals, the stop flag.
+"""The trainer hooks of a run: metrics, traces, periodic evals, the stop flag. What they write goes through the run
+record's writer (`training.run.recorder.RunRecorder`).
 
-`RunRecorder` is the single writer of a run directory (`training.run_dir.RunDir`): every record it writes
-is also handed to an in-process `listener(event, payload)` (the dashboard), with event in "status",
-"metrics", "evals", "transcripts", "comparison". Only the main process writes (under `accelerate launch`
-the other ranks get a recorder that does nothing).
-
-`RunCallback` is the `TrainerCallback` that drives it during `trainer.train()`, for one phase of the run — the SFT
+`RunCallback` is the `TrainerCallback` that drives the recorder during `trainer.train()`, for one phase of the run — the SFT
 warm-start (`phase="sft"`) or GRPO (`phase="grpo"`); every line it writes carries its `phase`, and its `step` is
 the phase's own step:
 
@@ -27,17 +23,18 @@ import logging
 import math
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
 
 from transformers import TrainerCallback
 
-from training.run_dir import RunDir, now_iso
+from training.distributed import is_main, unwrap
+from training.run.directory import now_iso
+from training.run.recorder import RunRecorder, error_message
+from training.run.schema import TRAINER_PHASES
 
-__all__ = ["RunRecorder", "RunCallback", "Listener", "PHASES", "error_message"]
+__all__ = ["RunCallback"]
 
 logger = logging.getLogger(__name__)
-
-Listener = Callable[[str, dict], None]
 
 #: Seconds between two writes of the warm start's progress (`phase_step`) to status.json.
 PROGRESS_EVERY_S = 0.5
@@ -45,66 +42,8 @@ PROGRESS_EVERY_S = 0.5
 #: Episodes per split of the eval before the warm start (see `RunCallback.on_train_begin`).
 UNTRAINED_EVAL_EPISODES = 4
 
-#: The phases whose trainers write metrics and evals, in run order.
-PHASES = ("sft", "grpo")
-
-#: Most characters of an error kept in a run's records (an exception's text can hold a whole tensor).
-ERROR_CHARS = 500
-
 # TRL's end-of-training summary log: kept in status.json, not plotted as a metrics point.
 _SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss")
-
-
-class RunRecorder:
-    """Writes one run directory and notifies the listener of every record.
-
-    Args:
-        run: the run directory.
-        listener: `listener(event, payload)`, called after each write; its exceptions are logged, not raised
-            (a broken UI must not kill a training run).
-        is_main: whether this process writes (False on non-main ranks: every method is then a no-op).
-    """
-
-    def __init__(self, run: RunDir, listener: Listener | None = None, is_main: bool = True):
-        self.run = run
-        self.listener = listener
-        self.is_main = is_main
-        self._lock = threading.Lock()
-
-    def _notify(self, event: str, payload: dict) -> None:
-        if self.listener is None:
-            return
-        try:
-            self.listener(event, payload)
-        except Exception:  # noqa: BLE001
-            logger.exception("run listener failed on %s", event)
-
-    def status(self, status: str | None = None, **fields: Any) -> dict:
-        if not self.is_main:
-            return {}
-        with self._lock:
-            record = self.run.write_status(status, **fields)
-        self._notify("status", record)
-        return record
-
-    def heartbeat(self, **fields: Any) -> None:
-        """Stamp `heartbeat_at` (epoch seconds), and `fields` (e.g. the GPU readout), into status.json without
-        notifying the listener: a beat is not news."""
-        if not self.is_main:
-            return
-        with self._lock:
-            self.run.write_status(heartbeat_at=time.time(), **fields)
-
-    def config(self, config: dict) -> None:
-        if self.is_main:
-            self.run.write_config(config)
-
-    def append(self, kind: str, record: dict) -> None:
-        if not self.is_main:
-            return
-        with self._lock:
-            self.run.append(kind, record)
-        self._notify(kind, record)
 
 
 class RunCallback(TrainerCallback):
@@ -129,8 +68,8 @@ class RunCallback(TrainerCallback):
     def __init__(self, recorder: RunRecorder, plan: Any, tokenizer: Any,
                  stop_event: threading.Event | None = None, *, phase: str = "grpo", evaluate_at_start: bool = True,
                  last_eval_step: int | None = None):
-        if phase not in PHASES:
-            raise ValueError(f"unknown phase {phase!r}; expected one of {PHASES}")
+        if phase not in TRAINER_PHASES:
+            raise ValueError(f"unknown phase {phase!r}; expected one of {TRAINER_PHASES}")
         self.recorder = recorder
         self.plan = plan
         self.config = config = plan.config
@@ -155,7 +94,7 @@ class RunCallback(TrainerCallback):
             self.recorder.status(phase="grpo", step=0, total_steps=state.max_steps, grpo_started_at=now_iso())
         else:
             self.recorder.status(phase="sft", phase_step=0, phase_total=state.max_steps, sft_started_at=now_iso())
-        if self._is_main(state) and self.evaluate_at_start and self._last_eval_step is None:
+        if is_main(state) and self.evaluate_at_start and self._last_eval_step is None:
             self.evaluate_start(model)
         return control
 
@@ -183,7 +122,7 @@ class RunCallback(TrainerCallback):
         if self.stop_event is not None and self.stop_event.is_set():
             self._stop(args, control)
             return control
-        if self._is_main(state):
+        if is_main(state):
             if self.trace_every > 0 and step % self.trace_every == 0:
                 self._trace(model, step)
             if self.eval_every > 0 and step % self.eval_every == 0:
@@ -196,7 +135,7 @@ class RunCallback(TrainerCallback):
         # (e.g. by a listener reacting to this very log) still ends training at this step.
         if self.stop_event is not None and self.stop_event.is_set() and not self.stopped:
             self._stop(args, control)
-        if not logs or not self._is_main(state):
+        if not logs or not is_main(state):
             return control
         if any(key in logs for key in _SUMMARY_KEYS):
             summary = {k: v for k, v in logs.items() if _is_number(v)}
@@ -219,7 +158,7 @@ class RunCallback(TrainerCallback):
     def on_train_end(self, args, state, control, model=None, **kwargs):
         # GRPO always ends with an eval (`eval_every` 0 = only then); SFT only when it evaluates at all.
         wanted = self.phase == "grpo" or self.eval_every > 0
-        if self._is_main(state) and not self.stopped and wanted and self._last_eval_step != state.global_step:
+        if is_main(state) and not self.stopped and wanted and self._last_eval_step != state.global_step:
             self._evaluate(model, state.global_step)
         self.close()
         return control
@@ -231,10 +170,6 @@ class RunCallback(TrainerCallback):
         if getattr(args, "save_strategy", "no") != "no":  # SaveStrategy is a str enum
             control.should_save = True  # a checkpoint at the stop step: resume continues from exactly here
 
-    @staticmethod
-    def _is_main(state) -> bool:
-        return bool(getattr(state, "is_world_process_zero", True))
-
     def _env_list(self, split: str, n: int) -> list[Any]:
         envs = self._envs.setdefault(split, [])
         while len(envs) < n:
@@ -245,7 +180,7 @@ class RunCallback(TrainerCallback):
         from training.generation.model_policy import evaluate_model
 
         return evaluate_model(
-            _unwrap(model), self.tokenizer, n_episodes=n, seed=seed, name="model",
+            unwrap(model), self.tokenizer, n_episodes=n, seed=seed, name="model",
             max_turn_tokens=self.config.max_turn_tokens, enable_thinking=self.config.enable_thinking,
             envs=self._env_list(split, n), prompt=self.config.prompt,
         )
@@ -286,19 +221,6 @@ class RunCallback(TrainerCallback):
             for env in envs:
                 env.close()
         self._envs.clear()
-
-
-def error_message(exc: BaseException) -> str:
-    """`Type: message` of an exception, at most `ERROR_CHARS` characters: what a run's records keep of an error."""
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 1] + "…"
-
-
-def _unwrap(model: Any) -> Any:
-    """The bare model under DDP/accelerate wrappers (generation needs `generate`)."""
-    while hasattr(model, "module") and not hasattr(model, "generate"):
-        model = model.module
-    return model
 
 
 def _is_number(value: Any) -> bool:

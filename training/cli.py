@@ -21,16 +21,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from training.config import ConfigError, TrainConfig
-from training.run_dir import RunDir
+from training.distributed import is_main_process
+from training.run.directory import RunDir
 
 if TYPE_CHECKING:  # transformers loads with it: a bad argument is refused before any of that
-    from training.callbacks import Listener
+    from training.run.recorder import Listener
 
 __all__ = ["main", "progress_listener"]
-
-
-def _is_main_process() -> bool:
-    return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) or 0) == 0
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -134,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from training.train import resume_training, run_training
 
-    listener = None if args.quiet or not _is_main_process() else progress_listener(config.max_steps)
+    listener = None if args.quiet or not is_main_process() else progress_listener(config.max_steps)
     try:
         if args.resume:
             run_dir = resume_training(args.resume, listener=listener)
@@ -149,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the run is marked failed; say why in one line
         print(f"python -m training.train: run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    if _is_main_process():
+    if is_main_process():
         status = RunDir(run_dir).read_status()
         print(json.dumps({"run_dir": str(run_dir), "status": status.get("status")}), flush=True)
     return 0

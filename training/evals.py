@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from training.callbacks import RunRecorder, error_message
+from training.run.recorder import RunRecorder, error_message
 
 __all__ = ["play_model", "eval_batch_size", "EVAL_CONTEXT_TOKENS", "record_comparison", "base_label"]
 

@@ -22,9 +22,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from training.callbacks import PHASES, RunCallback, RunRecorder
+from training.callbacks import RunCallback
+from training.distributed import world_size
 from training.evals import play_model, record_comparison
-from training.run_dir import RunDir, atomic_write_json, last_checkpoint, now_iso
+from training.run import schema
+from training.run.directory import RunDir, atomic_write_json, last_checkpoint, now_iso
+from training.run.recorder import RunRecorder
 
 __all__ = ["RunState", "Phase", "LoadModel", "ZeroShotEval", "WarmStart", "BaseEval", "GRPO", "Comparison",
            "run_phases", "RunStopped", "save_final", "sft_settings", "ZERO_SHOT_FILE"]
@@ -43,7 +46,7 @@ class RunState:
 
     Args:
         plan: the run's `training.plan.RunPlan`.
-        run: its directory (`training.run_dir.RunDir`).
+        run: its directory (`training.run.directory.RunDir`).
         recorder: the run's writer (status, metrics, evals, transcripts, comparison) and listeners.
         stop_event: set from another thread to stop the run (None: never).
         resume: the run continues from its checkpoints.
@@ -97,7 +100,7 @@ class Phase:
 class LoadModel(Phase):
     """Load the model (`config.model`, or `warm_start/` when a resumed run already warm-started it)."""
 
-    name = "loading model"
+    name = schema.LOADING_MODEL
 
     def label(self, state: RunState) -> str:
         return "load model"
@@ -122,7 +125,7 @@ class ZeroShotEval(Phase):
     zero-shot is 0%) that are warm-started (without a warm start the `base` eval already is the model before any
     training). Kept in `zero_shot.json`: a run resumed after its warm start reads it back."""
 
-    name = "zero-shot eval"
+    name = schema.ZERO_SHOT_EVAL
 
     def wanted(self, state: RunState) -> bool:
         config = state.config
@@ -150,7 +153,7 @@ class ZeroShotEval(Phase):
 class WarmStart(Phase):
     """SFT on the teacher's episodes (`config.sft`), resumable from `checkpoints/sft/`; keeps `warm_start/`."""
 
-    name = "sft"
+    name = schema.SFT
 
     @staticmethod
     def done(state: RunState) -> bool:
@@ -189,7 +192,7 @@ class WarmStart(Phase):
 class BaseEval(Phase):
     """Play the comparison's eval questions with the model as GRPO finds it (`compare_base`)."""
 
-    name = "base eval"
+    name = schema.BASE_EVAL
 
     def wanted(self, state: RunState) -> bool:
         config = state.config
@@ -206,7 +209,7 @@ class BaseEval(Phase):
 class GRPO(Phase):
     """GRPO with TRL (`training.grpo.build_trainer`), resumable from `checkpoints/grpo/`; saves `final/`."""
 
-    name = "grpo"
+    name = schema.GRPO
 
     def label(self, state: RunState) -> str:
         return f"GRPO ({state.config.max_steps} steps)"
@@ -237,11 +240,11 @@ class GRPO(Phase):
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
         state.stopped = callback.stopped
         state.kept = validation.kept
-        recorder.status(phase="saving")
+        recorder.status(phase=schema.SAVING)
         save_final(run, trainer, state.tokenizer, state.is_main,
                    merge=bool((config.resolved_lora() or {}).get("merge")))
         if state.stopped:
-            recorder.status("stopped", stopped_at=now_iso(), phase="comparison", final_dir=str(run.final_dir))
+            recorder.status("stopped", stopped_at=now_iso(), phase=schema.COMPARISON, final_dir=str(run.final_dir))
         state.model = _inference_model(trainer.model)
         del trainer
 
@@ -250,7 +253,7 @@ class Comparison(Phase):
     """Random policy vs the trained model (and the baselines) on the same eval questions with the same seeds; a
     stopped run plays at most 5."""
 
-    name = "comparison"
+    name = schema.COMPARISON
     stoppable = False
 
     def wanted(self, state: RunState) -> bool:
@@ -292,14 +295,10 @@ def _checkpoint_step(checkpoint: Path | None) -> int | None:
     return int(checkpoint.name.rsplit("-", 1)[1]) if checkpoint is not None else None
 
 
-def _world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1") or 1)
-
-
 def _forget_after(run: RunDir, phase: str, step: int | None) -> None:
     """Drop what a resumed `phase` will write again: its lines after `step` (all of them when it restarts), every
     later phase's lines, and the comparison."""
-    later = PHASES[PHASES.index(phase) + 1:]
+    later = schema.TRAINER_PHASES[schema.TRAINER_PHASES.index(phase) + 1:]
 
     def keep(record: dict) -> bool:
         record_phase = record.get("phase", "grpo")
@@ -391,7 +390,7 @@ def _device_kwargs(plan: Any) -> dict[str, Any]:
     # Master weights stay fp32 whatever the precision: bf16/fp16 is autocast (GRPOConfig.bf16/fp16), as TRL does
     # by default. Pure bf16 weights would round GRPO's ~1e-6 updates away.
     dtype = torch.float32
-    if _world_size() > 1:
+    if world_size() > 1:
         device = "cpu"  # the Trainer moves each rank's copy to its own GPU
     kwargs: dict[str, Any] = {"device": device, "dtype": dtype}
     if (plan.config.resolved_lora() or {}).get("load_in_4bit"):

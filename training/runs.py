@@ -3,8 +3,8 @@
 Prints one line per run — id, status, GRPO step / total, model, dataset, success and EX, and what they measured
 (the trained model in the final comparison, else the model at its last periodic eval, with the question count: the
 words the dashboard's Runs tab uses; "-" before EX) — or, with `--json`, one JSON object per line with the same
-fields and more (`training.run_dir.list_runs`). A run whose process died reads `interrupted` (see
-`training.run_dir.live_status`), and `resumable` says whether `python -m training.train --resume` can continue it.
+fields and more (`training.run.listing.list_runs`). A run whose process died reads `interrupted` (see
+`training.run.directory.live_status`), and `resumable` says whether `python -m training.train --resume` can continue it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-from training.run_dir import default_runs_root, list_runs
+from training.run.directory import default_runs_root
+from training.run.listing import list_runs
 
 __all__ = ["main", "format_table"]
 

@@ -4,7 +4,7 @@ One function for the CLI, the notebook and the dashboard (which calls it in a th
 
     run_dir = run_training(TrainConfig.from_json("configs/tiny_cpu.json"))
 
-It writes `runs/<run_id>/` (format in `training/run_dir.py`): config.json, status.json (queued → running →
+It writes `runs/<run_id>/` (format in `training/run/directory.py`): config.json, status.json (queued → running →
 completed | stopped | failed, with the error message, and a `phase`: loading model, zero-shot eval, sft, base
 eval, grpo, saving, comparison, done), then plays the run's phases in order (`training.phases`): load the model
 (`training.models`), warm-start it with SFT when enabled (`training.warm_start`), play the model before GRPO when it is
@@ -22,8 +22,8 @@ The CLI (`python -m training.train --config configs/tiny_cpu.json --set max_step
 
 Checkpoints (`save_steps`, `save_total_limit`) go to `checkpoints/<phase>/` and are removed when the run completes;
 while a run lives its status.json carries `pid`, `host` and a `heartbeat_at` refreshed every few seconds, so a run
-whose process died reads `interrupted` (`training.run_dir.live_status`). Under `accelerate launch` every rank trains
-and only the main process writes the run files.
+whose process died reads `interrupted` (`training.run.directory.live_status`). Under `accelerate launch` every rank
+trains and only the main process writes the run files.
 """
 
 from __future__ import annotations
@@ -41,26 +41,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from training.callbacks import Listener, RunRecorder
-from training.phases import RunState, RunStopped, planned_phases, run_phases, save_final
 from training.config import TrainConfig
-from training.run_dir import (
-    HEARTBEAT_SECONDS,
-    RESUMABLE_STATUSES,
-    RunDir,
-    now_iso,
-    this_host,
-)
+from training.distributed import is_main_process, world_size
+from training.phases import RunState, RunStopped, planned_phases, run_phases, save_final
+from training.run import schema
+from training.run.directory import HEARTBEAT_SECONDS, RESUMABLE_STATUSES, RunDir, now_iso, this_host
+from training.run.recorder import Listener, RunRecorder
 
 __all__ = ["run_training", "resume_training", "check_resumable", "RunStopped"]
-
-
-def _is_main_process() -> bool:
-    return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) or 0) == 0
-
-
-def _world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1") or 1)
 
 
 def run_training(config: TrainConfig | dict, stop_event: threading.Event | None = None,
@@ -90,7 +78,7 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
     plan = RunPlan.resolve(config)
     config = plan.config
     run = RunDir(plan.run_dir)
-    is_main = _is_main_process()
+    is_main = is_main_process()
     recorder = RunRecorder(run, listener, is_main=is_main)
     if is_main:
         if resume:
@@ -115,7 +103,7 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
         # The plan as the run began: a resumed run skips what it has done, but its list of phases stays whole.
         phases = written.get("phases") if resume and written.get("phases") else planned_phases(state)
         recorder.status("running", started_at=written.get("started_at") or now_iso(),
-                        phase="loading model", phases=phases, device=plan.device, precision=plan.precision,
+                        phase=schema.LOADING_MODEL, phases=phases, device=plan.device, precision=plan.precision,
                         cpu_threads=plan.cpu_threads)
         for phase in run_phases():
             if not phase.wanted(state):
@@ -130,7 +118,7 @@ def run_training(config: TrainConfig | dict, stop_event: threading.Event | None 
         return run.path
     except RunStopped:  # before GRPO: keep what the model has become
         if state.model is not None:
-            recorder.status(phase="saving")
+            recorder.status(phase=schema.SAVING)
             save_final(run, None, state.tokenizer, is_main, model=state.model)
         recorder.status("stopped", stopped_at=now_iso(), finished_at=now_iso(), phase="done",
                         final_dir=str(run.final_dir) if run.final_dir.exists() else None,
@@ -177,8 +165,8 @@ def resume_training(run_dir: str | Path, stop_event: threading.Event | None = No
 
 class _Heartbeat:
     """Stamps `heartbeat_at` into status.json every `HEARTBEAT_SECONDS` while the run's process lives, so readers
-    can tell a live run from one whose process died (`training.run_dir.live_status`); on a GPU also the memory and
-    utilisation (`status["gpu"]`, `training.gpu.gpu_readout`) that the dashboard's Train tab shows."""
+    can tell a live run from one whose process died (`training.run.directory.live_status`); on a GPU also the memory
+    and utilisation (`status["gpu"]`, `training.gpu.gpu_readout`) that the dashboard's Train tab shows."""
 
     def __init__(self, recorder: RunRecorder, gpu: bool = False):
         self._recorder = recorder
@@ -254,7 +242,7 @@ def _set_cpu_threads(plan: Any) -> int | None:
 
 def _shared_across_ranks(config: TrainConfig) -> TrainConfig:
     """Under `accelerate launch`, every rank must use the main process's run id and directory."""
-    if _world_size() <= 1:
+    if world_size() <= 1:
         return config
     import dataclasses
 

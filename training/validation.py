@@ -28,8 +28,9 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from training.callbacks import RunRecorder, error_message
-from training.run_dir import atomic_write_json, read_json
+from training.distributed import is_main, unwrap
+from training.run.directory import atomic_write_json, read_json
+from training.run.recorder import RunRecorder, error_message
 
 __all__ = ["ValidationCallback", "WeightsSnapshot", "METRIC", "VALIDATION_SPLIT"]
 
@@ -127,20 +128,20 @@ class ValidationCallback(TrainerCallback):
 
     # ------------------------------------------------------------------------------- trainer events
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        if self.active and _is_main(state) and self._last_validated is None:
+        if self.active and is_main(state) and self._last_validated is None:
             self.validate(model, state.global_step)
         return control
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         every = self.config.eval_every
-        if (self.active and _is_main(state) and every > 0 and state.global_step % every == 0
+        if (self.active and is_main(state) and every > 0 and state.global_step % every == 0
                 and not self._stopping()):
             self.validate(model, state.global_step)
         return control
 
     def on_save(self, args, state, control, **kwargs):
         """A checkpoint was written: write the best as of it (its weights only when they changed), for a resume."""
-        if self.weights_file is None or self.kept is None or not _is_main(state):
+        if self.weights_file is None or self.kept is None or not is_main(state):
             return control
         if self.keep_best and self._best is not None and self._best.step != self._written_step:
             self._best.save(self.weights_file)
@@ -150,13 +151,13 @@ class ValidationCallback(TrainerCallback):
         return control
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
-        if not (self.active and _is_main(state)):
+        if not (self.active and is_main(state)):
             self._close()
             return control
         if not self._stopping() and self._last_validated != state.global_step:
             self.validate(model, state.global_step)
         if self.keep_best and self._best is not None and self._best.step != state.global_step:
-            self._best.restore(_unwrap(model))  # also when a stop left the model at a step never validated
+            self._best.restore(unwrap(model))  # also when a stop left the model at a step never validated
         if self.kept is not None:
             self._decide(final_step=state.global_step)
         self._close()
@@ -170,7 +171,7 @@ class ValidationCallback(TrainerCallback):
         from training.generation.model_policy import evaluate_model
 
         ids = list(self.plan.validation_ids)
-        model = _unwrap(model)
+        model = unwrap(model)
         while len(self._envs) < min(len(ids), eval_batch_size(self.config, model)):
             self._envs.append(self.plan.environment(self.config.train_split))
         try:
@@ -262,13 +263,3 @@ class ValidationCallback(TrainerCallback):
         for env in self._envs:
             env.close()
         self._envs.clear()
-
-
-def _is_main(state: Any) -> bool:
-    return bool(getattr(state, "is_world_process_zero", True))
-
-
-def _unwrap(model: Any) -> Any:
-    while hasattr(model, "module") and not hasattr(model, "generate"):
-        model = model.module
-    return model

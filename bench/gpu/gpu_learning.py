@@ -129,7 +129,7 @@ def run_learning(config: Any, budget_s: float, rates: dict, *, out: Path, update
     targets are those of `name` (the recipe's own dataset), else of the dataset it plays."""
     from training.cli import progress_listener
     from training.plan import RunPlan
-    from training.run_dir import RunDir
+    from training.run.directory import RunDir
     from training.train import run_training
 
     plan = RunPlan.resolve(config)

@@ -161,7 +161,7 @@ def try_state(config: Any, *, again: bool = False) -> tuple[str, str]:
     """What to do with a try's run directory: ("start", why), ("resume", why) or ("read", why): start it afresh (no
     run there, `again`, another config, or nothing resumable), resume it (cut short: killed, stopped or failed), or
     read back a try that completed. Raises RuntimeError while another process still runs it."""
-    from training.run_dir import RESUMABLE_STATUSES, RunDir
+    from training.run.directory import RESUMABLE_STATUSES, RunDir
 
     run = RunDir(Path(config.output_dir))
     if again or not run.file("status.json").is_file() or not run.file("config.json").is_file():
@@ -185,7 +185,7 @@ def run_try(name: str, config: Any, *, again: bool = False, stop_event: Any = No
     `stop_event` and `listener` are `run_training`'s (a stopped try resumes on the next call)."""
     import shutil
 
-    from training.run_dir import RunDir
+    from training.run.directory import RunDir
     from training.train import resume_training, run_training
 
     run_path = Path(config.output_dir)
@@ -316,7 +316,7 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, Any, list[
 
 def main(argv: list[str] | None = None) -> int:
     from training.config import ConfigError
-    from training.run_dir import read_jsonl
+    from training.run.directory import read_jsonl
 
     try:
         args, base, chosen = parse(argv)

@@ -51,7 +51,7 @@ def log(message: str) -> None:
 def run_once(config, label: str) -> dict:
     """Train `config` through the dashboard's entry point; the figures read back from its run directory, with the
     wall seconds of each phase, this process's peak memory and the machine's load while it ran."""
-    from training.run_dir import RunDir
+    from training.run.directory import RunDir
     from training.cli import progress_listener
     from training.train import run_training
 

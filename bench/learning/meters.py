@@ -161,7 +161,7 @@ def run_outcome(run_dir: Path | str) -> dict[str, Any]:
     model answers and the base column did not; `broken`: the reverse; the same questions, greedy), the step
     keep_best handed back (`kept_step`, None without a panel) and the validation panel's success at each step it
     played (`validation`: {step: success})."""
-    from training.run_dir import RunDir
+    from training.run.directory import RunDir
 
     run = RunDir(Path(run_dir))
     pairs = [r for r in run.read("comparison") if r.get("kind") == "pair" and r.get("base") and r.get("trained")]
@@ -177,7 +177,7 @@ def run_outcome(run_dir: Path | str) -> dict[str, Any]:
 
 
 def grpo_rewards(run: Any) -> list[float]:
-    """The mean reward of each logged GRPO step of a run (`run`: a `training.run_dir.RunDir`), in order."""
+    """The mean reward of each logged GRPO step of a run (`run`: a `training.run.directory.RunDir`), in order."""
     return [m["reward"] for m in run.read("metrics") if m.get("phase", "grpo") == "grpo" and "reward" in m]
 
 
@@ -208,7 +208,7 @@ def measurement(config, run_dir: Path | str, *, device: str | None, minutes: flo
         load_before: the 1-minute load when the run started (`machine_load`).
         note: anything else the entry should say.
     """
-    from training.run_dir import RunDir
+    from training.run.directory import RunDir
 
     run = RunDir(Path(run_dir))
     summary = next(r for r in reversed(run.read("comparison")) if r.get("kind") == "summary")

@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.learning.grpo_sweep import config_differs
     from training.config import ConfigError, TrainConfig
-    from training.run_dir import RunDir
+    from training.run.directory import RunDir
 
     try:
         if args.record and (args.overrides or args.resume is not None):
@@ -318,7 +318,7 @@ def _add_chunk(run, phases: dict[str, float], seconds: float, meter: GenerationM
     directory), as the figures to report."""
     import torch
 
-    from training.run_dir import atomic_write_json
+    from training.run.directory import atomic_write_json
 
     path = run.file(BENCH_FILE)
     kept = json.loads(path.read_text()) if path.is_file() else {}

@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from training.config import ConfigError, TrainConfig
-    from training.run_dir import read_jsonl
+    from training.run.directory import read_jsonl
 
     try:
         names = args.tries.split(",") if args.tries else ([] if args.extra else list(TRIES))

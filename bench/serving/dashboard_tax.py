@@ -71,7 +71,8 @@ def bench_config(path: Path, steps: int, out: Path, overrides: list[str] = ()) -
 
 
 def run_cli(config_path: Path, runs_root: Path) -> tuple[float | None, float | None, float]:
-    from training.run_dir import list_runs, read_jsonl
+    from training.run.directory import read_jsonl
+    from training.run.listing import list_runs
 
     before = {r["run_id"] for r in list_runs(runs_root)}
     env = dict(os.environ, SQLENV_RUNS_DIR=str(runs_root))
@@ -95,7 +96,7 @@ def run_dashboard(config_path: Path, runs_root: Path, port: int):
     from dashboard.context import AppContext
     from dashboard.run_data import RunCache
     from dashboard.runner import TrainingRunner
-    from training.run_dir import read_jsonl
+    from training.run.directory import read_jsonl
 
     runner = TrainingRunner(runs_root)
     ctx = AppContext(runner=runner, runs=RunCache(runs_root), default_config=config_path)

@@ -248,7 +248,7 @@ async def visit(url: str, pollers: int, players: int, seconds: float, think_s: f
 
 # ------------------------------------------------------------------------------------------------ main
 def read_metrics(path: Path) -> list[dict]:
-    from training.run_dir import read_jsonl
+    from training.run.directory import read_jsonl
 
     return [m for m in read_jsonl(path) if isinstance(m.get("step_time"), (int, float))
             and isinstance(m.get("time"), (int, float))]

@@ -6,7 +6,7 @@ rebuild charts while a run trains in the same process, and constructing `plotly.
 dicts cost well under a millisecond. `go.Figure(fig)` turns one into a Figure when wanted; `plot_data(fig)`
 hands it to `gr.Plot`.
 
-Every builder takes the plain dicts that `training.run_dir.RunDir.read(...)` returns and never raises on odd
+Every builder takes the plain dicts that `training.run.directory.RunDir.read(...)` returns and never raises on odd
 records: a value that is missing, None, NaN or not a number is skipped, so a half-written or hand-edited run
 still plots what it can.
 

@@ -70,7 +70,7 @@ def record(config_file: Path | str, entry: dict[str, Any], digest: str | None = 
             took before training, so an edit during the run is not credited with its figures).
         path: the table to write (default `MEASURED_FILE`; tests pass their own).
     """
-    from training.run_dir import atomic_write_json
+    from training.run.directory import atomic_write_json
 
     config_file = Path(config_file)
     path = Path(path or MEASURED_FILE)

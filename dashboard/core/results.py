@@ -6,7 +6,7 @@ eval questions, with success and execution accuracy overall, per hardness and pe
 Everything is computed from the transcripts themselves, so runs written before EX and breakdowns existed still
 show (their EX reads "–"). An added column keeps only its episodes on questions the run played (matched by
 question id: a Spider question keeps its id in every dataset prepared from Spider), and says how many of the run's
-questions it covers. Names from the page go through `training.run_dir.resolve_run`, under the runs folder or its
+questions it covers. Names from the page go through `training.run.directory.resolve_run`, under the runs folder or its
 `evaluations/` folder only.
 """
 
@@ -20,7 +20,7 @@ import pandas as pd
 from dashboard.inputs import InputRefused, quote
 from sqlenv.evaluation.breakdown import breakdown
 from sqlenv.evaluation.saved import EVALUATIONS_FOLDER, SavedEvaluationError, list_evaluations, load_evaluation
-from training.run_dir import InvalidRunName, resolve_run
+from training.run.directory import InvalidRunName, resolve_run
 
 SUMMARY_HEADERS = ["policy", "success rate", "success 95% CI", "EX", "EX 95% CI", "avg reward", "avg steps",
                    "episodes"]

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from dashboard.run_sample import RecordSample
-from training.run_dir import (InvalidRunName, RunDir, default_runs_root, list_runs, live_status, read_line_at,
-                              redact_secrets, resolve_run)
-from training.run_results import Measured, final_measure, last_eval_measure
+from training.run.directory import (InvalidRunName, RunDir, default_runs_root, live_status, read_line_at,
+                                    redact_secrets, resolve_run)
+from training.run.listing import list_runs
+from training.run.results import Measured, final_measure, last_eval_measure
 
 WATCHED = ("status.json", "config.json", "metrics.jsonl", "evals.jsonl", "transcripts.jsonl", "comparison.jsonl")
 #: Transcripts listed per run (each a summary; the Run detail's picker): a spread over the run and the newest.
@@ -181,7 +182,7 @@ class RunCache:
         return RecordSample(None) if kind == "comparison" else RecordSample()
 
     def read_jsonl(self, run: RunDir, kind: str) -> list[Any]:
-        """The records kept of `<kind>.jsonl` (as `training.run_dir.read_records` reads them: a torn last line waits
+        """The records kept of `<kind>.jsonl` (as `training.run.directory.read_records` reads them: a torn last line waits
         for its newline; a corrupt, overlong or too deep line is skipped), reading only the bytes appended since this
         cache last read the file: every record of comparison.jsonl; of metrics and evals the first and the newest
         and a bounded spread between (`RecordSample`); of transcripts, summaries (`trace_summary`). A file that shrank or was replaced is

@@ -1,5 +1,5 @@
 """What the Runs tab and Compare say of a run beside its figures: which weights it kept and why
-(`training.kept_weights`), and a final comparison that failed (a crash is an error, never a 0% column).
+(`training.run.kept_weights`), and a final comparison that failed (a crash is an error, never a 0% column).
 
 Each note is one HTML block with an id and data-* attributes the browser tests read, or "" when there is nothing
 to say.
@@ -10,8 +10,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from training.kept_weights import kept_weights
-from training.run_dir import FINISHED_STATUSES, INTERRUPTED
+from training.run.kept_weights import kept_weights
+from training.run.directory import FINISHED_STATUSES, INTERRUPTED
 
 __all__ = ["kept_html", "comparison_error", "comparison_error_html"]
 

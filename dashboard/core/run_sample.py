@@ -6,11 +6,11 @@ long run that logs each step wrote a 58 MB `metrics.jsonl` of 400,000 lines, and
 `RecordSample` keeps the file's first `head` records and its last `tail` whole, and at most `spread` records spread
 evenly between (the first of each of `spread` equal byte ranges), as TensorBoard keeps ~1,000 points of a scalar
 series: every chart series has at most `head + spread + tail` points however long the run, and what reads a run's
-start or its newest steps (`training.health`'s rules, the status bar) reads them whole.
+start or its newest steps (`training.run.health`'s rules, the status bar) reads them whole.
 
 Each `update` reads what the file gained since the last one. Up to `parse_bytes` of it are parsed line by line
 (a live run's new lines: the common case); a longer stretch, such as a long file read for the first time, is not:
-one line is read at each of the spread's range starts within it (`training.run_dir.read_line_at`) and its last
+one line is read at each of the spread's range starts within it (`training.run.directory.read_line_at`) and its last
 `parse_bytes` are parsed whole. An update's work is bounded by those numbers, never by the file's size, and the
 lines counted in a stretch that was sampled are estimated from the lines read (`exact` says so).
 """
@@ -21,7 +21,7 @@ import math
 import os
 from typing import Any, BinaryIO, Callable
 
-from training.run_dir import read_line_at
+from training.run.directory import read_line_at
 
 __all__ = ["RecordSample", "HEAD", "SPREAD", "TAIL", "PARSE_BYTES"]
 

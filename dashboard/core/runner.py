@@ -32,7 +32,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from training.run_dir import FINISHED_STATUSES, RunDir, default_runs_root, new_run_id, now_iso
+from training.run.directory import FINISHED_STATUSES, RunDir, default_runs_root, new_run_id, now_iso
 
 
 class RunnerBusy(RuntimeError):
@@ -155,7 +155,7 @@ class TrainingRunner:
         """Continue a stopped, failed or interrupted run (by id, under `runs_root`) from its last checkpoint, in a
         training process like `start` (`training.train.resume_training`). Raises RunnerBusy when a run is training, ValueError
         when the run cannot be resumed (completed, still running, unknown)."""
-        from training.run_dir import RESUMABLE_STATUSES, resolve_run
+        from training.run.directory import RESUMABLE_STATUSES, resolve_run
 
         self._wait_for_an_ended_run()
         with self._lock:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from training.run_dir import FINISHED_STATUSES, RunDir
+from training.run.directory import FINISHED_STATUSES, RunDir
 
 # Half-written files a run directory can hold while or after it is written: temp folders (`.final-*`) and
 # files being replaced (`.status.json.*.tmp`). Never pushed (nor .git or .cache: upload_folder adds those).

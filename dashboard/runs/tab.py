@@ -1,6 +1,6 @@
 """Runs tab: every run under runs/ (dashboard, CLI, accelerate; finished or live), one in detail, two runs' configs
 compared field by field (`dashboard.config_diff`), several overlaid. Each success shown says what it measured
-(`training.run_results.Measured`). Broken runs (missing or corrupt files) are listed as such; names from the page go through
+(`training.run.results.Measured`). Broken runs (missing or corrupt files) are listed as such; names from the page go through
 `resolve_run`, so nothing outside runs/ can be read. The owner can resume a stopped, failed or interrupted run, and
 push a finished run to the Hub (dashboard.hub); those events are owner-only (dashboard.access)."""
 
@@ -21,9 +21,9 @@ from dashboard.policy_chart import policy_figure
 from dashboard.run_data import RunCache, fmt_duration, progress
 from dashboard.run_notes import kept_html
 from dashboard.transcripts import esc, transcript_html
-from training.run_results import fmt_rate
+from training.run.results import fmt_rate
 
-# "success" and "EX" are one measurement, and "measured on" says which (`training.run_results.Measured`): the final comparison's
+# "success" and "EX" are one measurement, and "measured on" says which (`training.run.results.Measured`): the final comparison's
 # trained model, else the last periodic eval; the run detail says it in the same words.
 TABLE_HEADERS = ["run", "status", "model", "dataset", "steps", "success", "EX", "measured on", "started"]
 TABLE_WIDTHS = ["auto"] * 7 + ["260px", "auto"]  # "measured on" wraps in a fixed width; the rest fit their cells
@@ -60,7 +60,7 @@ def runs_table(rows: list[dict[str, Any]], runs: RunCache | Path | None = None) 
 def success_html(snap) -> str:
     """The run's headline result and, when that is the final comparison, its last periodic eval too: each with
     what it measured, in the Runs table's words."""
-    from training.run_results import comparison_measure, last_eval_measure
+    from training.run.results import comparison_measure, last_eval_measure
 
     split = str((snap.config or {}).get("eval_split") or "eval")
     lines = []
@@ -167,8 +167,8 @@ def transcript_choices(snap) -> list:
 
 def resumable(snap) -> bool:
     """Whether `python -m training.train --resume` (and the runner) would take the run: stopped, failed or
-    interrupted (`training.run_dir.RESUMABLE_STATUSES`), with its config.json to resume from."""
-    from training.run_dir import RESUMABLE_STATUSES
+    interrupted (`training.run.directory.RESUMABLE_STATUSES`), with its config.json to resume from."""
+    from training.run.directory import RESUMABLE_STATUSES
 
     return snap is not None and snap.state in RESUMABLE_STATUSES and snap.config is not None
 

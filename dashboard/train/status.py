@@ -127,10 +127,10 @@ def remaining_text(snap: RunSnapshot, phases: list[tuple[str, str]], now: float 
 
 
 def health_html(snap: RunSnapshot) -> str:
-    """What the status bar warns of, in words: the signs of a collapse that `training.health` reads in the run's
+    """What the status bar warns of, in words: the signs of a collapse that `training.run.health` reads in the run's
     records (`#train-health`, its `data-signs` the rules that fired), and the newest periodic eval that failed
     (`#train-eval-error`: a crashed eval is not a 0% one). "" when there is nothing to say."""
-    from training.health import collapse_signs
+    from training.run.health import collapse_signs
 
     parts = []
     signs = collapse_signs(snap.metrics, snap.evals)

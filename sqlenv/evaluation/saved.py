@@ -39,7 +39,7 @@ EPISODES_FILE = "episodes.jsonl"
 EVALUATIONS_FOLDER = "evaluations"
 #: The largest `evaluation.json` read (bytes): its summary's breakdown over Spider's 20 dev databases is ~30 KB.
 MAX_SUMMARY_BYTES = 1024 * 1024
-#: The largest episode line read (bytes): one transcript, as `training.run_dir.MAX_RECORD_BYTES`.
+#: The largest episode line read (bytes): one transcript, as `training.run.directory.MAX_RECORD_BYTES`.
 MAX_EPISODE_BYTES = 4 * 1024 * 1024
 
 

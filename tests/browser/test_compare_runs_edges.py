@@ -46,7 +46,7 @@ def write_edge_runs(runs, builtin) -> None:
     from sqlenv.environment import SQLEnvironment
     from sqlenv.evaluation.evaluate import evaluate
     from sqlenv.evaluation.policies import OraclePolicy, RandomPolicy
-    from training.run_dir import RunDir
+    from training.run.directory import RunDir
 
     with SQLEnvironment(builtin.questions_path("eval"), builtin.db_dir, step_budget=4) as env:
         randoms = evaluate(env, RandomPolicy(seed=0), n_episodes=PAIRS, seed=0)

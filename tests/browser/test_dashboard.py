@@ -13,7 +13,7 @@ import pytest
 
 from health_records import write_grpo_run  # tests/, the root conftest's folder, is on sys.path
 from page_actions import open_tab, pick
-from training.run_dir import RunDir
+from training.run.directory import RunDir
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -210,7 +210,7 @@ def test_compare_adds_a_saved_evaluation_column(dashboard, builtin, page, screen
     from sqlenv.evaluation.evaluate import evaluate
     from sqlenv.evaluation.policies import OraclePolicy, RandomPolicy
     from sqlenv.evaluation.saved import save_evaluation
-    from training.run_dir import RunDir
+    from training.run.directory import RunDir
 
     with SQLEnvironment(builtin.questions_path("eval"), builtin.db_dir) as env:
         randoms = evaluate(env, RandomPolicy(seed=7), n_episodes=6, seed=7)
@@ -294,7 +294,7 @@ def test_unloadable_model_fails_the_run_with_its_message(dashboard, page, screen
 
 
 def test_a_collapsing_run_warns_in_the_status_bar(dashboard, page, screenshot):
-    """The status bar says in words what `training.health` reads as a collapse. The Train tab's run (the failed run
+    """The status bar says in words what `training.run.health` reads as a collapse. The Train tab's run (the failed run
     above, or one this test fails the same way) is given a GRPO run's records through `RunRecorder`, as training
     writes them: entropy running away, a grad-norm spike, validation losing 10 questions of 40 for 1 gained."""
     page.goto(dashboard["url"])

@@ -53,7 +53,7 @@ def check_owned_keys(name: str, values: dict, owned: dict[str, str]) -> None:
     for key in values:
         if key in owned:
             raise ConfigError(f"{name}.{key} is set by this config and cannot be overridden: {owned[key]}")
-    from training.run_dir import secret_paths
+    from training.run.secrets import secret_paths
 
     # The config is saved in the run's config.json, which the dashboard shows to anyone: no credentials in it.
     found = secret_paths(values, name)

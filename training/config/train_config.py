@@ -318,7 +318,7 @@ class TrainConfig:
             return self.run_id
         if self.output_dir is not None:
             return Path(self.output_dir).name
-        from training.run_dir import new_run_id
+        from training.run.schema import new_run_id
 
         return new_run_id()
 
@@ -328,7 +328,7 @@ class TrainConfig:
 
         Call it once per run: with `run_id` and `output_dir` unset, every call names a fresh run.
         """
-        from training.run_dir import default_runs_root
+        from training.run.schema import default_runs_root
 
         run_id = self.resolved_run_id()
         output_dir = Path(self.output_dir) if self.output_dir is not None else default_runs_root() / run_id

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from training.run_dir import default_runs_root
+from training.run.schema import default_runs_root
 
 __all__ = [
     "BUILTIN_TINY",

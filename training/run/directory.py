@@ -46,87 +46,28 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from sqlenv import json_files
-from training.run_results import final_measure
+# The run record's names and its secret rules, importable from here too: this module is the run directory's API.
+from training.run.schema import (FINISHED_STATUSES, INTERRUPTED, JSONL_FILES, RESUMABLE_STATUSES, RUN_ID_PATTERN,
+                                 STATUSES, default_runs_root, new_run_id)
+from training.run.secrets import REDACTED, is_secret_name, is_secret_value, redact_secrets, secret_paths
 
-STATUSES = ("queued", "running", "completed", "failed", "stopped")
-FINISHED_STATUSES = ("completed", "failed", "stopped")
-#: What a reader reports for a queued/running run whose writer is gone (never written: see `live_status`).
-INTERRUPTED = "interrupted"
+__all__ = [
+    "STATUSES", "FINISHED_STATUSES", "INTERRUPTED", "RESUMABLE_STATUSES", "RUN_ID_PATTERN", "JSONL_FILES",
+    "HEARTBEAT_SECONDS", "HEARTBEAT_TIMEOUT", "MAX_JSON_BYTES", "MAX_RECORD_BYTES", "REDACTED", "is_secret_name",
+    "is_secret_value", "secret_paths", "redact_secrets", "default_runs_root", "new_run_id", "now_iso",
+    "atomic_write_json", "read_json", "append_jsonl", "read_records", "read_jsonl", "read_line_at", "this_host",
+    "live_status", "last_checkpoint", "InvalidRunName", "RunDir", "resolve_run",
+]
+
 #: Seconds between heartbeats of a live run, and the silence after which a run on another host counts as dead.
 HEARTBEAT_SECONDS = 10.0
 HEARTBEAT_TIMEOUT = 90.0
-#: Runs that `python -m training.train --resume` can continue.
-RESUMABLE_STATUSES = ("stopped", "failed", INTERRUPTED)
-RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-JSONL_FILES = ("metrics", "evals", "transcripts", "comparison")
 #: The largest config.json or status.json read (bytes): a resolved TrainConfig is ~3 KB, its TRL passthrough a few
 #: more; a larger file reads as unreadable (it is never parsed, nor sent to a page).
 MAX_JSON_BYTES = 256 * 1024
 #: The largest JSONL record read (bytes): a transcript line of a 100-step episode of bounded observations is well
 #: under it; a longer line is skipped as a corrupt one is (the lines after it are read).
 MAX_RECORD_BYTES = 4 * 1024 * 1024
-
-#: What readers show in place of a secret (see `is_secret_name`, `is_secret_value`).
-REDACTED = "<redacted>"
-# A run's config.json is shown to anyone on the dashboard's Runs tab and pushed with the run to the Hub, so no
-# credential belongs in it (the Hub token comes from the environment, HF_TOKEN): no value under a key named like
-# one, and no value that looks like one whatever its key.
-_SECRET_WORDS = ("token", "password", "passwd", "passphrase", "secret", "apikey", "credential", "credentials",
-                 "auth", "authorization")
-# `<x>_token` names that hold a tokenizer's special token (SFTConfig.eos_token, pad_token), not a credential.
-_SPECIAL_TOKENS = ("bos", "eos", "unk", "sep", "pad", "cls", "mask")
-# Credentials by their form: a Hub token (hf_ and 34 letters), an HTTP Authorization value (Bearer or Basic and 16
-# or more characters of credentials), and the prefixed keys of common APIs (sk-..., ghp_..., github_pat_...).
-# Linear time: each quantified run follows a literal it cannot match, and succeeds once it is long enough.
-_SECRET_VALUE = re.compile(r"\bhf_[A-Za-z0-9]{20,}|\b(?i:bearer|basic)\s++[A-Za-z0-9._~+/=-]{16,}"
-                           r"|\b(?:sk|gh[pousr]|github_pat)[-_][A-Za-z0-9_]{20,}")
-
-
-def is_secret_name(name: Any) -> bool:
-    """Whether a config key names a credential: a word `token` (hub_token, use_auth_token, hfToken), `key`
-    (api_key, private_key), `password`, `secret`, `auth` (hf_auth, Authorization), ... Counts (`max_tokens`) and
-    special tokens (`eos_token`) are not secrets."""
-    if not isinstance(name, str):
-        return False
-    words = [w.lower() for w in re.findall(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])", name)]
-    if len(words) == 2 and words[0] in _SPECIAL_TOKENS and words[1] == "token":
-        return False
-    return any(w == "key" or w.endswith(_SECRET_WORDS) for w in words)
-
-
-def is_secret_value(value: Any) -> bool:
-    """Whether a value holds a credential by its form, whatever its key: `hf_...` Hub tokens, `Bearer ...` or
-    `Basic ...` authorization values, `sk-...` / `ghp_...` / `github_pat_...` API keys (also inside longer text)."""
-    return isinstance(value, str) and _SECRET_VALUE.search(value) is not None
-
-
-def secret_paths(obj: Any, prefix: str = "") -> list[str]:
-    """The dotted paths of every secret in `obj` (dicts and lists, any depth): keys named like a credential and
-    values that look like one, e.g. `grpo.hub_token`, `sft.args.Authorization`."""
-    found: list[str] = []
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            path = f"{prefix}.{key}" if prefix else str(key)
-            found += [path] if is_secret_name(key) or is_secret_value(value) else secret_paths(value, path)
-    elif isinstance(obj, list):
-        for i, value in enumerate(obj):
-            found += [f"{prefix}[{i}]"] if is_secret_value(value) else secret_paths(value, f"{prefix}[{i}]")
-    return found
-
-
-def redact_secrets(obj: Any) -> Any:
-    """`obj` with every secret (`secret_paths`' keys and values) replaced by `REDACTED` (dicts and lists, any
-    depth): what a public reader of a run shows, should a secret have reached its files anyway."""
-    if isinstance(obj, dict):
-        return {k: REDACTED if is_secret_name(k) or is_secret_value(v) else redact_secrets(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [redact_secrets(v) for v in obj]
-    return REDACTED if is_secret_value(obj) else obj
-
-
-def default_runs_root() -> Path:
-    """`$SQLENV_RUNS_DIR`, or `runs/` in the current directory."""
-    return Path(os.environ.get("SQLENV_RUNS_DIR", "runs"))
 
 
 def now_iso() -> str:
@@ -279,9 +220,6 @@ def last_checkpoint(folder: Path) -> Path | None:
     return best[1] if best else None
 
 
-def new_run_id(prefix: str = "run") -> str:
-    return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(2).hex()}"
-
 
 class InvalidRunName(ValueError):
     pass
@@ -418,61 +356,3 @@ def resolve_run(name: str, root: Path | None = None) -> RunDir:
     if not path.is_dir():
         raise FileNotFoundError(f"no run named {name!r} under {root}")
     return RunDir(path)
-
-
-def has_checkpoint(run_path: Path) -> bool:
-    """Whether the run holds a checkpoint to resume from (or a completed warm start)."""
-    folder = Path(run_path) / "checkpoints"
-    return any(last_checkpoint(folder / phase) for phase in ("sft", "grpo")) or (Path(run_path) / "warm_start").is_dir()
-
-
-def list_runs(root: Path | None = None) -> list[dict[str, Any]]:
-    """A summary of every run under `root`, newest first. A broken run is listed as such, and the others as usual:
-    status "missing" (no status.json) or "corrupt" (its status.json or config.json unreadable: malformed, too
-    large or too deep, see `read_json`), its `error` saying which file and why."""
-    root = Path(root) if root is not None else default_runs_root()
-    if not root.is_dir():
-        return []
-    rows = []
-    for path in root.iterdir():
-        if not path.is_dir() or path.name.startswith(".") or path.name in ("models", "evaluations"):
-            continue
-        try:
-            run = resolve_run(path.name, root)  # the same containment check as opening a run
-        except (InvalidRunName, OSError):
-            continue
-        status = run.read_live_status()
-        try:
-            config = run.read_config()
-        except FileNotFoundError:  # not written yet (a run being created), or never: nothing to show
-            config = {}
-        except (OSError, ValueError) as exc:
-            config = {}
-            status = {**status, "status": "corrupt", "error": f"config.json unreadable: {exc}"}
-        evals = run.read("evals")
-        eval_split = config.get("eval_split", "eval")
-        final_eval = next((e for e in reversed(evals) if e.get("split") == eval_split and not e.get("error")), None)
-        summary = next((c for c in reversed(run.read("comparison")) if c.get("kind") == "summary"), None)
-        # The headline: the final comparison, else the last periodic eval, success and EX from the same one.
-        measured = final_measure(summary, evals, eval_split)
-        rows.append(
-            {
-                "run_id": run.run_id,
-                "status": status.get("status", "unknown"),
-                "error": status.get("error"),
-                "model": config.get("model", "?"),
-                "dataset": config.get("dataset", "?"),
-                "step": status.get("step"),
-                "total_steps": status.get("total_steps"),
-                "eval_success": final_eval.get("success_rate") if final_eval else None,
-                "final_success": measured.success if measured else None,
-                "final_execution": measured.execution if measured else None,  # runs before EX read None
-                "final_measured_on": measured.label if measured else None,
-                "resumable": status.get("status") in RESUMABLE_STATUSES,
-                "checkpoint": has_checkpoint(run.path),
-                "started_at": status.get("started_at") or status.get("created_at"),
-                "mtime": path.stat().st_mtime,
-            }
-        )
-    rows.sort(key=lambda r: r["mtime"], reverse=True)
-    return rows

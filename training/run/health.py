@@ -1,7 +1,7 @@
 """The signs that GRPO is collapsing (unlearning what the warm start knew), read from a run's records: the one place
 the rules live. The Train tab's status bar says them in words; the sweep can count them.
 
-Pure Python (no torch): `collapse_signs(metrics, evals)` takes what `training.run_dir.RunDir.read("metrics")` and
+Pure Python (no torch): `collapse_signs(metrics, evals)` takes what `training.run.directory.RunDir.read("metrics")` and
 `read("evals")` return and never raises on odd records (a missing, None or non-numeric value is skipped).
 
 Four rules, each a `Sign` with its words:

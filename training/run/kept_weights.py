@@ -1,7 +1,7 @@
 """Which weights a run kept, and why, in words: what the Runs tab and Compare say of `keep_best`.
 
 A run with a validation panel keeps its best validated weights, the start included (`keep_best`). Two records say
-which (`training.run_dir`):
+which (`training.run.directory`):
 
 - status.json's `keep_best`, rewritten at each validation eval: `{"metric_for_best_model", "best_step",
   "best_metric", "start_metric", "last_step", "last_metric", "kept": "start" | "best" | "last", "reason"}`;
