@@ -45,6 +45,19 @@ def test_decoder_bench_refuses_a_batch_of_partial_groups():
     assert done.returncode == 2 and "multiple of 4" in done.stderr.strip().splitlines()[-1]
 
 
+def test_cpu_step(tiny_model):
+    """`learning/cpu_step.py`: one step of the built-in recipe's shape, old against new (forced bf16: it runs on any
+    CPU), on the tiny model: each group's prompt is read once, the bf16 decoder samples what the bf16 loss scores."""
+    figures = run_bench("learning/cpu_step.py", "--model", "builtin:tiny", "--recipes", "builtin", "--groups", "2",
+                        "--turn-tokens", "12", "--completion", "48", "--precision", "bf16")
+    step = figures["builtin"]
+    assert step["rows"] == 8 and step["new_precision"] == "bf16" and step["new_decoder"] == "GraphDecoder"
+    assert step["new"]["fed"] < step["old"]["fed"]  # 2 prompts read for 8 rows, not 8
+    assert step["old"]["loss"]["rows"] == step["new"]["loss"]["rows"] > 0  # the same episodes, both ways
+    assert step["new"]["logprob_gap"] is not None and figures["checks"]["builtin_logprob_gap<=1e-2"]
+    assert isinstance(figures["bf16_units"], bool) and step["step_speedup"] > 0
+
+
 def test_cpu_threads(tiny_model):
     figures = run_bench("learning/cpu_threads.py", "--model", "builtin:tiny", "--tokens", "64", "--reps", "1",
                         "--variants", "1:PASSIVE")
