@@ -1,9 +1,10 @@
-"""Builds the dashboard's Blocks from its four tabs and launches it (host/port from args or Gradio's env)."""
+"""Serves the dashboard's page (`dashboard.page.build_app`): `main` reads the command line and the environment and
+launches it; `launch` serves it with uvicorn, request heads and bodies under a deadline and connections bounded.
+"""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import resource
 import socket
@@ -17,71 +18,17 @@ import uvicorn
 from fastapi import FastAPI
 from starlette.middleware import Middleware
 
-from dashboard import compare_tab, play_episodes, play_tab, runs_tab, train_tab
-from dashboard.access import AccessPolicy, OwnerGate, trusted_proxies_setting
-from dashboard.context import AppContext
-from dashboard.http_guard import RequestGuard, body_timeout_s
-from dashboard.storage import choose_runs_root
-from dashboard.live_plot import plotly_js_path
-from dashboard.transcripts import CSS as TRANSCRIPT_CSS
+from dashboard.access.http_guard import RequestGuard, body_timeout_s
+from dashboard.access.owner import AccessPolicy, trusted_proxies_setting
+from dashboard.core.context import AppContext
+from dashboard.core.storage import choose_runs_root
+from dashboard.page import build_app
+from dashboard.play.episodes import limits_from_env
+from dashboard.style import CSS, THEME
+from dashboard.train.live_plot import plotly_js_path
 from sqlenv.http_connections import ConnectionLimits, http_protocol
 
-TITLE = "SQLEnv — teach a small model to answer questions about databases"
-CSS = TRANSCRIPT_CSS + """
-.gradio-container { max-width: 1500px !important; }
-#sqe-header h1 { margin-bottom: 0; }
-#sqe-header p { margin-top: 2px; color: #64748b; }
-#owner-bar { align-items: center; }
-"""
-
-
-# System fonts only: the app must look right offline (no Google Fonts request).
-# Gradio paints a hovered primary button and a disabled one with the same "hover" fill, which Soft makes a pale
-# indigo: Start under a resting pointer (where it stays after a click, through the whole run) looked disabled, and
-# a reload, which drops the hover, "fixed" it. A darker hover fill reads as hover; disabled keeps Gradio's grey-out.
-THEME = gr.themes.Soft(
-    primary_hue="indigo",
-    font=["ui-sans-serif", "system-ui", "-apple-system", "Segoe UI", "Roboto", "sans-serif"],
-    font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "monospace"],
-).set(button_primary_background_fill_hover="*primary_600", button_primary_background_fill_hover_dark="*primary_700")
-
-
-def build_app(ctx: AppContext | None = None) -> gr.Blocks:
-    """The dashboard's Blocks. Who may train is `ctx.access` (dashboard.access): this page's owner bar and
-    owner-only events come from a fresh `OwnerGate` over it."""
-    ctx = dataclasses.replace(ctx or AppContext.create())
-    ctx.owner = OwnerGate(ctx.access)
-    with gr.Blocks(title="SQLEnv dashboard") as demo:
-        gr.Markdown(
-            f"# SQLEnv\nGRPO on a sandboxed SQL-exploration environment: an agent DESCRIBEs, SAMPLEs and QUERYs "
-            f"a SQLite database, then ANSWERs. Runs are saved under `{ctx.runs.runs_root}/`.",
-            elem_id="sqe-header",
-        )
-        ctx.owner.render()
-        loads = []
-        with gr.Tabs(elem_id="sqe-tabs"):
-            with gr.Tab("Train", id="train"):
-                loads.append(train_tab.build(ctx))
-            with gr.Tab("Compare", id="compare") as compare:
-                compare_parts = compare_tab.build(ctx)
-                loads.append(compare_parts)
-            with gr.Tab("Play", id="play"):
-                play_parts = play_tab.build(ctx)
-                loads.append(play_parts)
-            with gr.Tab("Runs", id="runs") as runs:
-                runs_parts = runs_tab.build(ctx)
-                loads.append(runs_parts)
-        for parts in loads:
-            fn, inputs, outputs = parts["load"]
-            demo.load(fn, inputs=inputs, outputs=outputs, show_progress="hidden")
-        demo.unload(play_parts["unload"])  # a closed page's Play episode is closed at once
-        # Opening a tab shows what is on disk now (a run may have finished since the page loaded).
-        fn, inputs, outputs = compare_parts["load"]
-        compare.select(fn, inputs=inputs, outputs=outputs, show_progress="hidden")
-        fn, inputs, outputs = runs_parts["load"]
-        runs.select(fn, inputs=inputs, outputs=outputs, show_progress="hidden")
-        ctx.owner.wire(demo)  # after every tab registered its owner-only controls
-    return demo
+__all__ = ["launch", "main", "parse_args", "connection_limits", "sessions_kept"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -113,11 +60,11 @@ def tune_queue(demo: gr.Blocks) -> None:
 
 
 # The app takes no files: Gradio refuses uploads larger than this, so visitors cannot fill its temp folder (the
-# upload route itself is answered 403 by `dashboard.http_guard.RequestGuard`).
+# upload route itself is answered 403 by `dashboard.access.http_guard.RequestGuard`).
 MAX_UPLOAD_BYTES = 1
 # Sessions whose state Gradio keeps (its `state_session_capacity`, 10,000 by default): past it the least recently
 # used goes. Each holds ~230 KB of page state plus the latest value of every input its events sent, each value
-# bounded by `RequestGuard` (`dashboard.http_guard.session_bytes_bound`); a session pushed out loses its Play
+# bounded by `RequestGuard` (`dashboard.access.http_guard.session_bytes_bound`); a session pushed out loses its Play
 # handle (its episode is closed already past SQLENV_PLAY_MAX_EPISODES), and its page starts again at New episode.
 SESSIONS_ENV = "SQLENV_APP_SESSIONS"
 DEFAULT_SESSIONS_KEPT = 128
@@ -213,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2)
     try:
         access = AccessPolicy.from_env(args.host)
-        play_episodes.limits_from_env()
+        limits_from_env()
         sessions_kept()
         body_timeout_s()
     except ValueError as exc:  # a malformed owner or Play setting (SQLENV_PROXY_HOPS, ...): one line, exit 2

@@ -10,8 +10,8 @@ import socket
 
 import pytest
 
-from dashboard.access import TOKEN_TTL_S, AccessPolicy, LoginThrottle, is_loopback
-from dashboard.storage import choose_runs_root
+from dashboard.access.owner import TOKEN_TTL_S, AccessPolicy, LoginThrottle, is_loopback
+from dashboard.core.storage import choose_runs_root
 from training.run.directory import RunDir, now_iso
 
 SPACE = {"SPACE_ID": "alice/sqlenv", "SPACE_AUTHOR_NAME": "alice"}
@@ -199,7 +199,7 @@ def test_runs_folder_on_a_space_with_persistent_storage(tmp_path):
 
 # ------------------------------------------------------------------------------------- visitor input
 def test_visitor_dataset_names_never_reach_the_disk_outside_data(tmp_path):
-    from dashboard import inputs
+    from dashboard.access import inputs
     from sqlenv.data.builtin import ensure_builtin
 
     data = tmp_path / "data"
@@ -217,7 +217,7 @@ def test_visitor_dataset_names_never_reach_the_disk_outside_data(tmp_path):
 
 
 def test_visitor_text_limits():
-    from dashboard import inputs
+    from dashboard.access import inputs
 
     assert inputs.text(None, "Arg") == "" and inputs.text("SELECT 1", "Arg") == "SELECT 1"
     with pytest.raises(inputs.InputRefused, match=r"too long: 1,000,000 characters \(at most 20,000\)"):
@@ -230,7 +230,7 @@ def test_visitor_text_limits():
 
 
 def test_run_cache_messages_for_missing_traversing_and_huge_names(tmp_path):
-    from dashboard.run_data import RunCache
+    from dashboard.core.run_data import RunCache
 
     (tmp_path / "runs").mkdir()
     cache = RunCache(tmp_path / "runs")
@@ -256,7 +256,7 @@ def finished_run(root, status="completed"):
 
 
 def test_push_plan_lists_the_run_files_and_weights_only(tmp_path):
-    from dashboard.hub import plan_push
+    from dashboard.runs.hub import plan_push
 
     plan = plan_push(finished_run(tmp_path), " alice/sqlenv-runs ")
     assert plan.repo_id == "alice/sqlenv-runs" and plan.path_in_repo == "runs/run-a"
@@ -265,7 +265,7 @@ def test_push_plan_lists_the_run_files_and_weights_only(tmp_path):
 
 
 def test_push_refuses_unfinished_runs_and_bad_repo_names(tmp_path):
-    from dashboard.hub import HubPushError, plan_push
+    from dashboard.runs.hub import HubPushError, plan_push
 
     run = finished_run(tmp_path, status="running")
     with pytest.raises(HubPushError, match="is running: push it once it has finished"):
@@ -279,7 +279,7 @@ def test_push_refuses_unfinished_runs_and_bad_repo_names(tmp_path):
 def test_push_goes_as_far_as_the_network_and_reports_it(tmp_path, monkeypatch):
     """The Hub cannot be reached from here: point the push at a closed port on 127.0.0.1 and check that it
     gets as far as the Hub call and fails with a message that says where it was going."""
-    from dashboard.hub import HubPushError, push_run
+    from dashboard.runs.hub import HubPushError, push_run
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     with socket.socket() as s:
@@ -310,7 +310,7 @@ def test_a_malformed_proxy_setting_stops_the_app_with_one_line(tmp_path):
 def test_one_proxy_setting_decides_the_client_address():
     """uvicorn believed any loopback peer's X-Forwarded-For (its default FORWARDED_ALLOW_IPS), beside
     SQLENV_PROXY_HOPS: the app serves with no trusted proxy unless the operator lists one, and refuses both."""
-    from dashboard.access import trusted_proxies_setting
+    from dashboard.access.owner import trusted_proxies_setting
 
     assert trusted_proxies_setting({}) == "" and trusted_proxies_setting({"FORWARDED_ALLOW_IPS": ""}) == ""
     assert trusted_proxies_setting({"FORWARDED_ALLOW_IPS": "10.0.0.5"}) == "10.0.0.5"  # the operator's own
@@ -334,7 +334,7 @@ def _opened(episodes, builtin, session=None):
 def test_play_episodes_are_bounded_in_number_and_idle_time_and_free_their_environments(builtin):
     import gc
 
-    from dashboard.play_episodes import EpisodeBusy, PlayEpisodes, PlayFull
+    from dashboard.play.episodes import EpisodeBusy, PlayEpisodes, PlayFull
 
     now = [0.0]
     episodes = PlayEpisodes(capacity=2, idle_s=60, clock=lambda: now[0])
@@ -391,7 +391,7 @@ def test_play_never_closes_an_episode_played_within_its_idle_window():
     of all, the visitor still reading the question. Now no one's episode played within the idle window is closed
     for another's: one more than there is room for is refused, saying why; a client holds at most `per_client`,
     and more than one only while fewer than half the places are taken; a page's New episode replaces its own."""
-    from dashboard.play_episodes import ClientSlots, PlayEpisodes, PlayFull
+    from dashboard.play.episodes import ClientSlots, PlayEpisodes, PlayFull
 
     now = [0.0]
     key = ("builtin", "eval", 5)
@@ -445,7 +445,7 @@ def test_play_never_closes_an_episode_played_within_its_idle_window():
 
 
 def test_play_limits_come_from_the_environment():
-    from dashboard.play_episodes import IDLE_S, MAX_EPISODES, limits_from_env
+    from dashboard.play.episodes import IDLE_S, MAX_EPISODES, limits_from_env
 
     assert limits_from_env({}) == (MAX_EPISODES, IDLE_S)
     assert limits_from_env({"SQLENV_PLAY_MAX_EPISODES": "3", "SQLENV_PLAY_IDLE_S": "2.5"}) == (3, 2.5)

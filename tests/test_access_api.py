@@ -499,7 +499,7 @@ def test_a_long_runs_detail_is_a_bounded_reply(password_app):
     detail view sent it whole, charted: 6 s and 41.6 MB. The charts now draw at most HEAD + SPREAD + TAIL points a
     series (the run's first and newest lines, a spread between), read in bounded work: here 120,000 lines (14 MB)
     answer in well under 2 MB (before: ~30 MB)."""
-    from dashboard.run_sample import HEAD, SPREAD, TAIL
+    from dashboard.core.run_sample import HEAD, SPREAD, TAIL
 
     config, runs = password_app["config"], password_app["runs"]
     run = RunDir.create(runs, "long-run")

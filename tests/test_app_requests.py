@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from app_server import app_config, call_event, serve
-from dashboard.http_guard import MAX_BODY_BYTES
-from dashboard.inputs import MAX_SMALL_INPUT_BYTES, MAX_TABLE_BYTES, python_size
+from dashboard.access.http_guard import MAX_BODY_BYTES
+from dashboard.access.inputs import MAX_SMALL_INPUT_BYTES, MAX_TABLE_BYTES, python_size
 
 SESSIONS_KEPT = 8
 BODY_TIMEOUT_S = 4
@@ -236,7 +236,7 @@ def test_many_new_sessions_keep_a_bounded_amount_of_memory(app):
 
 
 def test_the_body_deadline_setting_is_checked():
-    from dashboard.http_guard import DEFAULT_BODY_TIMEOUT_S, body_timeout_s
+    from dashboard.access.http_guard import DEFAULT_BODY_TIMEOUT_S, body_timeout_s
 
     assert body_timeout_s({}) == DEFAULT_BODY_TIMEOUT_S and body_timeout_s({"SQLENV_APP_BODY_TIMEOUT_S": "2.5"}) == 2.5
     for bad in ("0", "-1", "ten", "nan", "1e9"):

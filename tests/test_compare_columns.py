@@ -9,9 +9,11 @@ import os
 import pytest
 from training_helpers import small_train_config
 
-from dashboard.compare_columns import (breakdown_frame, columns_for, run_columns, source_choices, summary_frame)
-from dashboard.run_data import RunCache
-from dashboard.runs_tab import results_frame, runs_table
+from dashboard.compare.added_columns import columns_for, source_choices
+from dashboard.core.results import breakdown_frame, run_columns, summary_frame
+from dashboard.core.run_data import RunCache
+from dashboard.runs.detail import results_frame
+from dashboard.runs.table import runs_table
 from sqlenv.environment import SQLEnvironment
 from sqlenv.evaluation.evaluate import evaluate
 from sqlenv.evaluation.policies import OraclePolicy

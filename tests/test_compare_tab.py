@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard.compare_tab import RANDOM, base_title, find_pair, question_choices, question_label
-from dashboard.run_data import RunCache
+from dashboard.compare.tab import RANDOM, base_title, find_pair, question_choices, question_label
+from dashboard.core.run_data import RunCache
 from sqlenv.environment import SQLEnvironment
 from sqlenv.evaluation.evaluate import evaluate
 from sqlenv.evaluation.policies import OraclePolicy, RandomPolicy

@@ -7,9 +7,8 @@ import json
 
 import pytest
 
-from dashboard.config_diff import ABSENT, diff_configs, diff_table, flatten, show_value
-from dashboard.run_data import RunCache
-from dashboard.runs_tab import config_diff_view
+from dashboard.runs.config_diff import ABSENT, config_diff_view, diff_configs, diff_table, flatten, show_value
+from dashboard.core.run_data import RunCache
 from training.config import TrainConfig
 from training.run.directory import REDACTED, RunDir
 

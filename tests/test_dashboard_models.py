@@ -11,14 +11,15 @@ import sys
 import pytest
 
 from conftest import REPO_ROOT
-from dashboard.config_costs import MEASURED_FILE, config_digest, cost_html, measured, reached_text, record
-from dashboard.gpu import has_gpu, readout_html
-from dashboard.model_picker import (PICKER_MODELS, default_values, model_choices, model_config_file, model_help,
-                                    offered_models, picked_config)
-from dashboard.run_data import RunSnapshot
-from dashboard.runner import build_config
-from dashboard.train_form import advanced_values, start_values
-from dashboard.train_status import status_html
+from dashboard.core.measured import MEASURED_FILE, config_digest, measured, record
+from dashboard.core.run_data import RunSnapshot
+from dashboard.core.runner import build_config
+from dashboard.train.cost_line import cost_html, reached_text
+from dashboard.train.form import advanced_values, start_values
+from dashboard.train.gpu import has_gpu, readout_html
+from dashboard.train.model_picker import (PICKER_MODELS, default_values, model_choices, model_config_file, model_help,
+                                          offered_models, picked_config)
+from dashboard.train.status import status_html
 from training.config import TrainConfig
 from training.models.gguf import PACKAGED_MODELS
 
@@ -282,7 +283,7 @@ def test_gpu_readout_line_names_memory_and_utilisation():
 
 
 def test_remaining_time_counts_the_warm_start_and_the_evals_still_to_come():
-    from dashboard.config_costs import remaining_seconds
+    from dashboard.core.progress import remaining_seconds
 
     table = {"x.json": {"model": "m", "dataset": "builtin", "sft_steps": 40, "grpo_episodes": 128,
                         "comparison_episodes": 100,
@@ -309,7 +310,7 @@ def test_remaining_time_counts_the_warm_start_and_the_evals_still_to_come():
 def test_status_bar_remaining_time_covers_the_phases_after_the_warm_start(monkeypatch):
     import datetime as dt
 
-    import dashboard.config_costs as costs
+    import dashboard.core.progress as costs
     from training.run.directory import now_iso
 
     table = {"x.json": {"model": "m", "dataset": "builtin", "sft_steps": 10, "phase_seconds": {"grpo": 600}}}

@@ -12,10 +12,11 @@ import time
 
 import pytest
 
-from dashboard import charts
-from dashboard.run_data import RunCache, progress
-from dashboard.runner import ConfigInvalid, RunnerBusy, TrainingRunner, build_config
-from dashboard.transcripts import transcript_html
+from dashboard.core import charts
+from dashboard.core.progress import progress
+from dashboard.core.run_data import RunCache
+from dashboard.core.runner import ConfigInvalid, RunnerBusy, TrainingRunner, build_config
+from dashboard.core.transcripts import transcript_html
 from training.run.directory import RunDir, now_iso
 
 STEP = {"step": 1, "action_type": "QUERY", "argument": "SELECT '<b>x</b>'", "observation": "<script>x</script>",
@@ -72,7 +73,7 @@ def test_a_legend_of_many_rows_grows_the_figure_not_into_the_axis_titles():
 def test_train_tab_charts_during_the_warm_start(tmp_path):
     """While SFT runs (before any GRPO step) every Train-tab chart already has data, on one minutes timeline; once
     GRPO logs, its reward joins the SFT loss, after a 'GRPO' marker."""
-    from dashboard.train_status import status_html
+    from dashboard.train.status import status_html
 
     run = RunDir.create(tmp_path, "warm")
     run.write_status("running", started_at=now_iso(), phase="sft", phase_step=20, phase_total=5000, step=0,
@@ -210,7 +211,7 @@ def test_runner_marks_an_unloadable_model_failed_and_keeps_going(tmp_path):
 
 
 def test_advanced_form_values_and_refusals():
-    from dashboard.train_form import advanced_values
+    from dashboard.train.form import advanced_values
 
     assert advanced_values(False, 16, 32, "") == {}
     values = advanced_values(True, 8, None, '{"grpo": {"loss_type": "dr_grpo"}, "save_steps": 5}')

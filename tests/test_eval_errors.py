@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dashboard.run_data import RunCache
-from dashboard.train_status import status_html
+from dashboard.core.run_data import RunCache
+from dashboard.train.status import status_html
 from training.callbacks import RunCallback
 from training.run.recorder import ERROR_CHARS, RunRecorder, error_message
 from training.config import TrainConfig

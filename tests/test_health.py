@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from dashboard.policy_chart import policy_figure
-from dashboard.run_data import RunCache
-from dashboard.train_status import status_html
+from dashboard.core.policy_chart import policy_figure
+from dashboard.core.run_data import RunCache
+from dashboard.train.status import status_html
 from health_records import (FIXTURES, PANEL, RECORDED, START, flipped, recorded, signs_by_step, validation_line,
                             write_grpo_run)
 from training.run.health import (ENTROPY_KEY, KL_KEY, REWARD_KEY, collapse_signs, entropy_runaway, grad_norm_spike,

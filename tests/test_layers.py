@@ -279,3 +279,77 @@ def test_the_graph_sees_lazy_relative_and_exported_imports(tmp_path, monkeypatch
     assert found["sqlenv"].imports == set()
     assert [f"{n} imports {t}" for n, m in found.items() for t in m.imports
             if _top(t) in FLOORS and FLOORS[_top(t)] > FLOORS[_top(n)]] == ["sqlenv.sub.c imports training.x"]
+
+
+# --------------------------------------------------------------------------------------------------- inside dashboard
+
+# The dashboard's folders, lowest first: each may import its own folder and those below it, never a tab its neighbour.
+# `access` (the public app's guards) ← `core` (what two tabs share) ← the tabs ← `page` (the tabs on one page) ←
+# `server` (serving it); `style` (CSS, theme) imports nothing of the dashboard.
+DASHBOARD_TABS = ("train", "compare", "play", "runs")
+DASHBOARD_FLOORS = {"style": 0, "access": 0, "core": 1, **{tab: 2 for tab in DASHBOARD_TABS}, "page": 3, "server": 4}
+#: The most entries (modules and folders, `__init__.py` included) the dashboard's top folder holds.
+DASHBOARD_TOP_ENTRIES = 10
+MAX_DASHBOARD_MODULE_LINES = 500
+
+
+def _dashboard_part(name: str) -> str | None:
+    """The folder (or top-level module) of a dashboard module: "train" for dashboard.train.form; None for the
+    package itself and for modules outside the dashboard."""
+    parts = name.split(".")
+    return parts[1] if parts[0] == "dashboard" and len(parts) > 1 else None
+
+
+def _dashboard_wrong_imports(modules: dict[str, Module]) -> list[str]:
+    """Imports inside the dashboard that run sideways (a tab importing another tab) or upward (a floor of
+    `DASHBOARD_FLOORS` importing a higher one); a part the table does not know is refused too."""
+    wrong = []
+    for name, m in modules.items():
+        part = _dashboard_part(name)
+        if part is None:
+            continue
+        for target in sorted(m.imports):
+            other = _dashboard_part(target)
+            if other is None or other == part:
+                continue
+            if part not in DASHBOARD_FLOORS or other not in DASHBOARD_FLOORS:
+                wrong.append(f"{name} imports {target}: declare its folder in DASHBOARD_FLOORS")
+            elif other in DASHBOARD_TABS and part in DASHBOARD_TABS:
+                wrong.append(f"{name} imports {target}: a tab imports another tab (move what they share to core)")
+            elif DASHBOARD_FLOORS[other] >= DASHBOARD_FLOORS[part]:
+                wrong.append(f"{name} imports {target}: {part} sits below {other}")
+    return wrong
+
+
+def test_dashboard_has_a_folder_per_tab_and_a_short_top(modules):
+    top = REPO / "dashboard"
+    for folder in (*DASHBOARD_TABS, "access", "core"):
+        assert (top / folder / "__init__.py").is_file(), f"dashboard/{folder}/ is not a package"
+    entries = sorted(p.name for p in top.iterdir() if p.name != "__pycache__")
+    assert len(entries) <= DASHBOARD_TOP_ENTRIES, entries
+    assert {_dashboard_part(n) for n in modules} - {None} <= set(DASHBOARD_FLOORS), "an undeclared dashboard part"
+
+
+def test_no_dashboard_tab_imports_another_and_no_folder_imports_upward(modules):
+    wrong = _dashboard_wrong_imports(modules)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_dashboard_module_is_over_500_lines():
+    long = {str(p.relative_to(REPO)): n for p in (REPO / "dashboard").rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_DASHBOARD_MODULE_LINES}
+    assert not long, long
+
+
+def test_the_dashboard_check_sees_a_tab_importing_another():
+    """The check itself, on a made-up graph: a tab importing another tab (lazily or not, the graph has both), core
+    importing a tab and access importing core are refused; a tab importing core and the page importing tabs are not."""
+    graph = {"dashboard.runs.tab": {"dashboard.train.form", "dashboard.core.charts"},
+             "dashboard.core.context": {"dashboard.play.episodes"},
+             "dashboard.access.owner": {"dashboard.core.paths"},
+             "dashboard.page": {"dashboard.runs.tab", "dashboard.access.owner"},
+             "dashboard.train.form": {"dashboard.core.runner", "training.config"}}
+    found = {name: Module(name, REPO, False, imports=set(targets)) for name, targets in graph.items()}
+    assert [line.split(":")[0] for line in _dashboard_wrong_imports(found)] == [
+        "dashboard.runs.tab imports dashboard.train.form", "dashboard.core.context imports dashboard.play.episodes",
+        "dashboard.access.owner imports dashboard.core.paths"]

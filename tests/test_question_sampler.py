@@ -195,7 +195,7 @@ def test_config_switch():
 
 
 def test_the_health_chart_shows_the_mixed_fraction():
-    from dashboard import charts
+    from dashboard.core import charts
 
     metrics = [{"phase": "sft", "step": 10, "mean_token_accuracy": 0.5}]
     metrics += [{"phase": "grpo", "step": step, "frac_reward_zero_std": 0.5, MIXED_METRIC: value}

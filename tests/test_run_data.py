@@ -7,7 +7,7 @@ import json
 import os
 import time
 
-from dashboard.run_data import RunCache
+from dashboard.core.run_data import RunCache
 from training.run.directory import RunDir, now_iso, read_jsonl
 
 
@@ -133,7 +133,8 @@ def test_the_runs_table_and_the_detail_say_what_each_success_measured(tmp_path):
     """The table's 74% (the trained model on the comparison's 200 questions) and the detail's 75% (the last periodic
     eval, 32 questions) used to be bare "final success" and "eval success"; both now say what was measured, in the
     same words in the table and the detail."""
-    from dashboard.runs_tab import detail_header, runs_table
+    from dashboard.runs.detail import detail_header
+    from dashboard.runs.table import runs_table
 
     finished_run(tmp_path, "done")
     finished_run(tmp_path, "cut-short", status="stopped", comparison=False)
@@ -171,7 +172,7 @@ def test_measures_follow_appended_lines(tmp_path):
 def test_resume_is_offered_for_stopped_failed_and_interrupted_runs_only(tmp_path):
     import socket
 
-    from dashboard.runs_tab import resumable
+    from dashboard.runs.resume import resumable
 
     for status in ("completed", "stopped", "failed", "running", "queued"):
         finished_run(tmp_path, status, status=status)
@@ -192,8 +193,8 @@ def test_a_malformed_or_huge_run_is_listed_as_unreadable_and_the_others_still_sh
     """A config.json nested 1,000,000 deep raised RecursionError (no ValueError) in the listing, and the Runs and
     Compare lists came back empty for everyone; a 50 MB config was read and sent whole. Every run file is now read
     with bounds (`sqlenv.json_files`): such a run is listed as corrupt, saying why, and the others as usual."""
-    from dashboard.compare_columns import source_choices
-    from dashboard.runs_tab import runs_table
+    from dashboard.compare.added_columns import source_choices
+    from dashboard.runs.table import runs_table
     from sqlenv.evaluation.saved import EVALUATIONS_FOLDER, load_evaluation
     from sqlenv.json_files import MAX_JSON_DEPTH
     from training.run.directory import MAX_JSON_BYTES, MAX_RECORD_BYTES
@@ -276,8 +277,8 @@ def test_a_long_run_file_is_kept_as_a_bounded_spread_and_read_in_bounded_work(tm
     41.6 MB reply per Run detail view (issue 49, finding 6). The cache keeps the file's first HEAD records and its
     newest TAIL whole, and at most SPREAD records spread between; an update reads a bounded number of bytes, however
     long the file (a long stretch is sampled, not parsed), and its lines are estimated from the sample."""
-    from dashboard.run_sample import HEAD, PARSE_BYTES, SPREAD, TAIL, RecordSample
-    from dashboard.runs_tab import detail_header
+    from dashboard.core.run_sample import HEAD, PARSE_BYTES, SPREAD, TAIL, RecordSample
+    from dashboard.runs.detail import detail_header
 
     run = RunDir.create(tmp_path, "long")
     run.write_status("completed", started_at=now_iso())
@@ -313,8 +314,8 @@ def test_a_long_run_file_is_kept_as_a_bounded_spread_and_read_in_bounded_work(tm
 def test_transcripts_are_listed_as_summaries_and_read_from_their_line(tmp_path):
     """A run kept every transcript in memory (each up to 4 MiB) for every page. A snapshot now lists summaries (a
     bounded number) and reads the transcript shown from its line, only at an offset it lists."""
-    from dashboard.run_data import TRACES_SPREAD, TRACES_TAIL
-    from dashboard.run_sample import HEAD
+    from dashboard.core.run_data import TRACES_SPREAD, TRACES_TAIL
+    from dashboard.core.run_sample import HEAD
 
     run = RunDir.create(tmp_path, "traces")
     run.write_status("running", started_at=now_iso())

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import re
 
-from dashboard.run_data import RunCache
-from dashboard.run_notes import comparison_error_html, kept_html
-from dashboard.runs_tab import detail_header
+from dashboard.core.run_data import RunCache
+from dashboard.core.run_notes import comparison_error_html, kept_html
+from dashboard.runs.detail import detail_header
 from health_records import write_grpo_run
 from training.run.recorder import RunRecorder
 from training.run.kept_weights import kept_weights

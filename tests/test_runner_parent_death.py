@@ -22,7 +22,7 @@ import sys, time
 from pathlib import Path
 if __name__ == "__main__":
     sys.path[:0] = [sys.argv[2], sys.argv[2] + "/tests"]
-    from dashboard.runner import TrainingRunner
+    from dashboard.core.runner import TrainingRunner
     from training_helpers import small_train_config
     runs = Path(sys.argv[1])
     runner = TrainingRunner(runs)

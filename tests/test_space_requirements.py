@@ -132,10 +132,10 @@ def _picker(url: str) -> list[list[str]]:
 # box), then loaded by the code a run loads it with, the LoRA adapter put on by peft as TRL would.
 LOAD_SCRIPT = r"""
 import json, sys, traceback
-from dashboard.gpu import has_gpu
-from dashboard.model_picker import picked_config
-from dashboard.runner import build_config
-from dashboard.train_form import advanced_values, start_values
+from dashboard.train.gpu import has_gpu
+from dashboard.train.model_picker import picked_config
+from dashboard.core.runner import build_config
+from dashboard.train.form import advanced_values, start_values
 from training.grpo import lora_config
 from training.models import load_model_and_tokenizer
 

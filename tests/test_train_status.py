@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from dashboard import charts
-from dashboard.run_data import RunCache
-from dashboard.model_picker import model_choices
-from dashboard.train_status import planned_phases, status_html
+from dashboard.core import charts
+from dashboard.core.run_data import RunCache
+from dashboard.train.model_picker import model_choices
+from dashboard.train.status import planned_phases, status_html
 from training.config import TrainConfig
 from training.run.directory import RunDir, now_iso
 
@@ -212,7 +212,7 @@ def test_health_chart_panels_keep_the_calls_axis_on_grpo():
 
 # ------------------------------------------------------------------------------------------ prepare hint
 def test_an_unprepared_known_dataset_names_the_command_that_prepares_it(tmp_path):
-    from dashboard.inputs import InputRefused, dataset_source
+    from dashboard.access.inputs import InputRefused, dataset_source
     from sqlenv.data.datasets import DatasetNotFoundError, resolve_dataset
     from training.plan import check_config
 

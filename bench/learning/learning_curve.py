@@ -21,7 +21,7 @@ line printed is one JSON object with the figures.
 With `--record` the default run's figures (success and EX at each stage, eval questions, minutes, peak memory,
 seconds per phase, this command, the machine's load before and during the run) go into `configs/measured.json` under
 the config's name, with a digest of the config: the Train form's cost line for that config shows them
-(`dashboard.config_costs`). A `--record` refuses to start while other work loads the machine (a newcomer's minutes are
+(`dashboard.core.measured`). A `--record` refuses to start while other work loads the machine (a newcomer's minutes are
 an idle machine's), unless `--shared` says to record anyway; then, or when other work starts during the run, the
 entry says the cores were shared.
 """
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     if refusal:
         print(f"learning_curve: {refusal}", file=sys.stderr)
         return 2
-    from dashboard.config_costs import config_digest
+    from dashboard.core.measured import config_digest
 
     digest = config_digest(args.config)  # the config as it runs, before any edit
 
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     default = run_once(config.with_overrides({"run_id": "default"}), "the default recipe")
     if args.record:
         from bench.learning.meters import command_line, measurement
-        from dashboard.config_costs import record
+        from dashboard.core.measured import record
 
         entry = measurement(config, default["run_dir"], device=default["device"], minutes=default["minutes"],
                             command=command_line("bench/learning/learning_curve.py", argv),

@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     from training.cli import progress_listener
     from training.train import check_resumable, resume_training, run_training
 
-    from dashboard.config_costs import config_digest, record
+    from dashboard.core.measured import config_digest, record
 
     digest = config_digest(args.config) if args.record else None  # the config as it runs, before any edit
     meter = GenerationMeter()

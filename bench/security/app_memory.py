@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO / "tests"))
 import httpx  # noqa: E402
 from app_server import app_config, serve  # noqa: E402
 
-from dashboard.inputs import MAX_SMALL_INPUT_BYTES, MAX_TABLE_BYTES, python_size  # noqa: E402
+from dashboard.access.inputs import MAX_SMALL_INPUT_BYTES, MAX_TABLE_BYTES, python_size  # noqa: E402
 
 TABLE_HEADERS = ["run", "status", "model", "dataset", "steps", "success", "EX", "measured on", "started"]
 

@@ -92,16 +92,17 @@ def run_cli(config_path: Path, runs_root: Path) -> tuple[float | None, float | N
 def run_dashboard(config_path: Path, runs_root: Path, port: int):
     from playwright.sync_api import sync_playwright
 
-    from dashboard import app as dashboard_app
-    from dashboard.context import AppContext
-    from dashboard.run_data import RunCache
-    from dashboard.runner import TrainingRunner
+    from dashboard.core.context import AppContext
+    from dashboard.core.run_data import RunCache
+    from dashboard.core.runner import TrainingRunner
+    from dashboard.page import build_app
+    from dashboard.server import launch
     from training.run.directory import read_jsonl
 
     runner = TrainingRunner(runs_root)
     ctx = AppContext(runner=runner, runs=RunCache(runs_root), default_config=config_path)
-    demo = dashboard_app.build_app(ctx)
-    dashboard_app.launch(demo, "127.0.0.1", port, prevent_thread_lock=True)
+    demo = build_app(ctx)
+    launch(demo, "127.0.0.1", port, prevent_thread_lock=True)
     seen: dict[int, float] = {}
     wall = 0.0
     try:

@@ -1,6 +1,6 @@
 """Many visitors at once on a dashboard that is training: does it keep up, keep them apart, and keep training?
 
-One invocation: the app (`dashboard.app`, as `python app.py` builds it) is served on 127.0.0.1 by a child
+One invocation: the app (`dashboard.server`, as `python app.py` builds it) is served on 127.0.0.1 by a child
 process, whose runner trains a tiny GRPO run (builtin:tiny, SFT off, a metrics line per step) in its own
 training process. Once GRPO steps are logged, the bench alternates quiet and visitor phases (quiet, visitors,
 quiet, ..., quiet: `--rounds` visitor phases of `--phase-s` each), so both kinds see the same drift of a shared
@@ -54,7 +54,7 @@ TRAIN_CONFIG = {"model": "builtin:tiny", "dataset": "builtin", "step_budget": 2,
                 "per_device_train_batch_size": 2, "max_steps": 5000, "max_completion_length": 48,
                 "max_turn_tokens": 16, "plot_every": 1, "trace_every": 0, "eval_every": 0, "eval_episodes": 0,
                 "comparison_episodes": 2, "compare_base": False, "sft": False}
-POLL_TICK_S = 0.5  # the Train tab's gr.Timer (dashboard.context.POLL_SECONDS)
+POLL_TICK_S = 0.5  # the Train tab's gr.Timer (dashboard.core.context.POLL_SECONDS)
 SETTLE_S = 3.0  # left out at the start of each phase (visitors connecting, or leaving)
 MAX_CALLS = 5000  # per visitor per phase: a bound on the loops whatever the timing
 WARMUP_STEPS = 5
@@ -64,10 +64,11 @@ MARKER = re.compile(r"p(\d+)-e(\d+)-s(\d+)")
 # ------------------------------------------------------------------------------------------- the server
 def serve(port: int, root: Path) -> None:
     """Child process: the dashboard on 127.0.0.1:port, training TRAIN_CONFIG until stdin closes."""
-    from dashboard.access import AccessPolicy
-    from dashboard.app import build_app, launch
-    from dashboard.context import AppContext
-    from dashboard.runner import build_config
+    from dashboard.access.owner import AccessPolicy
+    from dashboard.core.context import AppContext
+    from dashboard.core.runner import build_config
+    from dashboard.page import build_app
+    from dashboard.server import launch
 
     ctx = AppContext.create(runs_root=root / "runs", data_root=root / "data",
                             access=AccessPolicy.from_env("127.0.0.1", env={}))

@@ -3,7 +3,7 @@
 Gradio reads a request's whole body before anything of the app sees it, stores every input value of an event in
 the caller's session before the event's handler runs, and opens a session for any new session hash a request
 names (~230 KB each for this page, before any input). Sessions live until `state_session_capacity` newer ones
-push them out (`dashboard.app.SESSIONS_KEPT`). A 38 MiB table sent to a public event with a new session hash
+push them out (`dashboard.server.SESSIONS_KEPT`). A 38 MiB table sent to a public event with a new session hash
 each time once kept +38 MB a call, for good. So `RequestGuard` answers, before Gradio reads anything:
 
 - `POST .../upload`: 403 (the app takes no files; Gradio's upload route takes them from anyone and serves them
@@ -12,10 +12,10 @@ each time once kept +38 MB a call, for good. So `RequestGuard` answers, before G
   where the bytes received pass the bound (a chunked body);
 - a request body not all received within `SQLENV_APP_BODY_TIMEOUT_S` (10 s), on any route: 408 (a client sending
   a byte at a time held a connection and a coroutine as long as it liked; the same deadline bounds each request
-  head, below any middleware: `dashboard.app.launch`);
+  head, below any middleware: `dashboard.server.launch`);
 - an event call (`/gradio_api/queue/join`, `/run/...`, `/api/...`, `/call/...`, `/component_server`): 413 when
   a session hash is longer than `MAX_SESSION_HASH_CHARS`, its `event_data` larger than `MAX_EVENT_DATA_BYTES`,
-  or one input value larger than its component needs (`dashboard.inputs.input_limit`), naming the input.
+  or one input value larger than its component needs (`dashboard.access.inputs.input_limit`), naming the input.
 
 So a session keeps at most the sum of its inputs' limits (`session_bytes_bound`), and the app at most
 `SESSIONS_KEPT` of them. Refusals close the connection: what is left of a refused body is not read as the next
@@ -32,7 +32,7 @@ from typing import Any
 
 from sqlenv.asgi_body import BodyTooLarge, read_body, replaying
 
-from dashboard.inputs import (MAX_EVENT_DATA_BYTES, MAX_SESSION_HASH_CHARS, MAX_SMALL_INPUT_BYTES, input_limit,
+from dashboard.access.inputs import (MAX_EVENT_DATA_BYTES, MAX_SESSION_HASH_CHARS, MAX_SMALL_INPUT_BYTES, input_limit,
                               oversized_input, python_size)
 
 #: The largest request body on any route (an event's inputs are bounded one by one besides): the Runs table

@@ -7,8 +7,13 @@ is quoted back cut short. Each check raises `InputRefused` with the message the 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
+
+import gradio as gr
+
+from sqlenv.data.datasets import BUILTIN_NAME, list_datasets, prepare_hint
 
 # The sandbox refuses SQL longer than this (SandboxSettings.max_sql_chars); no action argument needs more.
 MAX_ARGUMENT_CHARS = 20_000
@@ -48,8 +53,6 @@ def name(value: Any, label: str) -> str:
 def dataset_source(value: Any, data_root: Path | None) -> str:
     """The dataset to open for a dataset name from the page: `builtin`, or the folder of a dataset prepared
     under the data folder. Paths and unknown names are refused (a visitor reads nothing else on disk)."""
-    from sqlenv.data.datasets import BUILTIN_NAME, list_datasets, prepare_hint
-
     value = name(value, "Dataset")
     if value == BUILTIN_NAME:
         return value
@@ -81,7 +84,7 @@ def run_names(values: Any, limit: int = MAX_OVERLAY_RUNS) -> list[str]:
 # ------------------------------------------------------------------------------ what an event may send
 # Gradio stores every input value of an event in the caller's session (for deep links) before any handler runs,
 # and a session lives until `state_session_capacity` newer ones push it out: a handler's check comes too late to
-# keep a value out of memory. So each value is sized where the request arrives (`dashboard.http_guard`), against
+# keep a value out of memory. So each value is sized where the request arrives (`dashboard.access.http_guard`), against
 # the largest value its component needs, in bytes of the Python objects Gradio would keep (`python_size`).
 # The app's largest inputs: Play's argument (a Textbox: MAX_ARGUMENT_CHARS), the Train form's Advanced JSON (a
 # Code box), and the Runs table, which the page sends with a row selection.
@@ -103,8 +106,6 @@ def text_bytes(chars: int) -> int:
 
 def input_limit(component: Any) -> int:
     """The largest value (bytes of Python objects, see `python_size`) an event may send for `component`."""
-    import gradio as gr
-
     if isinstance(component, gr.Code):
         return text_bytes(MAX_CODE_CHARS)
     if isinstance(component, gr.Textbox):
@@ -118,8 +119,6 @@ def python_size(value: Any, limit: int) -> int:
     """Bytes of the Python objects of a JSON value (strings, numbers, lists, dicts; every object counted where
     it appears), counted until they pass `limit`: the walk stops there, so its cost is bounded by the limit,
     not by the value."""
-    import sys
-
     total, stack = 0, [value]
     while stack and total <= limit:
         item = stack.pop()

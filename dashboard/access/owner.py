@@ -236,7 +236,7 @@ class AccessPolicy:
 
 
 def trusted_proxies_setting(env: Mapping[str, str] | None = None) -> str:
-    """The FORWARDED_ALLOW_IPS the app's server must run with (`dashboard.app.launch` sets it): the operator's
+    """The FORWARDED_ALLOW_IPS the app's server must run with (`dashboard.server.launch` sets it): the operator's
     own value when set, else "" (uvicorn trusts no peer's X-Forwarded-For). Gradio starts uvicorn with its
     default otherwise, 127.0.0.1: a client connecting from this machine (a local proxy, or anything else on it)
     would then choose the address that the login throttle counts, by sending a header."""

@@ -2,7 +2,7 @@
 GRPO when the run played it (its warm start: the SFT model, or the base model), and the trained model; then its
 tables: success and execution accuracy (95% intervals), reward and steps per policy, then per hardness and per
 database. Columns can be added from saved evaluations (`python -m sqlenv eval --out runs/evaluations/<name>`)
-and from other runs, scored on this run's eval questions (`dashboard.compare_columns`)."""
+and from other runs, scored on this run's eval questions (`dashboard.compare.added_columns`)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from dashboard.compare_columns import (SUMMARY_HEADERS, breakdown_frame, columns_for, pair_transcripts,
-                                       source_choices, summary_frame)
-from dashboard.context import AppContext
-from dashboard.inputs import quote
-from dashboard.run_notes import comparison_error, comparison_error_html, kept_html
-from dashboard.transcripts import transcript_html
+from dashboard.access.inputs import quote
+from dashboard.compare.added_columns import columns_for, source_choices
+from dashboard.core.context import AppContext
+from dashboard.core.results import SUMMARY_HEADERS, breakdown_frame, pair_transcripts, summary_frame
+from dashboard.core.run_notes import comparison_error, comparison_error_html, kept_html
+from dashboard.core.transcripts import transcript_html
 
 RANDOM = "random"
 #: More than any comparison plays (a few hundred questions): a list of that many options renders at once.

@@ -22,6 +22,9 @@ import json
 import math
 from typing import Any, Iterable
 
+from dashboard.core.formatting import as_float
+from training.run.schema import GRPO, SFT, TRAINER_PHASES
+
 Figure = dict[str, Any]
 
 # One colour per concept, reused across charts so "eval" or "correctness" always looks the same.
@@ -51,19 +54,10 @@ TOOL_HEALTH_KEYS = (
     ("groups_mixed_success_frac", "mixed-success groups"),
 )
 CHART_HEIGHT = 400
-#: The phases with a panel of their own, in run order, and their step axes' titles.
-PHASE_PANELS = (("sft", "warm start (SFT) step"), ("grpo", "GRPO step"))
-
-
-def as_float(value: Any) -> float | None:
-    """A finite float, or None for anything that is not one (None, NaN, strings, bools)."""
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
+#: The phases with a panel of their own (those that log steps, `training.run.schema`), in run order, and their step
+#: axes' titles.
+STEP_AXIS_TITLES = {SFT: "warm start (SFT) step", GRPO: "GRPO step"}
+PHASE_PANELS = tuple((phase, STEP_AXIS_TITLES[phase]) for phase in TRAINER_PHASES)
 
 
 def series(records: Iterable[dict[str, Any]], key: str, x_key: str = "step",
@@ -226,7 +220,7 @@ def _layout(data: list[dict], title: str, y_title: str, empty_note: str | None =
 
 def plot_data(fig: Figure):
     """The figure as Gradio's plot payload (plotly JSON, no Figure object in between)."""
-    from gradio.components.plot import PlotData
+    from gradio.components.plot import PlotData  # here: the figure builders above need no gradio
 
     return PlotData(type="plotly", plot=json.dumps(fig, allow_nan=False, default=str))
 

@@ -1,13 +1,13 @@
-"""What every tab shares: the training runner, the run cache, where data lives. Built once per app."""
+"""What every tab shares: the training runner, the run cache, where data lives, who may train. Built once per app."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dashboard.access import AccessPolicy, OwnerGate
-from dashboard.run_data import RunCache
-from dashboard.runner import TrainingRunner
+from dashboard.access.owner import AccessPolicy, OwnerGate
+from dashboard.core.run_data import RunCache
+from dashboard.core.runner import TrainingRunner
 
 # The Train tab's gr.Timer interval (seconds). Each tick is a long poll (train_live.LiveUpdates.poll) that answers when the
 # run has news or after LONG_POLL_SECONDS; ticks while one is waiting are skipped in the browser at no cost.
@@ -25,7 +25,7 @@ class AppContext:
     default_config: Path | None = None  # the Train form's starting values (default configs/tiny_cpu.json)
     poll_seconds: float = POLL_SECONDS
     long_poll_seconds: float = LONG_POLL_SECONDS
-    # Who may train (dashboard.access); open unless the environment configures an owner.
+    # Who may train (dashboard.access.owner); open unless the environment configures an owner.
     access: AccessPolicy = field(default_factory=AccessPolicy.from_env)
     hub_repo: str | None = None  # the Runs tab's default "push to the Hub" repo ($SQLENV_HUB_REPO)
     # The owner-only wiring of one built page; build_app sets it (tabs call ctx.owner.owner_event).
@@ -46,28 +46,3 @@ class AppContext:
         runner = TrainingRunner(runs_root)  # the app's one runner: every tab and visitor shares it
         return cls(runner=runner, runs=RunCache(runner.runs_root), data_root=data_root,
                    default_config=default_config, access=access or AccessPolicy.from_env(), hub_repo=hub_repo)
-
-
-def dataset_choices(data_root: Path | None = None) -> list[str]:
-    """`builtin` first, then every dataset prepared under the data folder."""
-    names = ["builtin"]
-    try:
-        from sqlenv.data.datasets import list_datasets
-
-        for info in list_datasets(data_root):
-            if info.name not in names:
-                names.append(info.name)
-    except Exception:  # a broken data folder must not stop the app from serving
-        pass
-    return names
-
-
-def dataset_splits(name: str, data_root: Path | None = None) -> tuple[list[str], str | None]:
-    """(splits, None) or ([], error message)."""
-    try:
-        from sqlenv.data.datasets import resolve_dataset
-
-        info = resolve_dataset(name, data_root)
-        return list(info.splits), None
-    except Exception as exc:
-        return [], str(exc)

@@ -1,21 +1,21 @@
 """The "Policy" chart: how far and how fast GRPO moves the policy, per GRPO step, beside what it buys on validation.
 
 Drawn from the run's records (`metrics.jsonl`, `evals.jsonl`; the keys in `training.run.health`), like the other charts
-of `dashboard.charts` (plain plotly dicts, odd values skipped):
+of `dashboard.core.charts` (plain plotly dicts, odd values skipped):
 
 - right-hand axis, log scale (the three span four decades): the sampled completions' mean token entropy and the KL
   from the policy at GRPO's start (nats/token; the KL only on the steps it was measured), and TRL's grad norm;
 - left-hand axis, from 0: the reward std, the share of groups with mixed success (the groups that teach), and the
   validation success (markers: the held-out panel played greedily at step 0 and every `eval_every` steps).
 
-The status bar (`dashboard.train_status`) says in words what `training.run.health` reads as a collapse in these lines.
+The status bar (`dashboard.train.status`) says in words what `training.run.health` reads as a collapse in these lines.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from dashboard.charts import (COLORS, Figure, hover_template, in_phase, log_ticks, phase_panels_figure, scatter,
+from dashboard.core.charts import (COLORS, Figure, hover_template, in_phase, log_ticks, phase_panels_figure, scatter,
                               step_series)
 from training.run.health import ENTROPY_KEY, KL_KEY, VALIDATION_SPLIT
 

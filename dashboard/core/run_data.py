@@ -1,11 +1,11 @@
-"""Reading run directories for the UI: cached snapshots, progress text, and safe lookups by name.
+"""Reading run directories for the UI: cached snapshots, safe lookups by name, and run files' time stamps.
 
 The pages poll every second; re-parsing every JSONL file on every tick would tax a training run on the same
 cores, so a snapshot is re-read only when one of the run's files changed size or mtime, and then only the
 lines appended since the last read are parsed (run files are append-only; metrics.jsonl gains a line per
 step, and re-reading thousands of lines per step for every watching page was the server's main cost with many
 visitors). What a snapshot holds of metrics.jsonl, evals.jsonl and transcripts.jsonl is bounded whatever their
-length (`dashboard.run_sample.RecordSample`: a spread of the file and its newest records; of transcripts, a
+length (`dashboard.core.run_sample.RecordSample`: a spread of the file and its newest records; of transcripts, a
 summary each, the one shown read from its line when asked): any visitor may open any run, and a 58 MB metrics
 file was once sent whole to each. Names coming from the browser go through `resolve_run`, which refuses anything
 that could leave the runs folder.
@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dashboard.run_sample import RecordSample
+from dashboard.access.inputs import MAX_NAME_CHARS, quote
+from dashboard.core.run_sample import RecordSample
 from training.run.directory import (InvalidRunName, RunDir, default_runs_root, live_status, read_line_at,
                                     redact_secrets, resolve_run)
 from training.run.listing import list_runs
@@ -206,8 +207,6 @@ class RunCache:
 
     def try_snapshot(self, name: str | None) -> tuple[RunSnapshot | None, str | None]:
         """(snapshot, None) or (None, a message saying why the run cannot be shown)."""
-        from dashboard.inputs import MAX_NAME_CHARS, quote
-
         if not name:
             return None, "No run selected."
         if not isinstance(name, str) or len(name) > MAX_NAME_CHARS:  # not echoed back whole
@@ -263,43 +262,3 @@ def parse_time(value: Any) -> dt.datetime | None:
             parsed = parsed.astimezone().replace(tzinfo=None)
         return parsed
     return None
-
-
-def fmt_duration(seconds: float | None) -> str:
-    if seconds is None or seconds < 0:
-        return "–"
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else f"{minutes}m {secs:02d}s"
-
-
-def progress(status: dict[str, Any], now: dt.datetime | None = None,
-             config: dict[str, Any] | None = None) -> dict[str, Any]:
-    """step, total, elapsed and remaining seconds. Remaining, while running: the current phase at its own pace,
-    then the later phases as measured for the run's model and dataset (`dashboard.config_costs`, so the warm start
-    and the evals count); without a measurement, GRPO's steps at their own pace."""
-    now = now or dt.datetime.now()
-    step = status.get("step") if isinstance(status.get("step"), (int, float)) else 0
-    total = status.get("total_steps") if isinstance(status.get("total_steps"), (int, float)) else None
-    started = parse_time(status.get("started_at")) or parse_time(status.get("created_at"))
-    ended = ("completed", "failed", "stopped", "interrupted")
-    finished = parse_time(status.get("finished_at")) if status.get("status") in ended else None
-    if status.get("status") == "interrupted":  # it died after its last heartbeat
-        finished = parse_time(status.get("heartbeat_at"))
-    elapsed = ((finished or now) - started).total_seconds() if started else None
-    remaining = None
-    if status.get("status") == "running":
-        from dashboard.config_costs import remaining_seconds
-
-        phase_started = parse_time(status.get("phase_started_at")) or parse_time(
-            status.get({"sft": "sft_started_at", "grpo": "grpo_started_at"}.get(str(status.get("phase")), "")))
-        in_phase = (now - phase_started).total_seconds() if phase_started else None
-        remaining = remaining_seconds(status, config, in_phase)
-    # Without a measurement: GRPO's steps at their own pace (model loading and SFT are not steps).
-    grpo_started = parse_time(status.get("grpo_started_at")) or started
-    if remaining is None and status.get("status") == "running" and grpo_started is not None and step and total:
-        remaining = (now - grpo_started).total_seconds() / step * max(total - step, 0)
-    elif status.get("status") in ended:
-        remaining = 0.0
-    return {"step": int(step), "total": int(total) if total else None, "elapsed": elapsed, "remaining": remaining}

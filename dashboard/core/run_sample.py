@@ -1,6 +1,6 @@
 """A bounded sample of a growing run file: what the pages keep and chart of a JSONL file of any length.
 
-The run cache (`dashboard.run_data`) kept every record of a run's files and every chart drew every one: an honest
+The run cache (`dashboard.core.run_data`) kept every record of a run's files and every chart drew every one: an honest
 long run that logs each step wrote a 58 MB `metrics.jsonl` of 400,000 lines, and each anonymous Run detail view took
 6 s and a 41.6 MB reply (six at once: 17-26 s each, the app 314 -> 1,065 MB; issue 49, finding 6). A
 `RecordSample` keeps the file's first `head` records and its last `tail` whole, and at most `spread` records spread

@@ -1,6 +1,6 @@
 """The training runner: owns the dashboard's one training run at a time (UI code never touches it).
 
-The app builds one runner (`dashboard.context.AppContext.create`, once per app) and passes it to every tab, so
+The app builds one runner (`dashboard.core.context.AppContext.create`, once per app) and passes it to every tab, so
 every browser tab (and every reload) sees the same active run: the page holds no training state, it asks the
 runner and reads the run directory.
 Training goes through the same entry point as the CLI, `training.train.run_training(config, stop_event,
@@ -32,7 +32,10 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from training.run.directory import FINISHED_STATUSES, RunDir, default_runs_root, new_run_id, now_iso
+from training.config import TrainConfig
+from training.plan import check_config
+from training.run.directory import (FINISHED_STATUSES, RESUMABLE_STATUSES, RunDir, default_runs_root, new_run_id,
+                                    now_iso, resolve_run)
 
 
 class RunnerBusy(RuntimeError):
@@ -48,8 +51,6 @@ class ConfigInvalid(ValueError):
 
 
 def _config_fields() -> list[str]:
-    from training.config import TrainConfig
-
     return [f.name for f in dataclasses.fields(TrainConfig)]
 
 
@@ -59,9 +60,6 @@ def build_config(values: dict[str, Any]) -> Any:
     TrainConfig checks the values at construction and `training.plan.check_config` what they name (the dataset on
     disk, TRL's own checks, trackers), so their message is what the user sees; we only work out which field it is
     about (the first form field named in the message) so the UI can point at it."""
-    from training.config import TrainConfig
-    from training.plan import check_config
-
     known = set(_config_fields())
     unknown = [k for k in values if k not in known]
     if unknown:
@@ -155,8 +153,6 @@ class TrainingRunner:
         """Continue a stopped, failed or interrupted run (by id, under `runs_root`) from its last checkpoint, in a
         training process like `start` (`training.train.resume_training`). Raises RunnerBusy when a run is training, ValueError
         when the run cannot be resumed (completed, still running, unknown)."""
-        from training.run.directory import RESUMABLE_STATUSES, resolve_run
-
         self._wait_for_an_ended_run()
         with self._lock:
             self._refuse_if_busy("resuming")
@@ -226,7 +222,7 @@ class TrainingRunner:
             if self._train_fn is None:
                 self._run_child(config, run)
             elif config is None:  # (an injected entry point trains in this process; a resume too)
-                from training.train import resume_training
+                from training.train import resume_training  # here, not at the top: it loads torch
 
                 resume_training(run.path, stop_event=self._stop, listener=self._listener)
             else:
@@ -339,6 +335,7 @@ def _train_in_child(config: Any, run_path: Path, stop_event: Any, events: Any,
         events.put((event, payload))
 
     try:
+        # Imported in the child only: the app's own process never loads torch.
         from training.train import resume_training, run_training
 
         if config is None:

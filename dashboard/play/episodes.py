@@ -29,6 +29,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from dashboard.core.formatting import duration_words
 from sqlenv.sandbox.native_memory import fix_mmap_threshold, malloc_trim
 
 MAX_EPISODES_ENV = "SQLENV_PLAY_MAX_EPISODES"
@@ -164,7 +165,8 @@ class PlayEpisodes:
         held = [e for h, e in self._episodes.items() if h != replaces]
         own = sum(e.client == client for e in held)
         if len(held) >= self.capacity:
-            why = f"Play is full: {self.capacity} episodes are open, each played within {_minutes(self.idle_s)}."
+            why = (f"Play is full: {self.capacity} episodes are open, each played within "
+                   f"{duration_words(self.idle_s)}.")
         elif own >= self.per_client:
             why = f"You already have {own} episodes open (from this page or others at your address)."
         elif own and len(held) >= self.shared_room:
@@ -175,8 +177,8 @@ class PlayEpisodes:
         yours = "close one of yours or " if own else ""
         first = min(e.used for e in held) + self.idle_s - self.clock() if held else 0.0
         return (f"{why} No one's episode is closed for yours: {yours}try again later (an episode closes after "
-                f"{_minutes(self.idle_s)} without a step, or when its page is closed: the least recently played one "
-                f"open now within {_minutes(max(0.0, first))}).")
+                f"{duration_words(self.idle_s)} without a step, or when its page is closed: the least recently "
+                f"played one open now within {duration_words(max(0.0, first))}).")
 
     def take(self, handle: Any) -> Episode | None:
         """The open episode `handle` names, marked busy for one step (give it back with `give_back`); None when
@@ -239,11 +241,6 @@ class PlayEpisodes:
                 freed = True
         if freed and _TRIM is not None:
             _TRIM(0)  # give what the environments held back to the system (a few ms)
-
-
-def _minutes(seconds: float) -> str:
-    minutes = max(1, round(seconds / 60))
-    return f"{minutes} minute{'s' if minutes != 1 else ''}" if seconds >= 60 else f"{max(1, round(seconds))} s"
 
 
 class ClientSlots:

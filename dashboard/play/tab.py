@@ -1,12 +1,12 @@
 """Play tab: a person plays one episode by hand.
 
 Each browser session plays its own `SQLEnvironment`, so two people playing at once never see each other's
-episode. The app keeps the environments in one `dashboard.play_episodes.PlayEpisodes` (the session's `gr.State`
+episode. The app keeps the environments in one `dashboard.play.episodes.PlayEpisodes` (the session's `gr.State`
 holds only a handle), bounded in all and per client; an episode closes after `SQLENV_PLAY_IDLE_S` seconds without
 a step (Gradio expires the state) or when its page is closed (unload), never for another visitor's: one more than
 there is room for is refused (`PlayFull`), before anything is opened for it. Each client runs at most
 `STEPS_PER_CLIENT` Play events at once (`ClientSlots`), and Play's events share no other concurrency limit.
-Anyone may play: dataset names, splits, question ids and arguments are checked (dashboard.inputs) before
+Anyone may play: dataset names, splits, question ids and arguments are checked (dashboard.access.inputs) before
 anything is opened or run.
 """
 
@@ -16,10 +16,15 @@ from typing import Any
 
 import gradio as gr
 
-from dashboard import inputs as checked
-from dashboard.context import AppContext, dataset_choices, dataset_splits
-from dashboard.play_episodes import ClientSlots, EpisodeBusy, PlayEpisodes, PlayFull, close_env, limits_from_env
-from dashboard.transcripts import esc, format_gold, layers_html, steps_table, transcript_html, verdict_badge
+from dashboard.access import inputs as checked
+from dashboard.core.context import AppContext
+from dashboard.core.datasets import dataset_choices, dataset_splits
+from dashboard.core.formatting import duration_words
+from dashboard.core.transcripts import esc, format_gold, layers_html, steps_table, transcript_html, verdict_badge
+from dashboard.play.episodes import ClientSlots, EpisodeBusy, PlayEpisodes, PlayFull, close_env, limits_from_env
+from sqlenv.data.datasets import resolve_dataset
+from sqlenv.environment import SQLEnvironment
+from sqlenv.types import SQLAction
 
 RANDOM = "random"
 ACTIONS = ["DESCRIBE", "SAMPLE", "QUERY", "ANSWER"]
@@ -35,10 +40,6 @@ def _handle(state: Any) -> Any:
     return state.get("episode") if isinstance(state, dict) else None
 
 
-def _duration(seconds: float) -> str:
-    return f"{seconds / 60:g} minutes" if seconds >= 120 else f"{seconds:g} s"
-
-
 def refused(exc: Any) -> str:
     return f'<div class="sqe-err-box" id="play-refused">{esc(exc)}</div>'
 
@@ -49,8 +50,6 @@ def full_html(why: Any) -> str:
 
 def question_choices(name: str, split: str, data_root) -> tuple[list, str | None]:
     try:
-        from sqlenv.data.datasets import resolve_dataset
-
         source = checked.dataset_source(name, data_root)
         questions = resolve_dataset(source, data_root).load(checked.name(split, "Split"))
     except Exception as exc:
@@ -133,7 +132,7 @@ def build(ctx: AppContext) -> dict[str, Any]:
     slots = ClientSlots()
     closed_html = (
         '<div class="sqe-err-box" id="play-closed">No episode is open: press <b>New episode</b> to start one. '
-        f"(An episode closes after {_duration(episodes.idle_s)} without a step, or when its page is closed.)</div>")
+        f"(An episode closes after {duration_words(episodes.idle_s)} without a step, or when its page is closed.)</div>")
     busy_html = '<div class="sqe-err-box">Your last step is still running: wait for its result.</div>'
     slots_html = (f'<div class="sqe-err-box" id="play-slots">You already have {slots.per_client} Play steps running '
                   "(from this page or others at your address): wait for one of them to finish.</div>")
@@ -194,9 +193,6 @@ def build(ctx: AppContext) -> dict[str, Any]:
             return current, gr.skip(), busy_html, gr.skip()
         env, reuse, why = None, False, None
         try:
-            from sqlenv.data.datasets import resolve_dataset
-            from sqlenv.environment import SQLEnvironment
-
             questions = resolve_dataset(source, ctx.data_root).questions_path(split)
             key = (source, split, int(step_budget or 15), questions.stat().st_mtime_ns)
             # The same dataset, split and budget as this session's last episode: reset its environment again.
@@ -245,8 +241,6 @@ def build(ctx: AppContext) -> dict[str, Any]:
             if env.state.done and env.last_observation is not None:  # in the page's words, not the API's
                 obs = env.last_observation.refusal("This episode is over: press New episode to start another.")
                 return current, episode_header(env), observation_html(env, obs), gr.skip()
-            from sqlenv.types import SQLAction
-
             obs = env.step(SQLAction(action_type=kind, argument=arg))
             transcript = env.transcript(policy="human")
             return (

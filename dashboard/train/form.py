@@ -2,7 +2,7 @@
 values become the `TrainConfig` values Start sends (`start_values`); picking a model refills the form with that
 model's config (`TrainForm.wire_fill`).
 
-The form holds no run state: Start and Stop are wired by the tab (`dashboard.train_tab`), which owns the runner.
+The form holds no run state: Start and Stop are wired by the tab (`dashboard.train.tab`), which owns the runner.
 """
 
 from __future__ import annotations
@@ -15,11 +15,14 @@ from typing import Any
 
 import gradio as gr
 
-from dashboard.config_costs import cost_html
-from dashboard.context import AppContext, dataset_choices, dataset_splits
-from dashboard.gpu import has_gpu
-from dashboard.model_picker import DEFAULT_CONFIG_FILE, default_values, model_choices, model_help, picked_config
-from dashboard.runner import ConfigInvalid
+from dashboard.core.context import AppContext
+from dashboard.core.datasets import dataset_choices, dataset_splits
+from dashboard.core.paths import DEFAULT_CONFIG_FILE
+from dashboard.core.runner import ConfigInvalid
+from dashboard.train.cost_line import cost_html
+from dashboard.train.gpu import has_gpu
+from dashboard.train.model_picker import default_values, model_choices, model_help, picked_config
+from training.config import TrainConfig
 
 __all__ = ["FORM_FIELDS", "TrainForm", "build_form", "form_fields", "form_to_config_values", "advanced_values",
            "start_values", "warm_start_hint", "form_message"]
@@ -57,12 +60,7 @@ def warm_start_hint(model: str | None, section: Any) -> str:
 
 def form_fields() -> list[tuple[str, str, str, str]]:
     """FORM_FIELDS that TrainConfig actually has (so the form never sends a field it does not know)."""
-    try:
-        from training.config import TrainConfig
-
-        known = {f.name for f in dataclasses.fields(TrainConfig)}
-    except Exception:
-        return FORM_FIELDS
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
     return [f for f in FORM_FIELDS if f[0] in known]
 
 
@@ -153,14 +151,8 @@ def start_values(base_file: Path | None, form: dict[str, Any], advanced: dict[st
         advanced: the LoRA fields and the JSON box (`advanced_values`), applied last.
         data_root: the app's data folder (`--data-dir`), the one its dataset list comes from.
     """
-    base = default_values(base_file)
-    try:
-        from training.config import TrainConfig
-
-        known = {f.name for f in dataclasses.fields(TrainConfig)}
-        base = {k: v for k, v in base.items() if k in known}
-    except Exception:
-        pass
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    base = {k: v for k, v in default_values(base_file).items() if k in known}
     base.pop("output_dir", None)
     base.pop("run_id", None)
     # Datasets are listed from the app's data folder (--data-dir): validate and train from the same one.

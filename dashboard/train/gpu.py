@@ -1,6 +1,6 @@
 """The GPU line of the Train tab's status bar: memory and utilisation while a run trains on a GPU (none on CPU).
 
-Training runs in a child process (`dashboard.runner`), so the figures come from the run itself: its heartbeat
+Training runs in a child process (`dashboard.core.runner`), so the figures come from the run itself: its heartbeat
 stores `training.gpu.gpu_readout()` in status.json every few seconds (`status["gpu"]`), and the bar shows them.
 """
 

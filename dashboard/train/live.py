@@ -13,13 +13,13 @@ from typing import Any
 
 import gradio as gr
 
-from dashboard import charts
-from dashboard.context import AppContext
-from dashboard.live_plot import LivePlot, live_value
-from dashboard.policy_chart import policy_figure
-from dashboard.run_data import RunSnapshot
-from dashboard.train_status import status_html
-from dashboard.transcripts import transcript_html
+from dashboard.core import charts
+from dashboard.core.context import AppContext
+from dashboard.core.policy_chart import policy_figure
+from dashboard.core.run_data import RunSnapshot
+from dashboard.core.transcripts import transcript_html
+from dashboard.train.live_plot import LivePlot, live_value
+from dashboard.train.status import status_html
 
 __all__ = ["LiveView", "LiveUpdates", "build_live_view", "FILE_CHECK_S", "MIN_UPDATE_S"]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from dashboard.charts import CHART_HEIGHT, Figure
+from dashboard.core.charts import CHART_HEIGHT, Figure
 
 
 def plotly_js_path() -> Path | None:

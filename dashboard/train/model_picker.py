@@ -15,15 +15,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dashboard.context import dataset_choices
-from dashboard.gpu import has_gpu
+from dashboard.core.datasets import dataset_choices
+from dashboard.core.paths import CONFIGS_DIR, DEFAULT_CONFIG_FILE
+from dashboard.train.gpu import has_gpu
+from training.config import TrainConfig
+from training.models.gguf import PACKAGED_MODELS
 
-__all__ = ["CONFIGS_DIR", "DEFAULT_CONFIG_FILE", "PickerModel", "PICKER_MODELS", "HUB_LABELS", "default_values",
+__all__ = ["PickerModel", "PICKER_MODELS", "HUB_LABELS", "default_values",
            "offered_models", "picker_entry", "run_device", "model_choices", "model_help", "model_config_file",
            "picked_config"]
-
-CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
-DEFAULT_CONFIG_FILE = CONFIGS_DIR / "tiny_cpu.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,13 +67,11 @@ def default_values(config_file: Path | None = None) -> dict[str, Any]:
     config's flat warm-start keys read into the `sft` section)."""
     path = Path(config_file or DEFAULT_CONFIG_FILE)
     try:
-        from training.config import TrainConfig
-
         try:
             return TrainConfig.from_json(path).to_dict()
         except ValueError:  # an invalid file: the defaults, and the file's own values where they read
             values = TrainConfig().to_dict()
-    except Exception:  # the training package is missing or broken: the file as it is
+    except Exception:  # TrainConfig cannot be built on this installation: the file as it is
         values = {}
     try:
         values.update(json.loads(path.read_text()))
@@ -85,8 +83,6 @@ def default_values(config_file: Path | None = None) -> dict[str, Any]:
 def offered_models() -> list[tuple[str, str, PickerModel]]:
     """(value, short name, picker entry) of each model the picker offers on this installation: a packaged model
     when its package is installed, else its Hub id (`PackagedModel.hub_id`, named `HUB_LABELS`), else nothing."""
-    from training.models.gguf import PACKAGED_MODELS
-
     offered = []
     for entry in PICKER_MODELS:
         value, short = entry.name, entry.name
@@ -101,8 +97,6 @@ def offered_models() -> list[tuple[str, str, PickerModel]]:
 
 def picker_entry(model: str | None) -> PickerModel | None:
     """The picker entry of a model field's value (a packaged model's Hub id finds the packaged model's entry)."""
-    from training.models.gguf import PACKAGED_MODELS
-
     for entry in PICKER_MODELS:
         packaged = PACKAGED_MODELS.get(entry.name)
         if model == entry.name or (packaged is not None and packaged.hub_id and model == packaged.hub_id):

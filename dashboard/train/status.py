@@ -11,9 +11,12 @@ import datetime as dt
 import html
 from typing import Any
 
-from dashboard import charts
-from dashboard.gpu import readout_html
-from dashboard.run_data import RunSnapshot, fmt_duration, progress
+from dashboard.core import charts
+from dashboard.core.formatting import duration
+from dashboard.core.progress import PHASE_ORDER, progress, remaining_parts
+from dashboard.core.run_data import RunSnapshot, parse_time
+from dashboard.train.gpu import readout_html
+from training.run.health import collapse_signs
 
 __all__ = ["PHASE_LABELS", "ENDED", "planned_phases", "phase_slot", "ended_in", "phase_strip_html", "remaining_text",
            "health_html", "status_html"]
@@ -30,8 +33,6 @@ def planned_phases(status: dict[str, Any] | None, current: str | None = None) ->
     (`phases` in status.json, written by `training.phases.planned_phases` when it starts; none before, nor in runs
     older than it); the `current` phase is always among them (a run whose plan reads otherwise still shows where
     it is)."""
-    from dashboard.config_costs import PHASE_ORDER
-
     recorded = (status or {}).get("phases")
     phases = []
     for phase in recorded if isinstance(recorded, list) else []:
@@ -94,9 +95,6 @@ def phase_strip_html(phases: list[tuple[str, str]], status: dict[str, Any], stat
 def remaining_text(snap: RunSnapshot, phases: list[tuple[str, str]], now: float | None = None) -> str:
     """The status bar's remaining time: the whole run's when this config's phases were measured, else what the
     current phase has left at its own pace and how many phases come after it (their time is not known yet)."""
-    from dashboard.config_costs import remaining_parts
-    from dashboard.run_data import parse_time
-
     status, state = snap.status, snap.state
     if state in ("stopped", "failed", "interrupted"):
         return "— (ended)"
@@ -120,18 +118,16 @@ def remaining_text(snap: RunSnapshot, phases: list[tuple[str, str]], now: float 
             return "estimating from this phase's first steps…"
         return f"not timed for this config (this phase{', ' + more if more else ''})"
     if parts["measured"]:
-        return f"{fmt_duration(parts['current'] + parts['later'])} (this phase {fmt_duration(parts['current'])})"
+        return f"{duration(parts['current'] + parts['later'])} (this phase {duration(parts['current'])})"
     if not later:
-        return fmt_duration(parts["current"])
-    return f"{fmt_duration(parts['current'])} in this phase, {more} not timed for this config"
+        return duration(parts["current"])
+    return f"{duration(parts['current'])} in this phase, {more} not timed for this config"
 
 
 def health_html(snap: RunSnapshot) -> str:
     """What the status bar warns of, in words: the signs of a collapse that `training.run.health` reads in the run's
     records (`#train-health`, its `data-signs` the rules that fired), and the newest periodic eval that failed
     (`#train-eval-error`: a crashed eval is not a 0% one). "" when there is nothing to say."""
-    from training.run.health import collapse_signs
-
     parts = []
     signs = collapse_signs(snap.metrics, snap.evals)
     if signs:
@@ -206,7 +202,7 @@ def status_html(snap: RunSnapshot | None, note: str | None, runner_error: str | 
         f'<span class="sqe-muted">{html.escape(" · ".join(str(v) for v in parts if v))}</span></div>'
         f"{phase_strip_html(phases, status, state)}"
         f'<div class="sqe-progress"><div style="width:{pct:.1f}%"></div></div>'
-        f'<div class="sqe-progress-text" id="train-progress-text">{doing} · elapsed {fmt_duration(p["elapsed"])}'
+        f'<div class="sqe-progress-text" id="train-progress-text">{doing} · elapsed {duration(p["elapsed"])}'
         f' · remaining {remaining_text(snap, phases)}</div>'
         f"{health_html(snap)}{gpu}{err}</div>"
     )

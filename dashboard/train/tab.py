@@ -1,5 +1,5 @@
-"""Train tab: the config form (`dashboard.train_form`) beside the live status, charts and latest trace
-(`dashboard.train_live`, its status bar from `dashboard.train_status`); this module lays them out and wires Start,
+"""Train tab: the config form (`dashboard.train.form`) beside the live status, charts and latest trace
+(`dashboard.train.live`, its status bar from `dashboard.train.status`); this module lays them out and wires Start,
 Stop and the long poll to the runner.
 
 The page holds no training state: every poll asks the runner which run is current and reads that run's
@@ -13,10 +13,10 @@ from typing import Any
 
 import gradio as gr
 
-from dashboard.context import AppContext
-from dashboard.runner import ConfigInvalid, RunnerBusy, build_config
-from dashboard.train_form import build_form, form_message
-from dashboard.train_live import LiveUpdates, build_live_view
+from dashboard.core.context import AppContext
+from dashboard.core.runner import ConfigInvalid, RunnerBusy, build_config
+from dashboard.train.form import build_form, form_message
+from dashboard.train.live import LiveUpdates, build_live_view
 
 __all__ = ["build"]
 
@@ -55,7 +55,7 @@ def build(ctx: AppContext) -> dict[str, Any]:
     def stop(last_seen):
         return (form_message("ok", html.escape(ctx.runner.stop())), *refresh(last_seen))
 
-    # Owner-only (dashboard.access): the server checks the caller on every call; visitors see them greyed out.
+    # Owner-only (dashboard.access.owner): the server checks the caller on every call; visitors see them greyed out.
     owner = ctx.owner
     owner.control(form.start_btn, form.stop_btn, *form.inputs, *form.advanced)
     owner.owner_event(form.start_btn.click, start, inputs=[*form.inputs, *form.advanced, seen],

@@ -9,9 +9,10 @@ import re
 import pytest
 
 from app_server import serve  # tests/, the root conftest's folder, is on sys.path
-from dashboard.config_costs import MEASURED_FILE, cost_html, measured
-from dashboard.gpu import has_gpu
-from dashboard.model_picker import model_choices, model_config_file, model_help
+from dashboard.core.measured import MEASURED_FILE, measured
+from dashboard.train.cost_line import cost_html
+from dashboard.train.gpu import has_gpu
+from dashboard.train.model_picker import model_choices, model_config_file, model_help
 from training.config import TrainConfig
 from training.models.gguf import PACKAGED_MODELS
 
