@@ -1,7 +1,7 @@
 """An HTTP request's body read by an ASGI middleware before the app sees it: bounded in bytes and in time, then
 handed on as if unread.
 
-The OpenEnv server (`sqlenv.server.app`) and the dashboard (`dashboard.http_guard`) both check a body before the
+The OpenEnv server (`sqlenv.server.app`) and the dashboard (`dashboard.access.http_guard`) both check a body before the
 app behind them reads it. Each bound is at its cause: a body over `max_bytes` stops being read where it passes the
 bound, and one that has not all arrived within `timeout_s` (a client sending a byte at a time holds a connection
 and a coroutine for as long as it likes) stops being waited for.

@@ -21,7 +21,7 @@ held at 65 s, and 20,000 filled the process's descriptors, so honest GETs were r
   server bounds those by its session caps and its WebSocket protocol (`sqlenv.server.websocket_guard`,
   `sqlenv.server.connections.websocket_protocol`), and the dashboard's page talks over HTTP (SSE), not WebSockets.
 
-Used by the OpenEnv server (`sqlenv.server.app.serve`: the deadline) and the dashboard (`dashboard.app.launch`: the
+Used by the OpenEnv server (`sqlenv.server.app.serve`: the deadline) and the dashboard (`dashboard.server.launch`: the
 deadline and the bounds). No import outside the standard library but uvicorn's, inside `http_protocol`.
 """
 
