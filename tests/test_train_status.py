@@ -69,6 +69,17 @@ def test_the_phases_of_a_run_are_listed_with_their_sizes(tmp_path):
     assert planned_phases({}, "starting") == []
 
 
+def test_every_phase_of_the_run_record_has_a_label_a_place_in_the_order_and_the_step_phases_a_panel():
+    """The dashboard takes the phases and their order from `training.run.schema`: a phase added there is shown."""
+    from dashboard.core.progress import PHASE_ORDER
+    from dashboard.train.status import PHASE_LABELS
+    from training.run.schema import PHASES, TRAINER_PHASES
+
+    assert PHASE_ORDER == list(PHASES)
+    assert set(PHASES) <= set(PHASE_LABELS)
+    assert [phase for phase, _ in charts.PHASE_PANELS] == list(TRAINER_PHASES)
+
+
 def test_the_status_bar_names_the_warm_start_not_grpo_step_0(tmp_path):
     run = _run(tmp_path, phase="sft", phase_step=1200, phase_total=5000, sft_started_at=now_iso())
     bar = _bar(tmp_path)

@@ -17,14 +17,16 @@ from dashboard.core.progress import PHASE_ORDER, progress, remaining_parts
 from dashboard.core.run_data import RunSnapshot, parse_time
 from dashboard.train.gpu import readout_html
 from training.run.health import collapse_signs
+from training.run.schema import BASE_EVAL, COMPARISON, GRPO, LOADING_MODEL, SAVING, SFT, ZERO_SHOT_EVAL
 
 __all__ = ["PHASE_LABELS", "ENDED", "planned_phases", "phase_slot", "ended_in", "phase_strip_html", "remaining_text",
            "health_html", "status_html"]
 
-#: What the status bar calls each `phase` of status.json (training.phases; "saving" ends GRPO).
-PHASE_LABELS = {"queued": "queued", "starting": "starting", "loading model": "loading the model",
-                "zero-shot eval": "zero-shot eval", "sft": "warm start (SFT)", "base eval": "base eval",
-                "grpo": "GRPO", "saving": "saving the model", "comparison": "final eval", "done": "done"}
+#: What the status bar calls each `phase` of status.json: the run's phases (`training.run.schema`; "saving" ends
+#: GRPO), and the states around them.
+PHASE_LABELS = {"queued": "queued", "starting": "starting", LOADING_MODEL: "loading the model",
+                ZERO_SHOT_EVAL: "zero-shot eval", SFT: "warm start (SFT)", BASE_EVAL: "base eval", GRPO: "GRPO",
+                SAVING: "saving the model", COMPARISON: "final eval", "done": "done"}
 ENDED = ("completed", "stopped", "failed", "interrupted")
 
 
