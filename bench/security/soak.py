@@ -21,7 +21,10 @@ neither ever read (`no-read`), uploads and 1 MB steps to OpenEnv's web routes un
 of 1 MiB and 16 MiB of `{}`s (`many-values`); and issue 49's: silent WebSockets on OpenEnv's `/mcp` and one sending
 1 MiB of `{}`s there (`mcp-silent`), a client sending pings and reading nothing (`ping-flood`), four more addresses
 each opening 16 sessions that reset once and fall silent while a new address asks for one (`few-addresses`; the
-coroutines are `bench/security/websocket_holds.py`'s). `--web` starts the server as the Dockerfile does, with its
+coroutines are `bench/security/websocket_holds.py`'s); and issue 59's: a client that begins a message and sends empty
+continuation frames (`continuation-flood`), one sending a 1 MB message in 1-byte fragments (`fragments`), one address
+opening 64 sessions each naming another in `X-Forwarded-For` (`forwarded-for`; the coroutines are
+`bench/security/frame_floods.py`'s). `--web` starts the server as the Dockerfile does, with its
 page. The hostile sessions connect from 127.0.0.2 (`few-addresses` from 127.0.0.21-24 too), the honest ones from
 127.0.0.1, so the server's per-client limit holds the attackers to their share. A watcher asks `/health` every 0.25 s (its longest wait is a figure) and samples the
 server's RSS.
@@ -33,7 +36,8 @@ opened over HTTP, a half-sent request's connection kept past the request timeout
 whole, a never-reset WebSocket kept past the reset timeout + 5 s, a UI socket accepted, an upload or a step taken
 under `/web`, a message of `{}`s parsed and answered, an `/mcp` socket kept past the reset timeout + 5 s, more than
 32 MiB of pings read from a client that reads nothing, a new address refused while four others hold their
-sessions (when 32 or more were free before them): must be 0), max_step_s (the longest reply to a
+sessions (when 32 or more were free before them), a flood of fragments kept unread instead of ended, more than 16
+sessions from one address naming others in `X-Forwarded-For`: must be 0), max_step_s (the longest reply to a
 step or `state`, honest or hostile, measured by the client: must be <= the 5 s limit + 1 s), max_honest_step_s and
 max_health_s (the longest an honest step and `/health` waited: must be <= 1 s, whatever the hostile sessions do),
 health_failures, sessions_leaked (open after every client left), rss_growth_mb (server RSS at rest after the soak
@@ -80,6 +84,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from serverproc import ServerProcess  # noqa: E402
 from sql_shapes import row_of  # noqa: E402
 
+from frame_floods import flood_attack, forwarded_attack  # noqa: E402
 from websocket_holds import few_addresses, mcp_silent, ping_flood_attack  # noqa: E402
 
 from sqlenv.data.datasets import load_questions, resolve_dataset  # noqa: E402
@@ -172,7 +177,9 @@ HALF_SENT = [b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ", b"",
 ROUND_SHAPES = {"http-create": 0.05, "half-sent": 0.02, "never-reset": 0.03, "huge-id": 0.02, "distinct-ex": 0.05,
                 "fence-answer": 0.04, "no-read": 0.02, "web-routes": 0.02, "many-values": 0.03,
                 "statement-fill": 0.03, "prepare-ex": 0.03, "mcp-silent": 0.02, "ping-flood": 0.01,
-                "few-addresses": 0.01}
+                "few-addresses": 0.01, "continuation-flood": 0.01, "fragments": 0.01, "forwarded-for": 0.01}
+#: Where `forwarded-for` connects from: an address of its own, so its share is not the other attacks'.
+FORWARDED_ADDRESS = "127.0.0.31"
 SESSION_ACTIONS = {"costly-sql": 0.6 * 14 / 16, "trim-glob": 0.6 * 2 / 16, "garbage": 0.3, "idle": 0.1,
                    "wide-rows": 0.05}
 SHAPES = [*ROUND_SHAPES, *SESSION_ACTIONS, "abort"]
@@ -417,6 +424,15 @@ async def hostile(url: str, port: int, index: int, deadline: float, budget: "Bud
             if attack == "few-addresses":  # four addresses at their share, and a newcomer
                 with tally.doing(attack):
                     await few_addresses(port, f"127.0.1.{index % 250 + 1}", rng.uniform(1.0, 5.0), tally)
+                continue
+            if attack in ("continuation-flood", "fragments"):  # frames that complete no message (issue 59)
+                with tally.doing(attack):
+                    await flood_attack(port, HOSTILE_ADDRESS, "continuation" if attack == "continuation-flood"
+                                       else "fragments", rng.uniform(1.0, 5.0), tally)
+                continue
+            if attack == "forwarded-for":  # 64 sessions from one address naming 64 others (issue 59)
+                with tally.doing(attack):
+                    await forwarded_attack(port, FORWARDED_ADDRESS, rng.uniform(1.0, 5.0), tally)
                 continue
             if attack == "web-routes":  # an upload and a 1 MB step to OpenEnv's web routes: not served
                 boundary = f"soak{rng.getrandbits(64):x}"
