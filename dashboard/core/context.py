@@ -9,8 +9,9 @@ from dashboard.access.owner import AccessPolicy, OwnerGate
 from dashboard.core.run_data import RunCache
 from dashboard.core.runner import TrainingRunner
 
-# The Train tab's gr.Timer interval (seconds). Each tick is a long poll (train_live.LiveUpdates.poll) that answers when the
-# run has news or after LONG_POLL_SECONDS; ticks while one is waiting are skipped in the browser at no cost.
+# The Train tab's gr.Timer interval (seconds). Each tick is a long poll (`dashboard.train.live.LiveUpdates.poll`) that
+# answers when the run has news or after LONG_POLL_SECONDS; ticks while one is waiting are skipped in the browser at no
+# cost.
 # So this bounds the gap between one answer and the next poll (part of the "logged -> plotted" latency), and
 # LONG_POLL_SECONDS is how often an idle page updates its status bar's clock.
 POLL_SECONDS = 0.5

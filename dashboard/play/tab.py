@@ -132,7 +132,8 @@ def build(ctx: AppContext) -> dict[str, Any]:
     slots = ClientSlots()
     closed_html = (
         '<div class="sqe-err-box" id="play-closed">No episode is open: press <b>New episode</b> to start one. '
-        f"(An episode closes after {duration_words(episodes.idle_s)} without a step, or when its page is closed.)</div>")
+        f"(An episode closes after {duration_words(episodes.idle_s)} without a step, or when its page is "
+        "closed.)</div>")
     busy_html = '<div class="sqe-err-box">Your last step is still running: wait for its result.</div>'
     slots_html = (f'<div class="sqe-err-box" id="play-slots">You already have {slots.per_client} Play steps running '
                   "(from this page or others at your address): wait for one of them to finish.</div>")
