@@ -2,9 +2,9 @@
 
 `sqlenv.environment.SQLEnvironment` (in-process) and `sqlenv.server.remote.RemoteSQLEnvironment` (one session on
 a SQLEnv server) implement it; `sqlenv.checker.check_env` verifies an implementation plays by it. The adapters
-around an environment — the OpenEnv server's (`sqlenv.server.environment`), TRL's (`training.grpo.trl_env`), the
-evaluation loop — use only what is written here, so any of them runs on either environment, and none reaches
-into an environment's private state:
+around an environment — the OpenEnv server's (`sqlenv.server.environment`), TRL's
+(`training.environment.trl_env`), the evaluation loop — use only what is written here, so any of them runs on
+either environment, and none reaches into an environment's private state:
 
     def play(env: Environment, policy) -> dict:               # e.g. a sqlenv.evaluation.policies.OraclePolicy
         obs = env.reset(seed=3, step_budget=10, episode_id="run-7/ep-1")

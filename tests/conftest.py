@@ -15,7 +15,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # Under pytest-xdist three workers share two cores, so a torch process that splits its ops over 2 threads waits for a
 # core another worker holds: SmolLM2's three decoder plays took 19 CPU-seconds at 1 thread and 60 s at 2 beside one
 # busy core. Workers, and the processes they start, take 1 thread unless they choose their own (a training run
-# resolves its own: `training.plan.resolve_cpu_threads`; the benches take `--threads`). Before torch loads.
+# resolves its own: `training.device.resolve_cpu_threads`; the benches take `--threads`). Before torch loads.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 REPO_ROOT = Path(__file__).resolve().parent.parent

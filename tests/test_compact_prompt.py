@@ -96,7 +96,7 @@ def test_every_path_starts_with_the_same_compact_prompt(tiny, tmp_path):
     from training.generation.chat import ChatRenderer
     from training.generation.model_policy import ModelPolicy, play_model_episodes
     from training.grpo.rollout import QUESTION_ID_KEY, rollout_rows
-    from training.plan import EpisodeSource
+    from training.environment.source import EpisodeSource
     from training.warm_start import teacher_conversations
 
     model, tokenizer = tiny

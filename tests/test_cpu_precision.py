@@ -17,7 +17,7 @@ AVX2_CPU = "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 avx a
 
 
 def test_the_probe_reads_the_bf16_matrix_units_from_the_cpu_flags(monkeypatch):
-    from training.plan import CPU_BF16_ENV, cpu_has_bf16_units
+    from training.device import CPU_BF16_ENV, cpu_has_bf16_units
 
     monkeypatch.delenv(CPU_BF16_ENV, raising=False)
     assert cpu_has_bf16_units(AMX_CPU) and cpu_has_bf16_units(ZEN4_CPU)
@@ -29,7 +29,7 @@ def test_the_probe_reads_the_bf16_matrix_units_from_the_cpu_flags(monkeypatch):
 
 @pytest.mark.parametrize("forced, expected", [("1", "bf16"), ("0", "fp32")])
 def test_auto_precision_on_a_cpu_follows_the_probe(monkeypatch, forced, expected):
-    from training.plan import CPU_BF16_ENV, cpu_has_bf16_units, resolve_precision
+    from training.device import CPU_BF16_ENV, cpu_has_bf16_units, resolve_precision
 
     monkeypatch.setenv(CPU_BF16_ENV, forced)
     assert cpu_has_bf16_units(AVX2_CPU if forced == "1" else AMX_CPU) is (forced == "1")  # the setting wins
@@ -39,7 +39,7 @@ def test_auto_precision_on_a_cpu_follows_the_probe(monkeypatch, forced, expected
 
 
 def test_a_bad_probe_setting_is_an_error_that_names_it(monkeypatch):
-    from training.plan import CPU_BF16_ENV, cpu_has_bf16_units
+    from training.device import CPU_BF16_ENV, cpu_has_bf16_units
 
     monkeypatch.setenv(CPU_BF16_ENV, "yes")
     with pytest.raises(ValueError, match=CPU_BF16_ENV):

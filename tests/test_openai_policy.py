@@ -88,7 +88,7 @@ def _assert_one_line_exit_2(res, *needles):
 
 # ------------------------------------------------------------------------------------------ no server needed
 def test_tools_are_the_tools_training_renders():
-    from training.grpo.trl_env import tool_schemas
+    from training.environment.trl_env import tool_schemas
 
     assert TOOLS == tool_schemas()
     assert OPENAI_TOOLS == [{"type": "function", "function": {k: v for k, v in t["function"].items() if k != "return"}}

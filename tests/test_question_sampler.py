@@ -229,7 +229,7 @@ def _sqlenv_trainer(tiny, tmp_path, sampler, **overrides):
     from training.grpo import grpo_args
     from training.grpo.rewards import REWARD_FUNCS
     from training.grpo.rollout import BatchedRollout, rollout_rows
-    from training.grpo.trl_env import SQLEnvTRL, train_rows
+    from training.environment.trl_env import SQLEnvTRL, train_rows
     from training.plan import RunPlan
 
     plan = RunPlan.resolve(small_train_config(tmp_path, **overrides))

@@ -44,7 +44,7 @@ def test_oracle_conversation_matches_what_grpo_renders(conversations, tiny):
     from trl.chat_template_utils import qwen3_training_chat_template
 
     from sqlenv.agent.prompts import FINAL_MESSAGE
-    from training.grpo.trl_env import SQLEnvTRL, tool_methods, train_rows
+    from training.environment.trl_env import SQLEnvTRL, tool_methods, train_rows
 
     _, tokenizer = _load(tiny)
     conv = conversations[0]

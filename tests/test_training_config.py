@@ -292,7 +292,7 @@ def test_cpu_threads_auto_takes_the_idle_cores_of_real_models():
     import time
 
     from training.config import TrainConfig
-    from training.plan import idle_cores, resolve_cpu_threads
+    from training.device import idle_cores, resolve_cpu_threads
 
     cores = len(os.sched_getaffinity(0))
     assert 1 <= idle_cores() <= cores

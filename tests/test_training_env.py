@@ -12,7 +12,7 @@ from sqlenv.types import SQLAction, SQLObservation
 from sqlenv.agent import prompts
 from training.grpo.rewards import REWARD_FUNCS, reward_correctness, reward_operational, reward_progress
 from sqlenv.agent.model_output import parse_model_output
-from training.grpo.trl_env import POST_EPISODE_PENALTY, SQLEnvTRL, tool_methods, tool_schemas, train_rows
+from training.environment.trl_env import POST_EPISODE_PENALTY, SQLEnvTRL, tool_methods, tool_schemas, train_rows
 from sqlenv.scoring.verifier import format_answer
 
 

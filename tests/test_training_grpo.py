@@ -40,7 +40,7 @@ METRIC_KEYS = ("reward", "reward_std", "rewards/reward_correctness/mean", "rewar
 
 def test_grpo_through_environment_factory(tiny, tmp_path):
     from training.grpo import build_trainer
-    from training.grpo.trl_env import SQLEnvTRL
+    from training.environment.trl_env import SQLEnvTRL
 
     config = _small_config(tmp_path)
     model, tokenizer = _fresh(tiny)

@@ -25,7 +25,7 @@ def test_the_panel_is_held_out_of_grpo_and_the_warm_start_and_apart_from_eval(tm
     import copy
 
     from training.grpo import build_trainer
-    from training.grpo.trl_env import SQLEnvTRL
+    from training.environment.trl_env import SQLEnvTRL
     from training.phases import sft_settings
     from training.plan import RunPlan
     from training.warm_start import teacher_conversations

@@ -12,138 +12,26 @@ the comparison — so nothing reads a class or module global and nothing resolve
 
     plan = RunPlan.resolve(TrainConfig.from_json("configs/tiny_cpu.json"))
     source = plan.episodes("train")        # EpisodeSource: questions file, databases, step budget
-    env = SQLEnvTRL(source)                # what TRL's environment_factory builds (see training.grpo)
+    env = SQLEnvTRL(source)                # what TRL's environment_factory builds (training.environment)
 
-`EpisodeSource` is the small, picklable part an environment needs: a questions file, a database folder and a step
-budget (plus optional reward and sandbox settings). Its questions are parsed once and shared by every environment
-built from it.
+`EpisodeSource` (`training.environment.source`) is the small, picklable part an environment needs: a questions file, a
+database folder and a step budget (plus optional reward and sandbox settings). Its questions are parsed once and
+shared by every environment built from it. The device, precision and CPU threads are `training.device`'s rules.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import threading
-from collections.abc import Collection
 from pathlib import Path
 from typing import Any
+
+from training.device import cpu_has_bf16_units, resolve_cpu_threads, resolve_device, resolve_precision
+from training.environment.source import EpisodeSource
 
 __all__ = ["EpisodeSource", "RunPlan", "check_config", "cpu_has_bf16_units", "resolve_device", "resolve_precision"]
 
 #: The splits the built-in dataset always has (checked without building it, so a check stays instant).
 BUILTIN_SPLITS = ("train", "eval", "eval_unseen_db")
-
-
-def resolve_device(device: str = "auto") -> str:
-    """`"auto"` → `"cuda"` when a CUDA GPU is visible, else `"cpu"`; any other value as it is."""
-    if device != "auto":
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def busy_cores_now(window_s: float = 1.0) -> float | None:
-    """The cores the machine keeps busy now: its CPU time that was not idle over the next `window_s` seconds
-    (Linux's /proc/stat), in cores. None where /proc/stat cannot be read."""
-    import os
-    import time
-
-    def sample() -> tuple[int, int]:
-        with open("/proc/stat", encoding="ascii") as stat:
-            ticks = [int(t) for t in stat.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
-        return sum(ticks), ticks[3] + ticks[4]
-
-    try:
-        total0, idle0 = sample()
-        time.sleep(window_s)
-        total1, idle1 = sample()
-    except (OSError, ValueError, IndexError):
-        return None
-    if total1 <= total0:
-        return None
-    return (1 - (idle1 - idle0) / (total1 - total0)) * (os.cpu_count() or 1)
-
-
-def idle_cores() -> int:
-    """The cores this process may use that no other job holds now: the cores of its CPU set less the cores the
-    machine keeps busy over the next second (`busy_cores_now`, rounded; the call waits that second; the 1-minute load
-    average where /proc/stat cannot be read), at least 1. The load average is not the first choice: it decays over
-    minutes, so a run started just after another job ended read that job's load and took one core of two for its
-    whole length.
-
-    Why it matters (`python bench/learning/cpu_threads.py`, SmolLM2-135M's forward and backward over 700 tokens, 2
-    cores): idle, 2 torch threads take 4.5-4.8 s a step and 1 thread 8.1 s; beside one other CPU job, 2 threads take
-    9.5-16 s (their OpenMP threads wait for a core the other job holds, spinning) and 1 thread 7.9-8.1 s; at load 6 the
-    default 2 threads took 57.6 s. So a run takes the cores that are free when it starts."""
-    import os
-
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    busy = busy_cores_now()
-    if busy is None:
-        try:
-            busy = os.getloadavg()[0]
-        except (OSError, AttributeError):
-            busy = 0.0
-    return max(1, min(cores, (os.cpu_count() or cores) - round(busy)))
-
-
-def resolve_cpu_threads(config: Any) -> int:
-    """Torch threads of a CPU run: `cpu_threads`, else 1 for `builtin:tiny` (its matrices are too small to split),
-    else `idle_cores()` when the run starts."""
-    if config.cpu_threads is not None:
-        return config.cpu_threads
-    return 1 if config.is_builtin_model else idle_cores()
-
-
-#: Forces the answer of `cpu_has_bf16_units`: "1" (bf16 units present) or "0" (none), for a CPU the probe misreads.
-CPU_BF16_ENV = "SQLENV_CPU_BF16"
-#: The /proc/cpuinfo flags of the matrix units oneDNN runs bf16 matmuls on (Intel AMX, AVX512-BF16; AMD Zen 4+ lists
-#: avx512_bf16). Without them torch converts bf16 to fp32 around every product: 4.6-7.6x SLOWER than fp32 on an AVX2
-#: EPYC (a 576 -> 1536 linear at 16-512 rows, 1 thread), where a CPU listing amx_bf16 runs it 2.8-7.1x faster.
-BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
-
-
-def cpu_has_bf16_units(cpuinfo: str | None = None) -> bool:
-    """Whether this CPU has bf16 matrix units (`BF16_CPU_FLAGS` among its flags). `cpuinfo`: the text of
-    /proc/cpuinfo (default: read it; a machine without one, not Linux, answers False). `$SQLENV_CPU_BF16` set to
-    "1" or "0" answers instead of the flags."""
-    import os
-
-    forced = os.environ.get(CPU_BF16_ENV, "").strip()
-    if forced in ("0", "1"):
-        return forced == "1"
-    if forced:
-        raise ValueError(f"{CPU_BF16_ENV}={forced!r}: expected 1 (the CPU has bf16 units) or 0 (it has none)")
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
-        except OSError:
-            return False
-    flags = set()
-    for line in cpuinfo.splitlines():
-        name, _, value = line.partition(":")
-        if name.strip() in ("flags", "Features"):
-            flags.update(value.split())
-    return any(flag in flags for flag in BF16_CPU_FLAGS)
-
-
-def resolve_precision(precision: str, device: str) -> str:
-    """`"auto"` → bf16 on a CUDA GPU that supports it or a CPU with bf16 matrix units (`cpu_has_bf16_units`), fp32
-    otherwise (fp16 only when asked: GRPO's ratios are fragile in fp16); any other value as it is. `device` is a
-    resolved device. bf16 is mixed precision: the weights and optimizer state stay fp32, the products run in bf16
-    (the trainers' autocast, and decoders that compute as it does)."""
-    if precision != "auto":
-        return precision
-    if device == "cuda":
-        import torch
-
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    if device == "cpu":
-        return "bf16" if cpu_has_bf16_units() else "fp32"
-    return "fp32"
 
 
 def is_hub_model(model: str) -> bool:
@@ -169,10 +57,9 @@ def check_config(config: Any) -> None:
     import importlib.util
 
     from training.config import TRACKERS, ConfigError
+    from training.models.gguf import gguf_path, is_gguf_model
 
-    if config.is_gguf_model:
-        from training.models.gguf import gguf_path
-
+    if is_gguf_model(config.model):
         try:  # a missing package or file is named before a run starts (the message says what to install)
             gguf_path(config.model)
         except FileNotFoundError as exc:
@@ -243,92 +130,6 @@ def _check_passthrough(name: str, values: dict) -> None:
             trl_config(output_dir=".sqlenv-unused", use_cpu=True, report_to="none", **values)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{name}: {exc}") from None
-
-
-class EpisodeSource:
-    """The questions an environment plays: one split's questions file, its databases and the step budget.
-
-    Args:
-        questions_path: a `questions_<split>.json` file.
-        db_dir: the folder of `<db_id>/<db_id>.sqlite` files.
-        step_budget: actions per episode (default 10).
-        reward_config: a `sqlenv.RewardConfig` (default: the environment's defaults).
-        sandbox: a `sqlenv.SandboxSettings` (default: the environment's defaults).
-        base_url: play on a SQLEnv server at this URL (`python -m sqlenv serve`) instead of in-process (default
-            None; needs the `server` extra). Each environment then holds one server session; the server owns the
-            databases, rewards and sandbox, so `reward_config` and `sandbox` stay unset and `db_dir` may be None;
-            the questions file still names the questions (and fills the gold fields of transcripts).
-        held_out: question ids this source never plays (default none): a run's validation panel, held out of the
-            train split so that GRPO and the warm start never see it (`training.validation`).
-
-    Raises:
-        ValueError / FileNotFoundError: a budget below 1, a missing questions file or database folder, rewards or
-            a sandbox set for a server.
-    """
-
-    def __init__(self, questions_path: str | Path, db_dir: str | Path | None, step_budget: int = 10, *,
-                 reward_config: Any = None, sandbox: Any = None, base_url: str | None = None,
-                 held_out: Collection[str] = ()):
-        if int(step_budget) < 1:
-            raise ValueError(f"step_budget must be at least 1, got {step_budget}")
-        if base_url is not None and (reward_config is not None or sandbox is not None):
-            raise ValueError("with base_url the server sets the rewards and the sandbox: leave reward_config and "
-                             "sandbox unset")
-        self.questions_path = Path(questions_path)
-        self.db_dir = None if db_dir is None else Path(db_dir)
-        if not self.questions_path.is_file():
-            raise FileNotFoundError(f"questions file not found: {self.questions_path}")
-        if base_url is None and (self.db_dir is None or not self.db_dir.is_dir()):
-            raise FileNotFoundError(f"database folder not found: {self.db_dir}")
-        self.step_budget = int(step_budget)
-        self.reward_config = reward_config
-        self.sandbox = sandbox
-        self.base_url = base_url
-        self.held_out = frozenset(held_out)
-        self._questions: list | None = None
-        self._lock = threading.Lock()
-
-    @classmethod
-    def from_dataset(cls, dataset: Any = "builtin", split: str = "train", step_budget: int = 10, *,
-                     data_dir: str | Path | None = None, **kwargs: Any) -> "EpisodeSource":
-        """The source of one split of a dataset (a name, a directory or a `DatasetInfo`; `data_dir`: where named
-        datasets live, default `$SQLENV_DATA_DIR` or `data/`)."""
-        from sqlenv.data.datasets import resolve_dataset
-
-        info = resolve_dataset(dataset, data_root=data_dir)
-        return cls(info.questions_path(split), info.db_dir, step_budget, **kwargs)
-
-    @property
-    def questions(self) -> list:
-        """The split's questions less `held_out`, parsed on first use and shared by every environment of this
-        source."""
-        with self._lock:
-            if self._questions is None:
-                from sqlenv.data.datasets import load_questions
-
-                questions = load_questions(self.questions_path)
-                self._questions = [q for q in questions if q.question_id not in self.held_out] if self.held_out \
-                    else questions
-            return self._questions
-
-    def environment(self):
-        """A new `sqlenv.protocol.Environment` over these questions (the caller closes it): a `SQLEnvironment`, or
-        a `RemoteSQLEnvironment` when the source plays on a server."""
-        if self.base_url is not None:
-            from sqlenv.server.remote import RemoteSQLEnvironment  # needs the sqlenv[server] extra
-
-            return RemoteSQLEnvironment(self.base_url, questions=self.questions, step_budget=self.step_budget)
-        from sqlenv.environment import SQLEnvironment
-
-        return SQLEnvironment(self.questions, self.db_dir, step_budget=self.step_budget,
-                              reward_config=self.reward_config, sandbox=self.sandbox)
-
-    def __repr__(self) -> str:
-        where = f", base_url={self.base_url!r}" if self.base_url else ""
-        if self.held_out:
-            where += f", held_out=<{len(self.held_out)} questions>"
-        return (f"EpisodeSource({str(self.questions_path)!r}, {str(self.db_dir)!r}, "
-                f"step_budget={self.step_budget}{where})")
 
 
 @dataclasses.dataclass(frozen=True)

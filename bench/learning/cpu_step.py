@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     import transformers
 
     from training.models import load_model_and_tokenizer
-    from training.plan import cpu_has_bf16_units
+    from training.device import cpu_has_bf16_units
 
     transformers.logging.set_verbosity_error()
     torch.set_num_threads(args.threads)

@@ -378,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     from training.models import load_model_and_tokenizer
-    from training.plan import resolve_cpu_threads
+    from training.device import resolve_cpu_threads
 
     hf_logging.set_verbosity_error()
     datasets.disable_progress_bars()

@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         old = SFTSettings(max_steps=5000, batch_size=4, learning_rate=3e-3, describe=False)
         before = warm_start(model, tokenizer, 2, SFTTrainer, old, args.eval_episodes)
         log(f"  before: {before}")
-        from training.plan import resolve_cpu_threads
+        from training.device import resolve_cpu_threads
 
         after = warm_start(model, tokenizer, resolve_cpu_threads(recipe), WarmStartTrainer,
                            SFTSettings.from_config(recipe), args.eval_episodes)

@@ -89,7 +89,7 @@ FINAL_MESSAGE = "Done."
 #: Long tool results are cut to this many characters (the environment cuts at the same size).
 MAX_OBSERVATION_CHARS = 2000
 
-#: action type -> (tool name, argument name) of `training.grpo.trl_env.SQLEnvTRL`'s tools.
+#: action type -> (tool name, argument name) of `training.environment.trl_env.SQLEnvTRL`'s tools.
 TOOL_FOR_ACTION = {
     "DESCRIBE": ("describe", "table_name"),
     "SAMPLE": ("sample", "table_name"),

@@ -3,9 +3,9 @@
 
 The model reads what GRPO's model reads (`sqlenv.agent.prompts`: the system prompt, the first user turn, the tool
 results) and calls `describe` / `sample` / `query` / `answer` (`TOOLS`, the JSON schemas TRL builds from
-`training.grpo.trl_env.SQLEnvTRL`'s methods). A turn without a tool call is read as `ACTION: argument` text, as every
-model path here reads it (`sqlenv.agent.model_output.parse_model_output`), so the environment answers with an error
-observation instead of the run crashing.
+`training.environment.trl_env.SQLEnvTRL`'s methods). A turn without a tool call is read as `ACTION: argument` text,
+as every model path here reads it (`sqlenv.agent.model_output.parse_model_output`), so the environment answers with
+an error observation instead of the run crashing.
 
     settings = EndpointSettings(base_url="http://127.0.0.1:8000/v1", model="Qwen/Qwen3-0.6B")
     result = evaluate_concurrently(lambda: SQLEnvironment.from_dataset("builtin", "eval"),
@@ -43,9 +43,10 @@ def _tool(name: str, description: str, argument: str, argument_description: str)
 
 
 #: The tools exactly as training renders them: what `transformers.utils.get_json_schema` makes of `SQLEnvTRL`'s tool
-#: methods (`training.grpo.trl_env.tool_schemas()`, in TRL's order), spelled out so this module needs no transformers;
-#: tests/test_openai_policy.py checks the two agree. Exactness matters: the tiny model's tokenizer learned the
-#: rendered tool block as a few tokens, and one changed character makes it hundreds the model has never seen.
+#: methods (`training.environment.trl_env.tool_schemas()`, in TRL's order), spelled out so this module needs no
+#: transformers; tests/test_openai_policy.py checks the two agree. Exactness matters: the tiny model's tokenizer
+#: learned the rendered tool block as a few tokens, and one changed character makes it hundreds the model has never
+#: seen.
 TOOLS: list[dict[str, Any]] = [
     _tool("answer", "Submit the final answer; this ends the episode.", "value",
           "The answer in the format of the system prompt."),

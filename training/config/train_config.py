@@ -182,7 +182,7 @@ class TrainConfig:
             and optimizer state stay fp32 (tiny GRPO updates survive), compute runs in bf16/fp16 autocast.
         cpu_threads: torch threads when training on CPU. `None` (default) = auto: 1 for `builtin:tiny` (its
             matrices are too small to split), otherwise the cores no other job holds when the run starts (the cores
-            less those busy over one second measured as it starts, at least 1; `training.plan.idle_cores`): on a
+            less those busy over one second measured as it starts, at least 1; `training.device.idle_cores`): on a
             2-core machine SmolLM2's step took 4.5 s at 2 threads and 8.1 s at 1 when idle, but 9.5-57 s at 2
             threads and 8 s at 1 beside other jobs.
     """
@@ -254,13 +254,6 @@ class TrainConfig:
     @property
     def is_builtin_model(self) -> bool:
         return self.model.startswith("builtin:")
-
-    @property
-    def is_gguf_model(self) -> bool:
-        """`smollm2-135m` (a GGUF file shipped in a PyPI package) or a `.gguf` path: see `training/models/gguf.py`."""
-        from training.models.gguf import is_gguf_model
-
-        return is_gguf_model(self.model)
 
     def resolved_learning_rate(self) -> float:
         if self.learning_rate is not None:

@@ -1,7 +1,7 @@
 """`SQLEnvTRL`: SQLEnv as a TRL `environment_factory` (GRPOTrainer's multi-turn tool loop).
 
-Each instance plays one `training.plan.EpisodeSource` (a split's questions, its databases, the step budget). TRL
-builds environments with no arguments, so hand it a factory that binds the source:
+Each instance plays one `training.environment.source.EpisodeSource` (a split's questions, its databases, the step
+budget). TRL builds environments with no arguments, so hand it a factory that binds the source:
 
     source = EpisodeSource.from_dataset("builtin", split="train", step_budget=10)
     trainer = GRPOTrainer(model, reward_funcs=[reward_correctness, reward_progress, reward_operational],
@@ -53,8 +53,8 @@ class SQLEnvTRL:
     """One SQLEnv episode at a time, driven by TRL's tool-calling loop.
 
     Args:
-        source: the `training.plan.EpisodeSource` to play (questions file, databases, step budget). TRL builds
-            environments with no arguments, so pass `functools.partial(SQLEnvTRL, source)` (what
+        source: the `training.environment.source.EpisodeSource` to play (questions file, databases, step budget).
+            TRL builds environments with no arguments, so pass `functools.partial(SQLEnvTRL, source)` (what
             `training.grpo.build_trainer` does) as `environment_factory`. `None` (default) = the source set by
             `SQLEnvTRL.configure(...)`, for code that hands TRL the class itself.
     """
@@ -101,7 +101,7 @@ class SQLEnvTRL:
                 sandbox, so `db_dir`, `reward_config` and `sandbox` stay unset; the questions file still
                 names the questions (and fills the gold fields of transcripts).
         """
-        from training.plan import EpisodeSource
+        from training.environment.source import EpisodeSource
 
         if int(step_budget) < 1:
             raise ValueError(f"step_budget must be at least 1, got {step_budget}")
@@ -298,7 +298,8 @@ def train_rows(
     """The GRPO train dataset: one row per question, `{"prompt": [system, user ""], "question_id": ...}`.
 
     Args:
-        source: a `training.plan.EpisodeSource` (its questions), or the path of a `questions_<split>.json` file.
+        source: a `training.environment.source.EpisodeSource` (its questions), or the path of a
+            `questions_<split>.json` file.
         dataset: instead, a dataset name, directory or `DatasetInfo`, with `split`.
         system_prompt: default `sqlenv.agent.prompts.SYSTEM_PROMPT`.
 

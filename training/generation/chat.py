@@ -36,7 +36,7 @@ class ChatRenderer:
         )
 
         from sqlenv.agent.prompts import renders_tool_schemas
-        from training.grpo.trl_env import tool_methods
+        from training.environment.trl_env import tool_methods
 
         self.tokenizer = tokenizer
         self.prompt = prompt

@@ -129,7 +129,7 @@ def build_trainer(plan: Any, model: Any, tokenizer: Any, *, output_dir: str | No
     from training.grpo.rollout import BatchedRollout, rollout_rows
     from training.grpo.sampler import question_groups
     from training.grpo.trainer import SQLEnvGRPOTrainer
-    from training.grpo.trl_env import SQLEnvTRL, train_rows
+    from training.environment.trl_env import SQLEnvTRL, train_rows
 
     plan = _as_plan(plan)
     config = plan.config

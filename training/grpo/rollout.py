@@ -48,7 +48,7 @@ class BatchedRollout:
     """GRPOTrainer's `rollout_func` over one episode source: `rollout(prompts, trainer) -> dict of lists`.
 
     Args:
-        source: the `training.plan.EpisodeSource` the prompts were made from (`rollout_rows(source)`).
+        source: the `training.environment.source.EpisodeSource` the prompts were made from (`rollout_rows(source)`).
         max_turn_tokens: most tokens one assistant turn may generate (default 256); the episode's whole budget is
             the trainer's `max_completion_length`.
         renderer: the `ChatRenderer` to play with; default: built from the trainer on the first call (same template,
@@ -76,7 +76,7 @@ class BatchedRollout:
 
     def environments(self, n: int) -> list[Any]:
         """The first `n` environments of the pool (one `SQLEnvTRL` per episode of a batch), created as needed."""
-        from training.grpo.trl_env import SQLEnvTRL
+        from training.environment.trl_env import SQLEnvTRL
 
         with self._lock:
             while len(self._pool) < n:
@@ -166,7 +166,7 @@ def rollout_rows(source: Any, prompt: str = "full"):
     turn naming its question (`QUESTION_ID_KEY`), plus the `question_id` column.
 
     Args:
-        source: a `training.plan.EpisodeSource` (its questions, databases and step budget).
+        source: a `training.environment.source.EpisodeSource` (its questions, databases and step budget).
         prompt: the system prompt's name (`sqlenv.agent.prompts.PROMPTS`, default `"full"`; `TrainConfig.prompt`).
     """
     from datasets import Dataset

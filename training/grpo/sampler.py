@@ -120,8 +120,9 @@ def question_groups(source: Any) -> dict[str, tuple[str, ...]]:
     main cause of a question's difficulty), else `("<database>",)` (Spider and any other dataset).
 
     Args:
-        source: a `training.plan.EpisodeSource`, or the path of a `questions_<split>.json` file. The file is read as
-            JSON because `sqlenv.types.Question` keeps only the fields every dataset has (no `template`).
+        source: a `training.environment.source.EpisodeSource`, or the path of a `questions_<split>.json` file.
+            The file is read as JSON because `sqlenv.types.Question` keeps only the fields every dataset has (no
+            `template`).
     """
     path = Path(getattr(source, "questions_path", source))
     records = json.loads(path.read_text(encoding="utf-8"))

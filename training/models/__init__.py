@@ -82,7 +82,7 @@ class TinyModelSpec:
 
 
 def resolve_device_dtype(dtype: Any = None, device: Any = None) -> tuple[Any, Any]:
-    """Pick the device and dtype the way a run's plan does (`training.plan.resolve_device` / `resolve_precision`:
+    """Pick the device and dtype the way a run's plan does (`training.device.resolve_device` / `resolve_precision`:
     bf16 on a CUDA GPU that supports it, fp32 otherwise).
 
     `dtype` may be a `torch.dtype` or a name ("bfloat16", "bf16", "float32", "auto", ...); `device` a string or
@@ -90,7 +90,7 @@ def resolve_device_dtype(dtype: Any = None, device: Any = None) -> tuple[Any, An
     """
     import torch
 
-    from training.plan import resolve_device, resolve_precision
+    from training.device import resolve_device, resolve_precision
 
     if device is None or device == "auto":
         device = resolve_device("auto")
@@ -280,7 +280,7 @@ def _offline() -> bool:
 
 def tiny_corpus(dataset: str | os.PathLike | None = None, *, episodes: int | None = None) -> list[str]:
     """The tokenizer's training text: the train-split oracle conversations of `dataset`, rendered as SFT sees them."""
-    from training.warm_start import teacher_conversations
+    from training.environment.teacher import teacher_conversations
     from training.models.tokenizer import render_conversations
 
     return render_conversations(teacher_conversations(dataset or "builtin", split="train", episodes=episodes))
