@@ -353,3 +353,132 @@ def test_the_dashboard_check_sees_a_tab_importing_another():
     assert [line.split(":")[0] for line in _dashboard_wrong_imports(found)] == [
         "dashboard.runs.tab imports dashboard.train.form", "dashboard.core.context imports dashboard.play.episodes",
         "dashboard.access.owner imports dashboard.core.paths"]
+
+
+# --------------------------------------------------------------------------------------------------- inside training
+
+# training's units (its subpackages and top-level modules), in the order data flows through a run, each with the units
+# it may import (lazy imports included; the package's own `__init__` is always allowed). The floor is the run record
+# (`run`, the one contract with the dashboard) and the small rule modules; then the config (plain data) → the teacher's
+# environment → models → the plan → generation → GRPO → the warm start → evals, trainer hooks, validation → the phases
+# → the run (`train`) → its commands. A unit not listed fails `test_every_training_unit_is_declared`.
+TRAINING_UNITS: dict[str, set[str]] = {
+    "run": set(),  # the run record: schema, directory, recorder, results, listing, health, kept weights
+    "distributed": set(),  # which rank this is
+    "device": set(),  # device, precision, CPU threads
+    "gpu": set(),  # the GPU readout a run stores
+    "config": {"run"},  # run ids, the runs folder and the secret rule come from the record's schema
+    "panel": {"config"},
+    "environment": {"config"},  # EpisodeSource, SQLEnvTRL, the teacher's conversations
+    "models": {"device", "environment", "run"},  # environment: the tiny model's tokenizer corpus
+    "plan": {"config", "device", "environment", "models", "panel"},
+    "generation": {"environment", "models"},
+    "grpo": {"config", "environment", "generation", "models", "plan"},
+    "warm_start": {"config", "environment", "generation", "grpo", "models", "plan"},
+    "evals": {"generation", "run"},
+    "callbacks": {"distributed", "generation", "run"},  # trainer hooks only; what they write goes through `run`
+    "validation": {"distributed", "evals", "generation", "run"},
+    "phases": {"callbacks", "distributed", "evals", "grpo", "models", "plan", "run", "validation", "warm_start"},
+    "train": {"config", "distributed", "gpu", "phases", "plan", "run"},
+    "cli": {"config", "distributed", "plan", "run", "train"},
+    "runs": {"run"},  # python -m training.runs list
+}
+# Names that are not dependencies: `python -m training.train` runs the CLI (runpy.run_module("training.cli")).
+TRAINING_COMMAND_ALIASES = {"train": {"cli"}}
+MAX_TRAINING_MODULE_LINES = 500
+
+
+def _training_unit(name: str) -> str | None:
+    """training's unit of a module: "run" for training.run.directory, "plan" for training.plan; None for the package
+    itself and for modules outside training."""
+    parts = name.split(".")
+    return parts[1] if parts[0] == "training" and len(parts) > 1 else None
+
+
+def _training_graph(modules: dict[str, Module]) -> dict[str, set[str]]:
+    """Unit → the other units its modules import (every import, lazy and TYPE_CHECKING ones included)."""
+    graph: dict[str, set[str]] = {}
+    for name, m in modules.items():
+        unit = _training_unit(name)
+        if unit is not None:
+            graph.setdefault(unit, set()).update(other for t in m.imports
+                                                 if (other := _training_unit(t)) not in (None, unit))
+    return graph
+
+
+def _training_wrong_imports(modules: dict[str, Module]) -> list[str]:
+    """Imports between training's units that `TRAINING_UNITS` does not allow (or from or to an undeclared unit)."""
+    wrong = []
+    for name, m in sorted(modules.items()):
+        unit = _training_unit(name)
+        if unit is None:
+            continue
+        for target in sorted(m.imports):
+            other = _training_unit(target)
+            if other in (None, unit) or other in TRAINING_COMMAND_ALIASES.get(unit, ()):
+                continue
+            if unit not in TRAINING_UNITS or other not in TRAINING_UNITS:
+                wrong.append(f"{name} imports {target}: declare both units in TRAINING_UNITS")
+            elif other not in TRAINING_UNITS[unit]:
+                wrong.append(f"{name} imports {target}: {unit} may import only {sorted(TRAINING_UNITS[unit])}")
+    return wrong
+
+
+def test_every_training_unit_is_declared(modules):
+    found = {_training_unit(name) for name in modules} - {None}
+    assert found == set(TRAINING_UNITS), (f"undeclared: {sorted(found - set(TRAINING_UNITS))}, "
+                                          f"gone: {sorted(set(TRAINING_UNITS) - found)}")
+
+
+def test_the_declared_training_order_has_no_cycle():
+    cycle = _cycle(TRAINING_UNITS)
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_training_units_import_only_what_they_declare(modules):
+    wrong = _training_wrong_imports(modules)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_cycle_between_training_units(modules):
+    """Read from the source alone, whatever the table says: a unit never needs, even lazily, what needs it."""
+    graph = _training_graph(modules)
+    for unit, aliases in TRAINING_COMMAND_ALIASES.items():
+        graph[unit] = graph.get(unit, set()) - aliases
+    cycle = _cycle(graph)
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_importing_the_run_record_loads_no_ml_code(modules):
+    """Every module of the run record imported in one fresh process: the dashboard reads runs without torch."""
+    names = sorted(n for n in modules if _training_unit(n) == "run")
+    assert "training.run.schema" in names and "training.run.recorder" in names
+    code = (
+        "import importlib, json, sys\n"
+        f"for name in {names!r}: importlib.import_module(name)\n"
+        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({list(ML_STACK)!r}))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [], "importing training.run loads ML code"
+
+
+def test_no_training_module_is_over_500_lines():
+    long = {str(p.relative_to(REPO)): n for p in (REPO / "training").rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_TRAINING_MODULE_LINES}
+    assert not long, long
+
+
+def test_the_training_check_sees_an_import_back_up_and_a_hidden_cycle():
+    """The check itself, on a made-up graph: the record importing the trainer hooks, a lazy models -> plan import
+    (the graph holds lazy imports like any other) are refused; the phases importing the hooks is not."""
+    graph = {"training.run.recorder": {"training.callbacks"},
+             "training.models": {"training.plan", "training.run.schema"},
+             "training.plan": {"training.models.gguf"},
+             "training.phases": {"training.callbacks", "sqlenv.types"},
+             "training.train": {"training.cli"}}
+    found = {name: Module(name, REPO, False, imports=set(targets)) for name, targets in graph.items()}
+    assert [line.split(":")[0] for line in _training_wrong_imports(found)] == [
+        "training.models imports training.plan", "training.run.recorder imports training.callbacks"]
+    assert _cycle(_training_graph(found)) == ["models", "plan", "models"]
