@@ -1,16 +1,22 @@
 """GRPO training for SQLEnv with TRL.
 
-The folder is the architecture:
+The folder is the architecture, in the order data flows (tests/test_layers.py's `TRAINING_UNITS` declares what each
+part may import, lazy imports included, and finds no cycle):
 
-- the run: `config` (TrainConfig, plain data) → `plan` (RunPlan: the world checked and resolved once) → `phases`
-  (load, zero-shot eval, warm start, base eval, GRPO, comparison) played by `train.run_training`; `cli` (`python -m
-  training.train`), the run directory's format and writers (`run_dir`, `callbacks`), `runs` (`python -m training.runs
-  list`), `gpu` (the GPU readout a run stores);
+- the run: `config` (TrainConfig, plain data) → `plan` (RunPlan: the world checked and resolved once; `device`: the
+  device, precision and CPU threads) → `phases` (load, zero-shot eval, warm start, base eval, GRPO, comparison) played
+  by `train.run_training`; `cli` (`python -m training.train`), `runs` (`python -m training.runs list`), `evals`,
+  `panel` + `validation` (the validation panel, `keep_best`), `callbacks` (the trainer hooks only), `distributed`
+  (which rank this is), `gpu` (the GPU readout a run stores);
+- `run/`: the run record, the one contract with the dashboard and torch-free: its `schema` (the phases in order,
+  statuses, run ids), `directory` (reader and writer), `recorder` (the one writer during a run), `results`,
+  `listing`, `health`, `kept_weights`;
+- `environment/`: the environment as a model sees it (`EpisodeSource`, `SQLEnvTRL`: TRL's `environment_factory`, the
+  teacher's conversations);
 - `models/`: loading a model (`builtin:tiny` with its `tokenizer`, Hub ids, local folders, LoRA adapters, `gguf`
   files such as `smollm2-135m`);
 - `warm_start/`: SFT on a teacher's episodes (`trainer`: the warm start's SFTTrainer);
-- `grpo/`: the GRPOTrainer (`build_trainer`), the environment as TRL's `environment_factory` (`trl_env`), the batched
-  `rollout`, the reward functions (`rewards`);
+- `grpo/`: the GRPOTrainer (`build_trainer`), the batched `rollout`, the reward functions (`rewards`);
 - `generation/`: the model playing episodes (`chat`, `decoding`, `episodes`, `model_policy`) and serving them
   (`openai_server`).
 
