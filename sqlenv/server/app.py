@@ -21,8 +21,10 @@ A session lives as long as its WebSocket, and a WebSocket as long as its client 
   the other clients leave free, so neither one client nor a few can take every slot. Behind `proxy_hops`
   trusted reverse proxies (a Space has one) the address is the one they appended to `X-Forwarded-For`
   (`sqlenv.client_address`), not the proxy's;
-- a connection whose client does not read what it was sent reads nothing more from it (pings included), and is
-  aborted once its session has ended (`sqlenv.server.connections.websocket_protocol`).
+- a connection whose client does not read what it was sent reads nothing more from it (pings included), every
+  frame a client sends is charged to one allowance (frames and bytes per second, fragments per message: a flood of
+  frames that complete no message is aborted), and a connection is aborted once its session has ended
+  (`sqlenv.server.connections.websocket_protocol`).
 Every connection must also send its request head within `request_timeout_s` (and a POST body within as long
 again), no HTTP request body may exceed `MAX_HTTP_BODY_BYTES` nor a WebSocket message `WS_MAX_MESSAGE_BYTES`,
 neither may hold more than `MAX_JSON_VALUES` JSON values (`sqlenv.server.json_values`: refused before anything

@@ -223,7 +223,7 @@ def websocket_protocol() -> type:
         def data_received(self, data: bytes) -> None:
             view = memoryview(data)
             for start in range(0, len(data), PARSE_CHUNK_BYTES):  # stop parsing once the client is past its allowance
-                if self._sqlenv_over:
+                if self._sqlenv_over or (start and self.transport.is_closing()):  # (or uvicorn closed it: a bad frame)
                     return
                 super().data_received(bytes(view[start:start + PARSE_CHUNK_BYTES]) if len(data) > PARSE_CHUNK_BYTES
                                       else data)
