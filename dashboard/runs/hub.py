@@ -15,6 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from huggingface_hub import HfApi
+from huggingface_hub.utils import HFValidationError, filter_repo_objects, validate_repo_id
+
 from training.run.directory import FINISHED_STATUSES, RunDir
 
 # Half-written files a run directory can hold while or after it is written: temp folders (`.final-*`) and
@@ -44,8 +47,6 @@ def plan_push(run: RunDir, repo_id: str) -> PushPlan:
 
     Raises:
         HubPushError: the repo name is invalid, or the run is still training (or never started)."""
-    from huggingface_hub.utils import HFValidationError, filter_repo_objects, validate_repo_id
-
     repo_id = (repo_id or "").strip()
     if not repo_id:
         raise HubPushError("Name the Hub repo to push to, e.g. your-name/sqlenv-runs.")
@@ -82,8 +83,6 @@ def push_run(run: RunDir, repo_id: str, token: str | None = None, private: bool 
     Raises:
         HubPushError: from `plan_push`, or the Hub could not be reached or refused (the message says which).
     """
-    from huggingface_hub import HfApi
-
     plan = plan_push(run, repo_id)
     api = HfApi(endpoint=endpoint, token=token)
     try:
