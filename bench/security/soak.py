@@ -372,8 +372,9 @@ async def no_read(port: int, hold_s: float, tally: Tally) -> None:
 
 
 async def hostile(url: str, port: int, index: int, deadline: float, budget: "Budget", tally: Tally,
-                  shapes: frozenset[str] = frozenset(SHAPES)) -> None:
-    """Attack rounds until `deadline`, each of one of the enabled `shapes` (`ROUND_SHAPES`, `SESSION_ACTIONS`)."""
+                  shapes: frozenset[str] = frozenset(SHAPES), per_client: int = 16) -> None:
+    """Attack rounds until `deadline`, each of one of the enabled `shapes` (`ROUND_SHAPES`, `SESSION_ACTIONS`);
+    `per_client` is the server's `--max-sessions-per-client`."""
     from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed, InvalidStatus
 
@@ -432,7 +433,7 @@ async def hostile(url: str, port: int, index: int, deadline: float, budget: "Bud
                 continue
             if attack == "forwarded-for":  # 64 sessions from one address naming 64 others (issue 59)
                 with tally.doing(attack):
-                    await forwarded_attack(port, FORWARDED_ADDRESS, rng.uniform(1.0, 5.0), tally)
+                    await forwarded_attack(port, FORWARDED_ADDRESS, rng.uniform(1.0, 5.0), tally, per_client)
                 continue
             if attack == "web-routes":  # an upload and a 1 MB step to OpenEnv's web routes: not served
                 boundary = f"soak{rng.getrandbits(64):x}"
@@ -630,6 +631,12 @@ def _read_probe(path: Path) -> list[dict]:
         return []
 
 
+def per_client(args: argparse.Namespace) -> int:
+    """The server's `--max-sessions-per-client`: the honest sessions (127.0.0.1) fit their address's limit; the
+    hostile ones (127.0.0.2) share theirs with their never-reset sockets, and together can never fill the server."""
+    return max(args.honest, 16)
+
+
 async def soak(server: ServerProcess, questions: list, args: argparse.Namespace, tally: Tally) -> dict:
     """Warm up, then soak. The honest sessions stay open throughout (as a trainer's do); in the warm-up each
     plays one episode per database while every hostile session attacks twice, so the RSS measured after it
@@ -645,7 +652,7 @@ async def soak(server: ServerProcess, questions: list, args: argparse.Namespace,
         await asyncio.gather(*(honest(c, list(per_database), i, warm_deadline, Budget(10_000), warm)
                                for i, c in enumerate(clients)),
                              *(hostile(server.url, server.port, i, time.monotonic() + 60.0, Budget(2), warm,
-                                       args.shapes) for i in range(args.hostile)))
+                                       args.shapes, per_client(args)) for i in range(args.hostile)))
         await asyncio.to_thread(server.wait_sessions, args.honest, 30.0)
         rss_after_warmup = _rss_mb(server.proc.pid)
         gc.collect()
@@ -656,8 +663,8 @@ async def soak(server: ServerProcess, questions: list, args: argparse.Namespace,
         budget = Budget(args.max_requests)
         await asyncio.gather(watch(server.port, server.proc.pid, deadline, tally, rss), loop_stalls(deadline, tally),
                              *(honest(c, (questions,), i, deadline, budget, tally) for i, c in enumerate(clients)),
-                             *(hostile(server.url, server.port, i, deadline, budget, tally, args.shapes)
-                               for i in range(args.hostile)))
+                             *(hostile(server.url, server.port, i, deadline, budget, tally, args.shapes,
+                                       per_client(args)) for i in range(args.hostile)))
     tcp_after = _tcp_counters()
     return {"rss_after_warmup": rss_after_warmup, "rss_samples": rss, "warmup_errors": warm.honest_errors,
             "warmup_breaches": warm.breaches, "soak_window": (started, time.monotonic()),
@@ -733,9 +740,6 @@ def main() -> None:
           f"{f'; Python slots {args.python_slots}' if args.python_slots is not None else ''}")
     info = resolve_dataset(args.dataset)
     questions = load_questions(info.questions_path("train"))
-    # The honest sessions (127.0.0.1) fit their address's limit; the hostile ones (127.0.0.2) share theirs with
-    # their never-reset sockets, and together can never fill the server.
-    per_client = max(args.honest, 16)
     probe_dir = tempfile.TemporaryDirectory(prefix="soak-probe-")
     probe_file = Path(probe_dir.name) / "loop.jsonl"
     os.environ[PROBE_FILE_ENV] = str(probe_file)  # the server's event-loop probe (sqlenv.server.loop_probe)
@@ -743,7 +747,7 @@ def main() -> None:
         os.environ[PYTHON_SLOTS_ENV] = str(args.python_slots)
     try:
         server = ServerProcess(["--dataset", str(info.root), "--split", "train", "--max-sessions-per-client",
-                                str(per_client), "--max-sessions", str(args.honest + per_client + 8),
+                                str(per_client(args)), "--max-sessions", str(args.honest + per_client(args) + 8),
                                 *(["--web"] if args.web else []), *args.server_args.split()]).start()
     finally:
         os.environ.pop(PROBE_FILE_ENV, None)
