@@ -1,4 +1,4 @@
-"""bf16 where the CPU has matrix units for it: the probe (`training.plan.cpu_has_bf16_units`), what `precision: auto`
+"""bf16 where the CPU has matrix units for it: the probe (`training.device.cpu_has_bf16_units`), what `precision: auto`
 resolves to on each answer, a bf16 run on a CPU accepted, and a bf16 run's decoders sampling the distribution its
 trainer's autocast scores (on the real tiny model; bf16 is exact to run on any CPU, only slow without the units)."""
 

@@ -182,7 +182,7 @@ class RunCallback(TrainerCallback):
         return evaluate_model(
             unwrap(model), self.tokenizer, n_episodes=n, seed=seed, name="model",
             max_turn_tokens=self.config.max_turn_tokens, enable_thinking=self.config.enable_thinking,
-            envs=self._env_list(split, n), prompt=self.config.prompt,
+            envs=self._env_list(split, n), prompt=self.config.prompt, precision=self.plan.precision,
         )
 
     def _trace(self, model: Any, step: int) -> None:

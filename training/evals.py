@@ -26,7 +26,7 @@ def play_model(model: Any, tokenizer: Any, plan: Any, name: str, n: int | None =
                           n_episodes=config.comparison_episodes if n is None else n, seed=config.seed,
                           step_budget=config.step_budget, name=name, max_turn_tokens=config.max_turn_tokens,
                           enable_thinking=config.enable_thinking, batch_size=eval_batch_size(config, model),
-                          prompt=config.prompt)
+                          prompt=config.prompt, precision=plan.precision)
 
 
 #: Tokens of one eval episode's KV cache that a GPU eval makes room for (a prompt and a long episode).

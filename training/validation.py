@@ -177,7 +177,8 @@ class ValidationCallback(TrainerCallback):
         try:
             result = evaluate_model(model, self.tokenizer, question_ids=ids, seed=self.config.seed, name="model",
                                     max_turn_tokens=self.config.max_turn_tokens, envs=self._envs,
-                                    enable_thinking=self.config.enable_thinking, prompt=self.config.prompt)
+                                    enable_thinking=self.config.enable_thinking, prompt=self.config.prompt,
+                                    precision=self.plan.precision)
         except Exception as exc:  # noqa: BLE001 - an error line, not a 0% step; keep_best judges the steps it could
             logger.exception("validation at step %s failed", step)
             self.recorder.append("evals", {"step": step, "phase": "grpo", "split": VALIDATION_SPLIT,

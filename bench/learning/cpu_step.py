@@ -95,7 +95,6 @@ def row_logprobs(model, episode, temperature: float, dtype) -> tuple:
     import torch
 
     ids = torch.tensor([episode.prompt_ids + episode.completion_ids])
-    start = len(episode.prompt_ids)
     autocast = torch.autocast("cpu", dtype=dtype) if dtype is not None else contextlib.nullcontext()
     with autocast:
         logits = model(input_ids=ids, logits_to_keep=len(episode.completion_ids) + 1).logits[0, :-1]

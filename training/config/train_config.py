@@ -177,9 +177,14 @@ class TrainConfig:
 
     Hardware:
         device: `"auto"` (default: CUDA if present, else CPU), `"cpu"`, `"cuda"` or `"mps"`.
-        precision: `"auto"` (default: bf16 on a GPU that supports it, fp32 otherwise; fp16 only when asked,
-            as GRPO's ratios are fragile in fp16; decided by the run plan), `"bf16"`, `"fp16"` or `"fp32"`. Mixed precision: weights
-            and optimizer state stay fp32 (tiny GRPO updates survive), compute runs in bf16/fp16 autocast.
+        precision: `"auto"` (default: bf16 on a GPU that supports it or on a CPU with bf16 matrix units — AMX or
+            AVX512-BF16, `training.device.cpu_has_bf16_units` — fp32 otherwise; fp16 only when asked and only on a GPU,
+            as GRPO's ratios are fragile in fp16; decided by the run plan), `"bf16"`, `"fp16"` or `"fp32"`. Mixed
+            precision: weights and optimizer state stay fp32 (tiny GRPO updates survive), compute runs in bf16/fp16
+            autocast — the loss, the warm start, and the decoders of the rollouts, evals, validation panel and
+            comparison, which compute as that autocast does (`training.generation.slot_model`), so sampled and
+            trained log-probs agree. On a CPU without bf16 units bf16 is emulated and several times slower than fp32:
+            `"auto"` keeps fp32 there.
         cpu_threads: torch threads when training on CPU. `None` (default) = auto: 1 for `builtin:tiny` (its
             matrices are too small to split), otherwise the cores no other job holds when the run starts (the cores
             less those busy over one second measured as it starts, at least 1; `training.device.idle_cores`): on a
