@@ -26,6 +26,7 @@ from dashboard.page import build_app
 from dashboard.play.episodes import limits_from_env
 from dashboard.style import CSS, THEME
 from dashboard.train.live_plot import plotly_js_path
+from sqlenv.client_address import address_source
 from sqlenv.http_connections import ConnectionLimits, http_protocol
 
 __all__ = ["launch", "main", "parse_args", "connection_limits", "sessions_kept"]
@@ -167,6 +168,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"app.py: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     print(f"[dashboard] training controls: {access.mode} ({access.reason})", file=sys.stderr)
+    print(f"[dashboard] {address_source(access.proxy_hops)}", file=sys.stderr)
     ctx = AppContext.create(runs_root=choose_runs_root(args.runs_dir), data_root=args.data_dir,
                             default_config=args.config, access=access,
                             hub_repo=os.environ.get("SQLENV_HUB_REPO") or None)

@@ -128,6 +128,8 @@ def test_one_client_identity_for_every_limit():
     assert AccessPolicy.from_env("0.0.0.0", env={**space, "SQLENV_PROXY_HOPS": "0"}).proxy_hops == 0
     assert AccessPolicy.from_env("0.0.0.0", env={**space, "FORWARDED_ALLOW_IPS": "10.0.0.5"}).proxy_hops == 0
     assert AccessPolicy.from_env("0.0.0.0", env={}).proxy_hops == 0
+    # SPACE_ID alone (any machine may set it) is no proxy: the server's rule, so a guesser cannot forge addresses.
+    assert AccessPolicy.from_env("0.0.0.0", env={"SPACE_ID": "someone/sqlenv"}).proxy_hops == 0
     scope = _Request("10.0.0.1", "6.6.6.6", "2001:db8:1:2::9").request.scope
     assert client_key(scope, 1) == proxied.client(_Request("10.0.0.1", "6.6.6.6", "2001:db8:1:2::9"))
     assert address_block("unknown") == "unknown" and address_block("[2001:db8::1]") == "2001:db8::/64"

@@ -77,6 +77,12 @@ def raw_reply(port: int, head: bytes, chunks, wait_s: float = 10.0) -> tuple[byt
     return reply, sent
 
 
+def test_the_start_log_names_where_client_addresses_come_from(app):
+    """Issue 59: the dashboard says at start whose address it believes; off a Space, with no setting, the TCP peer."""
+    log = app["log"].read_text()
+    assert "client addresses: the TCP peer" in log and "X-Forwarded-For is ignored" in log, log[-2000:]
+
+
 def test_a_body_over_the_bound_is_refused_before_it_is_read(app):
     """A declared 40 MB body is answered at once (today's app waited for all of it, then parsed and kept it);
     a chunked one is cut where it passes the bound, on an event route and on any other."""

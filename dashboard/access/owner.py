@@ -49,7 +49,7 @@ from typing import Any, Callable, Mapping
 
 import gradio as gr
 
-from sqlenv.client_address import FORWARDED_ALLOW_IPS_ENV, PROXY_HOPS_ENV, client_key, proxy_hops_setting
+from sqlenv.client_address import FORWARDED_ALLOW_IPS_ENV, client_key, proxy_hops_setting
 
 MODES = ("open", "password", "oauth", "locked")
 PASSWORD_ENV = "SQLENV_ADMIN_PASSWORD"
@@ -102,8 +102,9 @@ class AccessPolicy:
         proxy_hops: reverse proxies in front of the app whose `X-Forwarded-For` entries are trusted (default 0:
             the TCP peer is the client). Used to tell clients apart (`client`: the login throttle, Play; the
             connection bound per peer is off behind proxies); set it (env `SQLENV_PROXY_HOPS`; `from_env` takes 1
-            on a Space, as the Dockerfile does) to the number of proxies that append to that header, never more: a
-            client can write any entries of its own to the left of theirs.
+            on a HuggingFace Space, `SPACE_ID` with `SYSTEM=spaces`, as `sqlenv.client_address.proxy_hops_setting`
+            decides for the server too) to the number of proxies that append to that header, never more: a client
+            can write any entries of its own to the left of theirs.
     """
 
     mode: str = "open"
@@ -132,14 +133,16 @@ class AccessPolicy:
         `SYSTEM` ("spaces") and `OAUTH_CLIENT_ID` (set when the Space has `hf_oauth: true`).
 
         The proxies trusted: `SQLENV_PROXY_HOPS` or `FORWARDED_ALLOW_IPS` (`proxy_hops_setting`); with neither,
-        one on a Space (every request comes through Hugging Face's proxy, which appends the client to
-        `X-Forwarded-For`: with none, every visitor would be one client to the throttle and Play's bounds), none
-        elsewhere."""
+        one on a Space (`SPACE_ID` with `SYSTEM=spaces`: every request comes through Hugging Face's proxy, which
+        appends the client to `X-Forwarded-For`; with none, every visitor would be one client to the throttle and
+        Play's bounds), none elsewhere: `SPACE_ID` alone says nothing of a proxy, and trusting the header without
+        one lets a password guesser name a new address at every try."""
         env = os.environ if env is None else env
         password = env.get(PASSWORD_ENV) or None
         space = env.get("SPACE_ID") or None
-        named = any((env.get(name) or "").strip() for name in (PROXY_HOPS_ENV, FORWARDED_ALLOW_IPS_ENV))
-        hops = proxy_hops_setting(env=env) if named or not space else 1
+        # One rule for the server and the dashboard: a forwarded address is believed only where the platform says a
+        # proxy is in front (SPACE_ID with SYSTEM=spaces) or the operator says so; SPACE_ID alone is any variable.
+        hops = proxy_hops_setting(env=env)
         if password:
             return cls("password", password=password, reason=f"{PASSWORD_ENV} is set: the owner logs in with it.",
                        proxy_hops=hops)
