@@ -374,7 +374,7 @@ TRAINING_UNITS: dict[str, set[str]] = {
     "plan": {"config", "device", "environment", "models", "panel"},
     "generation": {"environment", "models"},
     "grpo": {"config", "environment", "generation", "models", "plan"},
-    "warm_start": {"config", "environment", "generation", "grpo", "models", "plan"},
+    "warm_start": {"config", "distributed", "environment", "generation", "grpo", "models", "plan"},
     "evals": {"generation", "run"},
     "callbacks": {"distributed", "generation", "run"},  # trainer hooks only; what they write goes through `run`
     "validation": {"distributed", "evals", "generation", "run"},

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from training.config import WarmStart
+from training.distributed import world_size
 from training.environment.teacher import DEFAULT_MISTAKES, teacher_conversations, teacher_plan
 from training.warm_start.examples import build_sft_dataset
 
@@ -213,7 +214,7 @@ def _examples_seen(settings: "SFTSettings") -> int | None:
         return None
     batch = args.get("per_device_train_batch_size", settings.batch_size)
     accumulation = args.get("gradient_accumulation_steps", settings.gradient_accumulation_steps)
-    return steps * batch * accumulation * int(os.environ.get("WORLD_SIZE", "1") or 1)
+    return steps * batch * accumulation * world_size()
 
 
 def run_sft(
