@@ -4,7 +4,7 @@
   load while it ran, so a time taken on a shared machine says so.
 - `refuse_shared`: why a `--record` must not start now (other work loads the cores), unless asked to record anyway.
 - `PhaseClock`: wall seconds per phase, from the run's status events (a `run_training` listener).
-- `measurement`: the `configs/measured.json` entry of a finished run (what `dashboard.config_costs.record` keeps and
+- `measurement`: the `configs/measured.json` entry of a finished run (what `dashboard.core.measured.record` keeps and
   the Train form's cost line shows), read from the run directory's comparison summary.
 """
 
