@@ -15,7 +15,7 @@ Two decoders keep each episode's KV cache across turns, with the same interface 
 Mixed precision (`compute_dtype`, from a run's precision by `decode_dtype`): a bf16 run's trainer computes its loss
 under bf16 autocast over fp32 weights, and its decoders compute the same way, so that the episodes are sampled from
 the distribution the loss scores and greedy evals play the model the run trains. The graph decoder does it without
-casting a weight per step (bf16 copies of the linear layers, made once per turn), so it is the choice on any device
+casting a weight per step (bf16 copies of the linear layers, made once per play), so it is the choice on any device
 then, a CPU included (where its bf16 products run on the CPU's matrix units); `MultiTurnDecoder` does it under
 `torch.autocast` for a model the graph decoder cannot run (a PEFT adapter).
 """

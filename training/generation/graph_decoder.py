@@ -3,8 +3,8 @@
 `MultiTurnDecoder` spends its time on the host on a GPU: each decoding step is ~30 layers of eager PyTorch, a cache
 that grows, a mask built anew, a `.tolist()` per token (~28 ms a step for SmolLM2-135M on an H100, whatever the
 rows). This decoder keeps what it does — one turn for many conversations, each keeping its KV cache across turns, the
-prefixes the rows' first prompts share read once (all rows' and each group's), the same tokens for the same logits — and moves the per-token work
-onto the device:
+prefixes the rows' first prompts share read once (all rows' and each group's), the same tokens for the same logits —
+and moves the per-token work onto the device:
 
 - **Fixed shapes.** Every conversation owns a slot of a `SlotCache` (keys/values `[slots, heads, length, dim]`) for
   as long as it is asked for; a turn reads only what is new into its slot. Decoding runs on a batch of the first b
