@@ -38,6 +38,22 @@ def get_json(url: str, timeout: float = 5.0):
         return json.loads(response.read())
 
 
+def rss_mb(pid: int) -> float:
+    """A process's resident memory in MB (NaN once it is gone)."""
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def health_seconds(server, timeout: float) -> float:
+    """Seconds a server (anything with a `url`) takes to answer `/health` healthy."""
+    started = time.monotonic()
+    with urllib.request.urlopen(server.url + "/health", timeout=timeout) as response:
+        assert json.loads(response.read())["status"] == "healthy"
+    return time.monotonic() - started
+
+
 class ServerProcess:
     """`python -m sqlenv serve ...` on 127.0.0.1; `start()` waits for `/health`, `stop()` ends it.
 

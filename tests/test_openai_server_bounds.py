@@ -19,7 +19,7 @@ import urllib.request
 
 import pytest
 
-from serverproc import ServerProcess
+from serverproc import ServerProcess, health_seconds, rss_mb
 
 pytest.importorskip("fastapi", reason="the server needs FastAPI")
 
@@ -33,19 +33,6 @@ def server():
     with ServerProcess(command=command) as proc:
         yield proc
 
-
-def _rss_mb(pid: int) -> float:
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def _health_s(server) -> float:
-    started = time.monotonic()
-    with urllib.request.urlopen(server.url + "/health", timeout=60) as response:
-        assert json.loads(response.read())["status"] == "healthy"
-    return time.monotonic() - started
 
 
 def _post(server, raw: bytes, timeout: float = 120) -> tuple[int, dict]:
@@ -74,7 +61,7 @@ OK = {"model": "tiny", "messages": [{"role": "user", "content": "How many singer
 def test_a_body_over_the_bound_is_refused_before_it_is_read(server):
     """A declared 20 MB body is answered 413 from its head (the old server read it all, then spent 33.9 s on it);
     one sent without a length is cut where it passes the bound. `/health` never waits."""
-    before = _rss_mb(server.proc.pid)
+    before = rss_mb(server.proc.pid)
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Content-Length: 20000000\r\n\r\n" + b'{"messages": [{"role": "user", "content": "' + b"x" * 65536)
@@ -82,7 +69,7 @@ def test_a_body_over_the_bound_is_refused_before_it_is_read(server):
         head = _reply(sock)
         assert head.startswith(b"HTTP/1.1 413"), head[:200]
         assert time.monotonic() - started < 5.0
-    assert _health_s(server) < 0.5
+    assert health_seconds(server, 60) < 0.5
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Transfer-Encoding: chunked\r\n\r\n")
@@ -93,8 +80,8 @@ def test_a_body_over_the_bound_is_refused_before_it_is_read(server):
         except (BrokenPipeError, ConnectionResetError):
             pass
         assert _reply(sock).startswith(b"HTTP/1.1 413")
-    assert _health_s(server) < 0.5
-    assert _rss_mb(server.proc.pid) - before < 50
+    assert health_seconds(server, 60) < 0.5
+    assert rss_mb(server.proc.pid) - before < 50
 
 
 @pytest.mark.parametrize("raw, needle", [
@@ -132,7 +119,7 @@ def test_rendering_and_tokenizing_run_off_the_event_loop(server):
     poster.start()
     slowest = 0.0
     while poster.is_alive():
-        slowest = max(slowest, _health_s(server))
+        slowest = max(slowest, health_seconds(server, 60))
         time.sleep(0.02)
     poster.join()
     status, body = done[0]

@@ -14,13 +14,12 @@ import json
 import socket
 import struct
 import time
-import urllib.request
 
 import pytest
 
 pytest.importorskip("openenv.core", reason="the server extra is not installed (pip install 'sqlenv[server]')")
 
-from serverproc import ServerProcess  # noqa: E402
+from serverproc import ServerProcess, health_seconds, rss_mb  # noqa: E402
 
 from sqlenv.server.connections import FRAME_BURST, MAX_FRAGMENTS, FrameAllowance  # noqa: E402
 
@@ -47,19 +46,6 @@ def server(builtin):
                         "--max-sessions-per-client", "4", "--session-timeout", "30"]) as proc:
         yield proc
 
-
-def _rss_mb(pid: int) -> float:
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def _health_s(server) -> float:
-    started = time.monotonic()
-    with urllib.request.urlopen(server.url + "/health", timeout=30) as response:
-        assert json.loads(response.read())["status"] == "healthy"
-    return time.monotonic() - started
 
 
 def _reset_socket(server, source: str) -> socket.socket:
@@ -109,15 +95,15 @@ def test_empty_continuation_frames_end_the_connection(server):
     every one (~400,000 a second, held for as long as the client stayed); now the connection is aborted past the
     allowance, its session ends, and `/health` never waits on it."""
     pid = server.proc.pid
-    before = _rss_mb(pid)
+    before = rss_mb(pid)
     sock = _reset_socket(server, "127.0.0.3")
     try:
         sock.sendall(frame(0x1, b"{", fin=False))
         block = frame(0x0, b"", fin=False) * 20_000  # 120 KB of empty continuation frames
         sent, ended = _flood(sock, block, 64 * 1024 * 1024, 4.0)
         assert ended, f"the server took {sent} bytes of empty continuation frames and kept the connection"
-        assert _health_s(server) < 1.0
-        assert _rss_mb(pid) - before < 10.0
+        assert health_seconds(server, 30) < 1.0
+        assert rss_mb(pid) - before < 10.0
         assert server.wait_sessions(0, timeout=10) == 0
     finally:
         sock.close()
@@ -135,7 +121,7 @@ def test_a_message_in_one_byte_fragments_ends_the_connection(server):
     finally:
         honest.close()
     pid = server.proc.pid
-    before = _rss_mb(pid)
+    before = rss_mb(pid)
     sock = _reset_socket(server, "127.0.0.5")
     try:
         message = json.dumps({"type": "step", "data": {"action_type": "ANSWER", "argument": "x" * 1_000_000}})
@@ -143,8 +129,8 @@ def test_a_message_in_one_byte_fragments_ends_the_connection(server):
                              for i in range(len(message)))
         sent, ended = _flood(sock, fragments, len(fragments), 4.0)
         assert ended, f"the server took {sent} bytes of 1-byte fragments and kept the connection"
-        assert _health_s(server) < 1.0
-        assert _rss_mb(pid) - before < 10.0
+        assert health_seconds(server, 30) < 1.0
+        assert rss_mb(pid) - before < 10.0
         assert server.wait_sessions(0, timeout=10) == 0
     finally:
         sock.close()

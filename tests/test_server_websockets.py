@@ -13,13 +13,12 @@ import contextlib
 import json
 import socket
 import time
-import urllib.request
 
 import pytest
 
 pytest.importorskip("openenv.core", reason="the server extra is not installed (pip install 'sqlenv[server]')")
 
-from serverproc import ServerProcess  # noqa: E402
+from serverproc import ServerProcess, health_seconds, rss_mb  # noqa: E402
 
 PER_CLIENT = 3
 RESET_TIMEOUT_S = 4.0  # long enough to open a test's sockets on a loaded machine
@@ -53,19 +52,6 @@ def _ws(server, path: str = "/ws", source: str = "127.0.0.1", **kwargs):
     return connect(f"ws://127.0.0.1:{server.port}{path}", sock=sock, proxy=None, compression=None, open_timeout=10,
                    **kwargs)
 
-
-def _rss_mb(pid: int) -> float:
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def _health_s(server) -> float:
-    started = time.monotonic()
-    with urllib.request.urlopen(server.url + "/health", timeout=10) as response:
-        assert json.loads(response.read())["status"] == "healthy"
-    return time.monotonic() - started
 
 
 def test_every_websocket_route_is_guarded(no_leak):
@@ -129,7 +115,7 @@ def test_a_ping_flood_from_a_client_that_never_reads_holds_little(no_leak):
     whose client leaves its output unread reads nothing more: the flood ends at once, and its session with it."""
     server = no_leak
     pid = server.proc.pid
-    before = _rss_mb(pid)
+    before = rss_mb(pid)
     block = PING * 8192  # ~1 MB of pings
     sock = _handshake(server, "127.0.0.3")
     sock.setblocking(False)
@@ -145,8 +131,8 @@ def test_a_ping_flood_from_a_client_that_never_reads_holds_little(no_leak):
                 time.sleep(0.01)
             except (ConnectionResetError, BrokenPipeError):
                 break  # the server ended the connection
-        assert _health_s(server) < 1.0
-        grown = _rss_mb(pid) - before
+        assert health_seconds(server, 10) < 1.0
+        grown = rss_mb(pid) - before
         # The old server: all 64 MB sent within ~3 s and +60 MB; now the connection is aborted at once.
         assert sent < 32 * 1024 * 1024 and grown < 10.0, (sent, grown)
         assert server.wait_sessions(0, timeout=GRACE_S) == 0
