@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -40,10 +42,53 @@ def get_json(url: str, timeout: float = 5.0):
 
 def rss_mb(pid: int) -> float:
     """A process's resident memory in MB (NaN once it is gone)."""
-    for line in open(f"/proc/{pid}/status"):
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return float("nan")
+    for line in status.splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+class Watch:
+    """`/health` every `interval` seconds and the server's RSS peak, on a thread of their own, while the block runs
+    (the security benches' witness of a server under a hostile shape)."""
+
+    def __init__(self, port: int, pid: int, *, interval: float = 0.1, timeout: float = 30):
+        self.port, self.pid, self.interval, self.timeout = port, pid, interval, timeout
+        self.health: list[float] = []
+        self.rss_peak = 0.0
+        self._stop = threading.Event()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
+            try:
+                conn.request("GET", "/health")
+                conn.getresponse().read()
+            except OSError:
+                pass
+            finally:
+                conn.close()
+            self.health.append(time.monotonic() - started)
+            self.rss_peak = max(self.rss_peak, rss_mb(self.pid))
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "Watch":
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(2 * self.timeout)
+
+    @property
+    def health_max_s(self) -> float:
+        return round(max(self.health, default=float("nan")), 3)
 
 
 def health_seconds(server, timeout: float) -> float:

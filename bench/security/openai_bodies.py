@@ -17,58 +17,17 @@ before a change. The machine is shared: times are upper bounds. Prints, last lin
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import socket
 import sys
-import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 
-from serverproc import ServerProcess  # noqa: E402
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-class Watch:
-    """`/health` every 0.05 s and the server's RSS, on a thread of their own, while the block runs."""
-
-    def __init__(self, port: int, pid: int):
-        self.port, self.pid, self.health, self.rss_peak = port, pid, [], 0.0
-        self._stop = threading.Event()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-            try:
-                conn.request("GET", "/health")
-                conn.getresponse().read()
-            except OSError:
-                pass
-            finally:
-                conn.close()
-            self.health.append(time.monotonic() - started)
-            self.rss_peak = max(self.rss_peak, rss_mb(self.pid))
-            self._stop.wait(0.05)
-
-    def __enter__(self) -> "Watch":
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(180)
+from serverproc import ServerProcess, Watch, rss_mb  # noqa: E402
 
 
 def post(port: int, body: bytes, timeout: float = 300) -> tuple[int | str, float]:
@@ -97,11 +56,11 @@ def post(port: int, body: bytes, timeout: float = 300) -> tuple[int | str, float
 def measured(server: ServerProcess, name: str, body: bytes) -> dict:
     pid = server.proc.pid
     before = rss_mb(pid)
-    with Watch(server.port, pid) as watch:
+    with Watch(server.port, pid, interval=0.05, timeout=120) as watch:
         status, seconds = post(server.port, body)
         time.sleep(0.3)
     return {f"{name}_status": status, f"{name}_s": round(seconds, 2),
-            f"{name}_health_max_s": round(max(watch.health, default=float("nan")), 3),
+            f"{name}_health_max_s": watch.health_max_s,
             f"{name}_rss_before_mb": round(before), f"{name}_rss_peak_mb": round(watch.rss_peak)}
 
 

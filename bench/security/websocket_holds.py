@@ -41,7 +41,6 @@ import json
 import logging
 import os
 import sys
-import threading
 import time
 import warnings
 from pathlib import Path
@@ -50,7 +49,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from serverproc import ServerProcess  # noqa: E402
+from serverproc import ServerProcess, Watch, rss_mb  # noqa: E402
 
 from sqlenv.data.datasets import load_questions, resolve_dataset  # noqa: E402
 
@@ -65,13 +64,6 @@ WS_CHOICES = ("sqlenv", "websockets-sansio", "websockets")
 LAUNCH = ("import runpy, sys\nrepo, ws = sys.argv.pop(1), sys.argv.pop(1)\nsys.path.insert(0, repo)\n"
           "if ws != 'sqlenv':\n    import sqlenv.server.app as app\n    app.websocket_protocol = lambda: ws\n"
           "runpy.run_module('sqlenv', run_name='__main__')")
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 # ------------------------------------------------------------------------------------------------ the shapes
@@ -303,44 +295,6 @@ def free_sessions(port: int) -> int:
 
 
 # ----------------------------------------------------------------------------------------------- the bench
-class Watch:
-    """`/health` every 0.1 s and the server's RSS, on a thread of their own, while the block runs."""
-
-    def __init__(self, port: int, pid: int):
-        self.port, self.pid = port, pid
-        self.health: list[float] = []
-        self.rss_peak = 0.0
-        self._stop = threading.Event()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-            try:
-                conn.request("GET", "/health")
-                conn.getresponse().read()
-            except OSError:
-                pass
-            finally:
-                conn.close()
-            self.health.append(time.monotonic() - started)
-            self.rss_peak = max(self.rss_peak, rss_mb(self.pid))
-            self._stop.wait(0.1)
-
-    def __enter__(self) -> "Watch":
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(60)
-
-    @property
-    def health_max_s(self) -> float:
-        return round(max(self.health, default=float("nan")), 3)
-
-
 async def shape_mcp(server: ServerProcess, questions: list, reset_s: float) -> dict:
     started = time.monotonic()
     sockets, accepted, refusals = await hold_sockets(server.port, "/mcp", "127.0.0.2", 64, reset=False)
