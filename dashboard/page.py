@@ -45,14 +45,17 @@ def build_app(ctx: AppContext | None = None) -> gr.Blocks:
             with gr.Tab("Runs", id="runs") as runs:
                 runs_parts = runs_tab.build(ctx)
                 loads.append(runs_parts)
-        for parts in loads:
+        # A tab's "load" is (fn, inputs, outputs); its optional "then" chains what runs in the page after the answer
+        # (the run pickers' `dashboard.core.picks.keep_picks`).
+        def on(trigger, parts):
             fn, inputs, outputs = parts["load"]
-            demo.load(fn, inputs=inputs, outputs=outputs, show_progress="hidden")
+            parts.get("then", lambda event: event)(trigger(fn, inputs=inputs, outputs=outputs, show_progress="hidden"))
+
+        for parts in loads:
+            on(demo.load, parts)
         demo.unload(play_parts["unload"])  # a closed page's Play episode is closed at once
         # Opening a tab shows what is on disk now (a run may have finished since the page loaded).
-        fn, inputs, outputs = compare_parts["load"]
-        compare.select(fn, inputs=inputs, outputs=outputs, show_progress="hidden")
-        fn, inputs, outputs = runs_parts["load"]
-        runs.select(fn, inputs=inputs, outputs=outputs, show_progress="hidden")
+        on(compare.select, compare_parts)
+        on(runs.select, runs_parts)
         ctx.owner.wire(demo)  # after every tab registered its owner-only controls
     return demo

@@ -15,6 +15,7 @@ import pandas as pd
 
 from dashboard.access.inputs import quote
 from dashboard.compare.added_columns import columns_for, source_choices
+from dashboard.core import picks
 from dashboard.core.context import AppContext
 from dashboard.core.results import SUMMARY_HEADERS, breakdown_frame, pair_transcripts, summary_frame
 from dashboard.core.run_notes import comparison_error, comparison_error_html, kept_html
@@ -112,12 +113,14 @@ def build(ctx: AppContext) -> dict[str, Any]:
         middle = gr.HTML("", elem_id="compare-warm-start", visible=False)
         right = gr.HTML("", elem_id="compare-trained")
 
+    run_listing, add_listing = picks.listing_holder(), picks.listing_holder()
+
     def refresh_runs(current, added):
+        # The values are set in the page when this answer arrives (`picks.keep_picks`): `current` may be stale.
         names = runs_with_comparison(ctx)
-        value = current if current in names else (names[0] if names else None)
-        choices = source_choices(ctx.runs, exclude=value)
-        keep = [v for v in (added or []) if v in {c[1] for c in choices}]
-        return gr.update(choices=names, value=value), gr.update(choices=choices, value=keep)
+        choices = source_choices(ctx.runs, exclude=current if current in names else next(iter(names), None))
+        return (gr.update(choices=names), gr.update(choices=choices), picks.listing(names, next(iter(names), None)),
+                picks.listing([c[1] for c in choices]))
 
     def empty_tables():
         return (pd.DataFrame(columns=SUMMARY_HEADERS), pd.DataFrame(columns=["hardness"]),
@@ -188,7 +191,9 @@ def build(ctx: AppContext) -> dict[str, Any]:
             transcript_html(trained, title="Trained model", compact=three),
         )
 
-    refresh_btn.click(refresh_runs, inputs=[run_dd, add_dd], outputs=[run_dd, add_dd])
+    refresh_outputs = [run_dd, add_dd, run_listing, add_listing]
+    picked = [(run_dd, run_listing), (add_dd, add_listing)]
+    picks.keep_picks(refresh_btn.click(refresh_runs, inputs=[run_dd, add_dd], outputs=refresh_outputs), picked)
     table_outputs = [summary, by_hardness, by_database]
     run_dd.change(on_run, inputs=[run_dd, add_dd], outputs=[question_dd, note, *table_outputs]).then(
         show, inputs=[run_dd, question_dd], outputs=[left, middle, right]
@@ -196,4 +201,4 @@ def build(ctx: AppContext) -> dict[str, Any]:
     add_dd.input(on_added, inputs=[run_dd, add_dd], outputs=[note, *table_outputs])
     show_btn.click(show, inputs=[run_dd, question_dd], outputs=[left, middle, right])
     question_dd.input(show, inputs=[run_dd, question_dd], outputs=[left, middle, right])
-    return {"load": (refresh_runs, [run_dd, add_dd], [run_dd, add_dd])}
+    return {"load": (refresh_runs, [run_dd, add_dd], refresh_outputs), "then": lambda e: picks.keep_picks(e, picked)}

@@ -17,6 +17,7 @@ from typing import Any
 import gradio as gr
 
 from dashboard.access import inputs as checked
+from dashboard.core import picks
 from dashboard.core.context import AppContext
 from dashboard.core.datasets import dataset_choices, dataset_splits
 from dashboard.core.formatting import duration_words
@@ -266,9 +267,14 @@ def build(ctx: AppContext) -> dict[str, Any]:
                    outputs=[state, header, observation, history], concurrency_limit=None)
     action.change(lambda k: gr.update(placeholder=PLACEHOLDERS.get(k, "")), inputs=[action], outputs=[argument])
 
-    def on_load(name, split):
-        choices, _ = question_choices(name, split, ctx.data_root)
-        return gr.update(choices=choices, value=RANDOM)
+    question_listing = picks.listing_holder()
 
-    return {"load": (on_load, [dataset_dd, split_dd], [question_dd]), "unload": close_play_episodes,
+    def on_load(name, split):
+        # The question picked while this answer was on its way stays (`picks.keep_picks`), else random.
+        choices, _ = question_choices(name, split, ctx.data_root)
+        values = [c[1] if isinstance(c, tuple) else c for c in choices]
+        return gr.update(choices=choices), picks.listing(values, RANDOM)
+
+    return {"load": (on_load, [dataset_dd, split_dd], [question_dd, question_listing]),
+            "then": lambda e: picks.keep_picks(e, [(question_dd, question_listing)]), "unload": close_play_episodes,
             "episodes": episodes}

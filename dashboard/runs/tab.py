@@ -15,7 +15,7 @@ import gradio as gr
 import pandas as pd
 
 from dashboard.access import inputs as checked
-from dashboard.core import charts
+from dashboard.core import charts, picks
 from dashboard.core.context import AppContext
 from dashboard.core.policy_chart import policy_figure
 from dashboard.core.transcripts import esc, transcript_html
@@ -80,16 +80,17 @@ def build(ctx: AppContext) -> dict[str, Any]:
                 overlay_reward = gr.Plot(charts.plot_data(charts.reward_overlay({})), show_label=False, elem_id="runs-overlay-reward")
                 overlay_success = gr.Plot(charts.plot_data(charts.success_overlay({})), show_label=False, elem_id="runs-overlay-success")
 
+    pick_listing, overlay_listing = picks.listing_holder(), picks.listing_holder()
+
     def refresh(current, current_overlay):
+        # The picks are set in the page when this answer arrives (`picks.keep_picks`): the inputs may be stale.
         rows = ctx.runs.list()
         names = [r["run_id"] for r in rows]
         healthy = [r["run_id"] for r in rows if r.get("status") not in ("missing", "corrupt")]
-        value = current if current in names else next(iter(healthy or names), None)
-        keep = [n for n in (current_overlay or []) if n in names]
         # The config diff's pickers get the same list (their picks stay: this public endpoint keeps its two inputs).
-        diff_pick = gr.update(choices=names)
-        return (runs_table(rows, ctx.runs), gr.update(choices=names, value=value), gr.update(choices=names, value=keep),
-                diff_pick, diff_pick)
+        listed = gr.update(choices=names)
+        return (runs_table(rows, ctx.runs), listed, listed, listed, listed,
+                picks.listing(names, next(iter(healthy or names), None)), picks.listing(names))
 
     def show(name):
         snap, err = ctx.runs.try_snapshot(name)
@@ -139,8 +140,10 @@ def build(ctx: AppContext) -> dict[str, Any]:
 
     detail_outputs = [detail, results, reward_plot, success_plot, health_plot, policy_plot, config, trace_pick, trace,
                       resume_btn, resume_message]
-    list_inputs, list_outputs = [pick, overlay], [table, pick, overlay, diff_a, diff_b]
-    refresh_btn.click(refresh, inputs=list_inputs, outputs=list_outputs).then(
+    list_inputs = [pick, overlay]
+    list_outputs = [table, pick, overlay, diff_a, diff_b, pick_listing, overlay_listing]
+    picked = [(pick, pick_listing), (overlay, overlay_listing)]
+    picks.keep_picks(refresh_btn.click(refresh, inputs=list_inputs, outputs=list_outputs), picked).then(
         show, inputs=[pick], outputs=detail_outputs
     )
     pick.change(show, inputs=[pick], outputs=detail_outputs)
@@ -168,4 +171,5 @@ def build(ctx: AppContext) -> dict[str, Any]:
     ctx.owner.control(hub_repo, push_btn)
     ctx.owner.owner_event(push_btn.click, push, inputs=[pick, hub_repo], outputs=[push_message],
                           action="push runs to the Hub")
-    return {"load": (refresh, list_inputs, list_outputs), "refresh": refresh_btn}
+    return {"load": (refresh, list_inputs, list_outputs), "then": lambda e: picks.keep_picks(e, picked),
+            "refresh": refresh_btn}

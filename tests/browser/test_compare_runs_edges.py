@@ -114,10 +114,9 @@ def test_compare_shows_the_warm_start_beside_random_and_trained(edge_runs, page,
     page.goto(edge_runs["url"])
     open_tab(page, "Compare")
     pick(page, "compare-run", "edge-warm")
-    # 120 pairs render in 6-8 s alone, and beside three busy cores; in fresh-clone CI runs, while the other workers
-    # load SmolLM2 and build a virtualenv from requirements (~18 GB written in a run), it took over 30 s once and over
-    # 120 s twice (2026-12-07's at an idle machine): the wait is for content, not speed.
-    page.wait_for_function("() => document.querySelector('#compare-warm-start .sqe-card') !== null", timeout=300_000)
+    # 120 pairs render in 6-8 s alone, and beside three busy cores. (Three CI runs that never showed them, after 120
+    # and 300 s, were the tab's refresh putting back the newest run over this pick: test_a_run_picked_while_...)
+    page.wait_for_function("() => document.querySelector('#compare-warm-start .sqe-card') !== null", timeout=60_000)
     for elem_id, title in (("compare-random", "Random baseline"), ("compare-warm-start", BASE_LABEL),
                            ("compare-trained", "Trained model")):
         assert page.locator(f"#{elem_id}").is_visible() and title in page.locator(f"#{elem_id} .sqe-title").inner_text()
@@ -137,6 +136,36 @@ def test_compare_shows_the_warm_start_beside_random_and_trained(edge_runs, page,
     assert page.locator("#compare-trained .sqe-card").is_visible()
     screenshot(page, "compare_two_columns")
 
+
+def test_a_run_picked_while_the_list_refreshes_stays_picked(edge_runs, page):
+    """Opening the tab refreshes the run list, and its answer used to set the picker from the value the event sent:
+    a run picked before that answer arrived (a busy server; fresh-clone CI, three times) was replaced by the newest,
+    whose comparison the tab then showed. Here every queued event is held until the pick is made, then let go."""
+    page.goto(edge_runs["url"])
+    open_tab(page, "Compare")
+    page.wait_for_function("() => (document.querySelector('#compare-run input')?.value || '') !== ''")
+    shown = page.locator("#compare-run input").input_value()  # the newest run with a comparison
+    other = "edge-plain" if shown == "edge-warm" else "edge-warm"
+    open_tab(page, "Runs")
+
+    held, holding = [], [True]
+
+    def hold(route):  # the server hears nothing until `holding` ends
+        held.append(route) if holding else route.continue_()
+
+    page.route("**/queue/join*", hold)
+    open_tab(page, "Compare")  # its refresh sends `shown`, and waits
+    pick(page, "compare-run", other)  # picked while the refresh is on its way
+    page.wait_for_function("(n) => document.querySelector('#compare-run input')?.value === n", arg=other)
+    holding.clear()
+    assert held, "no queued event was held: the test would prove nothing"
+    for route in held:
+        route.continue_()
+
+    page.wait_for_function("(n) => document.querySelector('#compare-note')?.innerText.includes(n)", arg=other)
+    page.wait_for_timeout(2_000)  # every answer in: the refresh's, the page's keep step, and the pick's
+    assert page.locator("#compare-run input").input_value() == other
+    assert other in page.locator("#compare-note").inner_text() and shown not in page.locator("#compare-note").inner_text()
 
 def test_compare_lists_every_paired_question(edge_runs, page):
     page.goto(edge_runs["url"])
