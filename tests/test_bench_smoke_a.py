@@ -61,6 +61,27 @@ def test_warm_start_sweep(tiny_model, tmp_path):
     assert (out / "tries" / "smoke" / "warm_start" / "sft.json").is_file()  # the try's model, kept
 
 
+@pytest.mark.slow
+def test_warm_start_sweep_resumes_a_try_cut_short(tiny_model, tmp_path):
+    """A try cut short during its SFT (its model not saved yet) goes on from its newest checkpoint: here the first
+    sitting ends after step 1 of 2, as a session's end would cut it."""
+    out = tmp_path / "sweep"
+    common = ["--config", "configs/tiny_cpu.json", "--out", str(out), "--validation", "2", "--set", "step_budget=3",
+              "--set", "max_turn_tokens=16", "--set", "save_steps=1"]
+    first = run_bench("learning/warm_start_sweep.py", *common,
+                      "--try", "cut:sft.max_steps=1,sft.episodes=8,sft.batch_size=2")
+    assert first["tries"][0]["sft_resumed_at"] is None
+    try_dir = out / "tries" / "cut"
+    assert any(try_dir.rglob("checkpoint-1")), sorted(p.name for p in try_dir.rglob("*"))
+    shutil.rmtree(try_dir / "warm_start")  # as if the sitting had ended before the model was saved
+    (out / "sweep.jsonl").unlink()
+    second = run_bench("learning/warm_start_sweep.py", *common,
+                       "--try", "cut:sft.max_steps=2,sft.episodes=8,sft.batch_size=2")
+    [record] = second["tries"]
+    assert "error" not in record, record.get("error")
+    assert record["sft_resumed_at"] == 1 and record["sft_steps"] == 2
+
+
 # ------------------------------------------------------------------------------------------------------- serving/
 def test_env_throughput(spider_source):
     figures = run_bench("serving/env_throughput.py", "--rounds", "1", env={"SQLENV_SPIDER_DIR": str(spider_source)})
