@@ -67,10 +67,14 @@ def test_cpu_threads(tiny_model):
 
 def test_episode_tokens():
     """`learning/episode_tokens.py`: the compact prompt is the shorter one, counted by SmolLM2's own tokenizer."""
-    figures = run_bench("learning/episode_tokens.py", "--episodes", "4")
+    figures = run_bench("learning/episode_tokens.py", "--episodes", "4", "--split", "eval")
     prompts = figures["prompt_tokens"]
     assert figures["model"] == "smollm2-135m" and prompts["compact"]["mean"] < prompts["full"]["mean"]
-    assert figures["teacher"]["episodes"] == 4 and figures["teacher"]["completion"]["mean"] > 0
+    teacher = figures["teacher"]
+    assert teacher["episodes"] == 4 and teacher["split"] == "eval" and teacher["completion"]["mean"] > 0
+    assert teacher["by_tool"]["answer"]["n"] == 4  # one answering turn an episode
+    over = [teacher["answers_over_cap"][str(cap)] for cap in (160, 256, 512, 1024)]
+    assert over == sorted(over, reverse=True) and 0 <= over[0] <= 4
 
 
 def test_question_sampler():
