@@ -1,4 +1,4 @@
-"""Run pickers whose list the server refreshes: a refresh must never undo what the user picked while it was on its way.
+"""Pickers whose list the server refreshes (runs, Play's questions): a refresh never undoes a pick made meanwhile.
 
 A refresh event (page load, opening a tab, "Refresh runs") sends the dropdown's value as it was when the event
 started. An answer that set the value from that copy ("keep the current run, else the newest") put back a stale one
