@@ -52,13 +52,16 @@ def test_warm_start_sweep(tiny_model, tmp_path):
     out = tmp_path / "sweep"
     figures = run_bench("learning/warm_start_sweep.py", "--config", "configs/tiny_cpu.json", "--out", str(out),
                         "--validation", "4", "--try", "smoke:sft.max_steps=2,sft.episodes=8,sft.batch_size=2",
-                        "--set", "step_budget=3", "--set", "max_turn_tokens=16")
+                        "--set", "step_budget=3", "--set", "max_turn_tokens=16", "--eval", "2")
     [record] = figures["tries"]
     assert figures["best"] == "smoke" and "error" not in record, record.get("error")
     assert record["sft_steps"] == 2 and record["sft_episodes"] == 8 and record["sft_loss_last"] > 0
     assert record["panel_n"] == 4 and len(record["panel_correct"]) == 4 and 0 <= record["panel_success"] <= 1
     assert json.loads((out / "sweep.jsonl").read_text())["name"] == "smoke"
     assert (out / "tries" / "smoke" / "warm_start" / "sft.json").is_file()  # the try's model, kept
+    assert record["eval_n"] == 2 and sum(c["n"] for c in record["eval_hardness"].values()) == 2
+    episodes = (out / "tries" / "smoke" / "eval_episodes.jsonl").read_text().splitlines()
+    assert len(episodes) == 2 and all("question_id" in json.loads(line) for line in episodes)  # what EX was made of
 
 
 @pytest.mark.slow
