@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -62,6 +64,19 @@ def test_warm_start_sweep(tiny_model, tmp_path):
     assert record["eval_n"] == 2 and sum(c["n"] for c in record["eval_hardness"].values()) == 2
     episodes = (out / "tries" / "smoke" / "eval_episodes.jsonl").read_text().splitlines()
     assert len(episodes) == 2 and all("question_id" in json.loads(line) for line in episodes)  # what EX was made of
+
+
+def test_warm_start_sweep_checks_its_spider_dev_sample_before_any_try(tmp_path):
+    """`--spider-dev N` is checked before hours of SFT, not after: with spider_dev not prepared it is one line naming
+    the command that prepares it, exit 2, and no try starts."""
+    env = {k: v for k, v in os.environ.items() if k != "SQLENV_DATA_DIR"}
+    done = subprocess.run([sys.executable, "bench/learning/warm_start_sweep.py", "--config", "configs/tiny_cpu.json",
+                           "--out", str(tmp_path / "sweep"), "--try", "x:sft.max_steps=1", "--spider-dev", "5"],
+                          cwd=REPO, env={**env, "SQLENV_DATA_DIR": str(tmp_path / "data")}, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2, (done.returncode, done.stderr[-500:])
+    assert "python -m sqlenv data prepare spider --preset spider_dev" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "sweep" / "tries").exists()
 
 
 @pytest.mark.slow

@@ -296,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
 
         for config in configs.values():  # every try is checked before the first one runs
             check_config(config)
+        if args.spider_dev:  # prepared, and big enough, before hours of SFT, not after
+            spider_dev_sample(args.spider_dev, base.seed)
     except (ConfigError, ValueError) as exc:
         print(f"warm_start_sweep: {exc}", file=sys.stderr)
         return 2
