@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
