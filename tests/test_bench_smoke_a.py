@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -48,56 +46,51 @@ def test_step_profile(tiny_model):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (REPO / "bench" / "learning" / "warm_start_sweep.py").is_file(),
-                    reason="bench/learning/warm_start_sweep.py is not in this checkout yet")
 def test_warm_start_sweep(tiny_model, tmp_path):
+    """One try, judged on a 4-question panel and 2 eval questions; then the same try longer, after its model is
+    removed, as a session's end cuts a try before its model is saved: the second sitting goes on from the first
+    one's checkpoint (`save_steps`) instead of from the start."""
     out = tmp_path / "sweep"
-    figures = run_bench("learning/warm_start_sweep.py", "--config", "configs/tiny_cpu.json", "--out", str(out),
-                        "--validation", "4", "--try", "smoke:sft.max_steps=2,sft.episodes=8,sft.batch_size=2",
-                        "--set", "step_budget=3", "--set", "max_turn_tokens=16", "--eval", "2")
+    common = ["--config", "configs/tiny_cpu.json", "--out", str(out), "--validation", "4", "--set", "step_budget=3",
+              "--set", "max_turn_tokens=16", "--set", "save_steps=1"]
+    figures = run_bench("learning/warm_start_sweep.py", *common, "--eval", "2",
+                        "--try", "smoke:sft.max_steps=1,sft.episodes=8,sft.batch_size=2")
     [record] = figures["tries"]
     assert figures["best"] == "smoke" and "error" not in record, record.get("error")
-    assert record["sft_steps"] == 2 and record["sft_episodes"] == 8 and record["sft_loss_last"] > 0
+    assert record["sft_steps"] == 1 and record["sft_episodes"] == 8 and record["sft_loss_last"] > 0
+    assert record["sft_resumed_at"] is None
     assert record["panel_n"] == 4 and len(record["panel_correct"]) == 4 and 0 <= record["panel_success"] <= 1
     assert json.loads((out / "sweep.jsonl").read_text())["name"] == "smoke"
-    assert (out / "tries" / "smoke" / "warm_start" / "sft.json").is_file()  # the try's model, kept
+    try_dir = out / "tries" / "smoke"
+    assert (try_dir / "warm_start" / "sft.json").is_file()  # the try's model, kept
     assert record["eval_n"] == 2 and sum(c["n"] for c in record["eval_hardness"].values()) == 2
-    episodes = (out / "tries" / "smoke" / "eval_episodes.jsonl").read_text().splitlines()
+    episodes = (try_dir / "eval_episodes.jsonl").read_text().splitlines()
     assert len(episodes) == 2 and all("question_id" in json.loads(line) for line in episodes)  # what EX was made of
 
-
-def test_warm_start_sweep_checks_its_spider_dev_sample_before_any_try(tmp_path):
-    """`--spider-dev N` is checked before hours of SFT, not after: with spider_dev not prepared it is one line naming
-    the command that prepares it, exit 2, and no try starts."""
-    env = {k: v for k, v in os.environ.items() if k != "SQLENV_DATA_DIR"}
-    done = subprocess.run([sys.executable, "bench/learning/warm_start_sweep.py", "--config", "configs/tiny_cpu.json",
-                           "--out", str(tmp_path / "sweep"), "--try", "x:sft.max_steps=1", "--spider-dev", "5"],
-                          cwd=REPO, env={**env, "SQLENV_DATA_DIR": str(tmp_path / "data")}, capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 2, (done.returncode, done.stderr[-500:])
-    assert "python -m sqlenv data prepare spider --preset spider_dev" in done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "sweep" / "tries").exists()
-
-
-@pytest.mark.slow
-def test_warm_start_sweep_resumes_a_try_cut_short(tiny_model, tmp_path):
-    """A try cut short during its SFT (its model not saved yet) goes on from its newest checkpoint: here the first
-    sitting ends after step 1 of 2, as a session's end would cut it."""
-    out = tmp_path / "sweep"
-    common = ["--config", "configs/tiny_cpu.json", "--out", str(out), "--validation", "2", "--set", "step_budget=3",
-              "--set", "max_turn_tokens=16", "--set", "save_steps=1"]
-    first = run_bench("learning/warm_start_sweep.py", *common,
-                      "--try", "cut:sft.max_steps=1,sft.episodes=8,sft.batch_size=2")
-    assert first["tries"][0]["sft_resumed_at"] is None
-    try_dir = out / "tries" / "cut"
     assert any(try_dir.rglob("checkpoint-1")), sorted(p.name for p in try_dir.rglob("*"))
     shutil.rmtree(try_dir / "warm_start")  # as if the sitting had ended before the model was saved
     (out / "sweep.jsonl").unlink()
-    second = run_bench("learning/warm_start_sweep.py", *common,
-                       "--try", "cut:sft.max_steps=2,sft.episodes=8,sft.batch_size=2")
-    [record] = second["tries"]
+    figures = run_bench("learning/warm_start_sweep.py", *common,
+                        "--try", "smoke:sft.max_steps=2,sft.episodes=8,sft.batch_size=2")
+    [record] = figures["tries"]
     assert "error" not in record, record.get("error")
     assert record["sft_resumed_at"] == 1 and record["sft_steps"] == 2
+
+
+def test_warm_start_sweep_checks_its_spider_dev_sample_before_any_try(tmp_path, monkeypatch, capsys):
+    """`--spider-dev N` is checked before hours of SFT, not after: with spider_dev not prepared it is one line naming
+    the command that prepares it, exit 2, and no try starts (`main` in this process: no model is loaded)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("warm_start_sweep", REPO / "bench/learning/warm_start_sweep.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    monkeypatch.setenv("SQLENV_DATA_DIR", str(tmp_path / "data"))
+    code = sweep.main(["--config", str(REPO / "configs/tiny_cpu.json"), "--out", str(tmp_path / "sweep"),
+                       "--try", "x:sft.max_steps=1", "--spider-dev", "5"])
+    err = capsys.readouterr().err
+    assert code == 2 and "python -m sqlenv data prepare spider --preset spider_dev" in err, err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "sweep" / "tries").exists()
 
 
 # ------------------------------------------------------------------------------------------------------- serving/
