@@ -167,6 +167,7 @@ def test_a_run_picked_while_the_list_refreshes_stays_picked(edge_runs, page):
     assert page.locator("#compare-run input").input_value() == other
     assert other in page.locator("#compare-note").inner_text() and shown not in page.locator("#compare-note").inner_text()
 
+
 def test_compare_lists_every_paired_question(edge_runs, page):
     page.goto(edge_runs["url"])
     open_tab(page, "Compare")
