@@ -118,8 +118,9 @@ def build(ctx: AppContext) -> dict[str, Any]:
     def refresh_runs(current, added):
         # The values are set in the page when this answer arrives (`picks.keep_picks`): `current` may be stale.
         names = runs_with_comparison(ctx)
-        choices = source_choices(ctx.runs, exclude=current if current in names else next(iter(names), None))
-        return (gr.update(choices=names), gr.update(choices=choices), picks.listing(names, next(iter(names), None)),
+        default = next(iter(names), None)
+        choices = source_choices(ctx.runs, exclude=current if current in names else default)
+        return (gr.update(choices=names), gr.update(choices=choices), picks.listing(names, default),
                 picks.listing([c[1] for c in choices]))
 
     def empty_tables():
