@@ -11,8 +11,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import gradio as gr
-
 from sqlenv.data.datasets import BUILTIN_NAME, list_datasets, prepare_hint
 
 # The sandbox refuses SQL longer than this (SandboxSettings.max_sql_chars); no action argument needs more.
@@ -106,6 +104,8 @@ def text_bytes(chars: int) -> int:
 
 def input_limit(component: Any) -> int:
     """The largest value (bytes of Python objects, see `python_size`) an event may send for `component`."""
+    import gradio as gr  # here, not at the top: a client that only sizes values (bench/security) skips its import
+
     if isinstance(component, gr.Code):
         return text_bytes(MAX_CODE_CHARS)
     if isinstance(component, gr.Textbox):
