@@ -252,9 +252,12 @@ def test_runner_resumes_a_stopped_run(tmp_path):
     from training.train import run_training
 
     stop = threading.Event()
+    # No validation panel and no KL probe (as `training_helpers.small_train_config`): the runner's resume is what is
+    # checked here; a resumed run's panel and kept weights are tests/test_validation.py's and tests/test_resume.py's.
     config = build_config({"max_steps": 2, "num_generations": 2, "per_device_train_batch_size": 2, "step_budget": 2,
                            "max_completion_length": 64, "max_turn_tokens": 8, "sft": False, "compare_base": False,
                            "eval_every": 0, "trace_every": 0, "eval_episodes": 0, "comparison_episodes": 1,
+                           "validation_questions": 0, "kl_probe_episodes": 0,
                            "plot_every": 1, "save_steps": 1, "device": "cpu", "cpu_threads": 1,
                            "output_dir": str(tmp_path / "stopped")})
     run_training(config, stop_event=stop, listener=lambda e, p: stop.set() if e == "metrics" else None)

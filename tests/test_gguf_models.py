@@ -297,8 +297,10 @@ def test_run_with_warm_start_compares_zero_shot_and_saves_a_plain_final_model(tm
     config = small_train_config(tmp_path, model=str(SMOLLM2.path()), max_steps=1, max_completion_length=64,
                                 max_turn_tokens=24, learning_rate=1e-5, compare_base=True, save_steps=0,
                                 prompt="compact", rollout="rollout_func",  # the recipes' own: a third of the tokens
-                                sft={"enabled": True, "max_steps": 1, "batch_size": 2, "eval_every": 0,
-                                     "learning_rate": 1e-5},
+                                # one conversation, the teacher's shortest (no DESCRIBEs): the warm start is the
+                                # run's costliest phase (SmolLM2's forward and backward on CPU), not what is checked
+                                sft={"enabled": True, "max_steps": 1, "batch_size": 1, "describe": False,
+                                     "eval_every": 0, "learning_rate": 1e-5},
                                 eval_episodes=0,  # the comparison plays each model: GRPO's end eval would replay it
                                 comparison_episodes=1)
     run = RunDir(run_training(config))
@@ -324,19 +326,27 @@ def test_run_with_warm_start_compares_zero_shot_and_saves_a_plain_final_model(tm
 
 
 @pytest.mark.slow
-def test_real_model_bench_runs_end_to_end_and_in_chunks(tmp_path):
+def test_real_model_bench_runs_end_to_end_and_in_chunks(tmp_path, capsys, monkeypatch):
     """bench/learning/real_model.py on a tiny budget (the built-in model): one JSON line of figures; with --minutes it
-    stops at a checkpoint and --resume finishes the run, the figures adding up across the chunks."""
-    import subprocess
-    import sys
+    stops at a checkpoint and --resume finishes the run, the figures adding up across the chunks. Its `main`, called
+    in this process as the script calls it (a process of its own would import torch and TRL again, ~11 CPU-s a
+    chunk)."""
+    import importlib
 
     from conftest import REPO_ROOT
+    from training_helpers import built_tiny_model
+
+    built_tiny_model()  # the one the bench loads, in the repository's cache (as a run from the repository finds it)
+    monkeypatch.chdir(REPO_ROOT)
+    monkeypatch.syspath_prepend(str(REPO_ROOT))
+    bench_main = importlib.import_module("bench.learning.real_model").main
 
     def bench(*args):
-        done = subprocess.run([sys.executable, "bench/learning/real_model.py", *args], cwd=REPO_ROOT,
-                              capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-2000:]
-        return done.stdout.strip().splitlines()
+        capsys.readouterr()
+        code = bench_main(list(args))
+        printed = capsys.readouterr()
+        assert code == 0, printed.err[-2000:]
+        return printed.out.strip().splitlines()
 
     small = ["--config", "configs/tiny_cpu.json", "--episodes", "2", "--set", "max_steps=2", "--set",
              "sft.max_steps=2", "--set", "num_generations=2", "--set", "per_device_train_batch_size=2", "--set",

@@ -23,15 +23,56 @@ import gpu_learning  # noqa: E402
 import gpu_measures  # noqa: E402
 
 
-def _dry_call(items: str, out: Path, state: Path) -> dict:
+#: What the check's process must not inherit from the session (a device call starts with none of them).
+UNSET = ("OUT", "SQLENV_RUNS_DIR", "SQLENV_DATA_DIR", "SQLENV_DECODER")
+
+
+@pytest.fixture(scope="module")
+def tiny_cache(tmp_path_factory) -> Path:
+    """`$SQLENV_RUNS_DIR` of this module's dry runs: the toy dataset's tiny model (~7 CPU-s to build) is built by the
+    first and read by the rest, where each would build its own in its scratch folder."""
+    return tmp_path_factory.mktemp("gpu_check_runs")
+
+
+def _check_in_process(args: list[str], capsys, tiny_cache: Path, **env: str) -> str:
+    """`gpu_check.main(args)` in this process (a second interpreter would spend ~11 CPU-s importing torch and TRL
+    again), its environment as a subprocess's would be (`UNSET` removed, `env` set), and restored after (the script
+    sets defaults in it); returns what it printed."""
+    import gpu_check
+
+    before = dict(os.environ)
+    capsys.readouterr()
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.chdir(REPO)
+            for key in UNSET:
+                patch.delenv(key, raising=False)
+            patch.setenv("SQLENV_RUNS_DIR", str(tiny_cache))
+            for key, value in env.items():
+                patch.setenv(key, value)
+            assert gpu_check.main(args) == 0
+    finally:
+        for key in set(os.environ) - set(before):
+            del os.environ[key]
+        os.environ.update(before)
+    return capsys.readouterr().out
+
+
+def _dry_call(items: str, out: Path, state: Path, tiny_cache: Path, capsys=None) -> dict:
     """`gpu_check.py --dry-run` playing `items` in order (as a device call does), the state shared with the other
-    call; returns its summary (the last line printed)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OUT", "SQLENV_RUNS_DIR", "SQLENV_DATA_DIR",
-                                                            "SQLENV_DECODER")}
-    done = subprocess.run([sys.executable, "bench/gpu/gpu_check.py", "--dry-run", "--items", items, "--out", str(out),
-                           "--state", str(state)], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    call; returns its summary (the last line printed). With `capsys`, in this process; else a process of its own,
+    which starts with nothing but the state file (as a device call does)."""
+    args = ["--dry-run", "--items", items, "--out", str(out), "--state", str(state)]
+    if capsys is not None:
+        stdout = _check_in_process(args, capsys, tiny_cache)
+    else:
+        env = {k: v for k, v in os.environ.items() if k not in UNSET}
+        env["SQLENV_RUNS_DIR"] = str(tiny_cache)
+        done = subprocess.run([sys.executable, "bench/gpu/gpu_check.py", *args], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        stdout = done.stdout
+    summary = json.loads(stdout.strip().splitlines()[-1])
     assert summary["dry_run"] is True and summary["capture_failures"] == 0
     assert json.loads((out / "gpu_check.json").read_text())["summary"] == summary
     assert len(list(out.iterdir())) <= 8  # what comes back from the device
@@ -39,12 +80,13 @@ def _dry_call(items: str, out: Path, state: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_dry_run_plays_the_two_calls_in_their_order(tmp_path):
+def test_dry_run_plays_the_two_calls_in_their_order(tmp_path, tiny_cache, capsys):
     """Both calls as `gpu_carry` orders them, on the CPU: call 1 compares the decoders (continuous batching at its
     one row count only); call 2 plays the learning runs first, spider10's planned on at least its floor with call 1's
-    rates, the built-in one after it, then items 3-6, each item reported."""
+    rates, the built-in one after it, then items 3-6, each item reported. Call 1 runs in this process; call 2 in a
+    process of its own, which knows of call 1 only what its state file holds."""
     state = tmp_path / "state.json"
-    first = _dry_call(gpu_carry.CALL1_ITEMS, tmp_path / "call1", state)
+    first = _dry_call(gpu_carry.CALL1_ITEMS, tmp_path / "call1", state, tiny_cache, capsys)
     assert first["status"] == {"imports": "ok", "decoders": "ok", "exactness": None, "grpo_step": None,
                                "logprob_gap": None, "bf16_step": None, "learning": None}
     items = json.loads((tmp_path / "call1" / "gpu_check.json").read_text())["items"]
@@ -66,7 +108,7 @@ def test_dry_run_plays_the_two_calls_in_their_order(tmp_path):
     assert json.loads(state.read_text())["decode"]  # kept for the next call's plan
 
     out = tmp_path / "call2"
-    summary = _dry_call(gpu_carry.CALL2_ITEMS, out, state)
+    summary = _dry_call(gpu_carry.CALL2_ITEMS, out, state, tiny_cache)
     assert summary["status"] == {"imports": "ok", "decoders": None, "exactness": "ok", "grpo_step": "ok",
                                  "logprob_gap": "ok", "bf16_step": "ok", "learning": "ok"}, summary
     report = json.loads((out / "gpu_check.json").read_text())
@@ -140,16 +182,12 @@ def test_the_sizes_of_the_calls():
     assert "under" in gpu_learning.run_budget(1, gpu_learning.MIN_LEARNING_S - 1)[1]
 
 
-def test_a_grpo_step_through_the_graph_decoder(tmp_path):
+def test_a_grpo_step_through_the_graph_decoder(tmp_path, tiny_cache, capsys):
     """Item 4 as a GPU plays it: the batched rollout decodes with the graph decoder (forced here; on a CPU its step
-    runs eagerly), TRL's fp32 LM head on; the sampler's recorded log-probs are the trainer's."""
+    runs eagerly), TRL's fp32 LM head on; the sampler's recorded log-probs are the trainer's. In this process."""
     out = tmp_path / "out"
-    env = {k: v for k, v in os.environ.items() if k not in ("OUT", "SQLENV_RUNS_DIR", "SQLENV_DATA_DIR")}
-    env["SQLENV_DECODER"] = "graph"
-    done = subprocess.run([sys.executable, "bench/gpu/gpu_check.py", "--dry-run", "--items", "4", "--out", str(out),
-                           "--set", "grpo.cast_lm_head_to_fp32=true"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    _check_in_process(["--dry-run", "--items", "4", "--out", str(out), "--set", "grpo.cast_lm_head_to_fp32=true"],
+                      capsys, tiny_cache, SQLENV_DECODER="graph")
     items = json.loads((out / "gpu_check.json").read_text())["items"]
     assert items["grpo_step"]["decoder"] == "GraphDecoder" and items["grpo_step"]["graph_error"] is None
     assert items["logprob_gap"]["tokens"] == items["grpo_step"]["rollout_generated_tokens"] > 0

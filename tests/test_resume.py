@@ -51,7 +51,11 @@ def _wait_for(predicate, timeout: float, proc=None) -> None:
 
 
 @pytest.mark.slow
-def test_sigkill_reads_interrupted_and_resume_finishes_without_duplicates(tmp_path):
+def test_sigkill_reads_interrupted_and_resume_finishes_without_duplicates(tmp_path, capsys):
+    """A training process killed with SIGKILL (a process of its own: the kill is what is tested) reads `interrupted`;
+    `python -m training.train --resume` (its `main`, called here: a second interpreter would only import torch and
+    TRL again, ~11 CPU-s each) finishes it with no duplicated step, and refuses the completed run with exit code 2."""
+    from training.cli import main as train_main
     from training.run.directory import RunDir, live_status
 
     config = tmp_path / "config.json"
@@ -78,10 +82,11 @@ def test_sigkill_reads_interrupted_and_resume_finishes_without_duplicates(tmp_pa
     row = json.loads(listed.stdout.splitlines()[0])
     assert row["run_id"] == "run" and row["status"] == "interrupted" and row["resumable"] and row["checkpoint"]
 
-    resumed = subprocess.run([sys.executable, "-m", "training.train", "--resume", str(run.path)], cwd=REPO, env=env,
-                             capture_output=True, text=True, timeout=600)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert json.loads(resumed.stdout.strip().splitlines()[-1])["status"] == "completed"
+    capsys.readouterr()
+    resumed = train_main(["--resume", str(run.path)])
+    printed = capsys.readouterr()
+    assert resumed == 0, printed.err[-3000:]
+    assert json.loads(printed.out.strip().splitlines()[-1])["status"] == "completed"
     status = run.read_status()
     assert status["status"] == "completed" and status["step"] == 3 and status["resumes"] == 1
     metrics = run.read("metrics")
@@ -92,9 +97,7 @@ def test_sigkill_reads_interrupted_and_resume_finishes_without_duplicates(tmp_pa
     assert [c["kind"] for c in run.read("comparison")].count("summary") == 1
     assert (run.final_dir / "config.json").exists() and (run.path / "warm_start" / "config.json").exists()
     assert not (run.path / "checkpoints").exists()  # removed once the run completed
-    again = subprocess.run([sys.executable, "-m", "training.train", "--resume", str(run.path)], cwd=REPO,
-                           capture_output=True, text=True, timeout=120)
-    assert again.returncode == 2 and "completed" in again.stderr
+    assert train_main(["--resume", str(run.path)]) == 2 and "completed" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -15,18 +15,23 @@ import sys
 import time
 from pathlib import Path
 
+from training_helpers import small_train_config  # tests/, the root conftest's folder, is on sys.path
+
 REPO = Path(__file__).resolve().parent.parent
 
+# The parent loads no ML library, as the app's own process (`TrainingRunner` imports torch in the child only): the
+# test builds the config (`small_train_config` makes sure the tiny model is built, which imports transformers and
+# trl, ~9 CPU-seconds) and hands it over as JSON.
 PARENT = """
-import sys, time
+import json, sys, time
 from pathlib import Path
 if __name__ == "__main__":
-    sys.path[:0] = [sys.argv[2], sys.argv[2] + "/tests"]
+    sys.path[:0] = [sys.argv[2]]
     from dashboard.core.runner import TrainingRunner
-    from training_helpers import small_train_config
+    from training.config import TrainConfig
     runs = Path(sys.argv[1])
     runner = TrainingRunner(runs)
-    run_id = runner.start(small_train_config(runs.parent, max_steps=100_000))
+    run_id = runner.start(TrainConfig.from_dict(json.loads(Path(sys.argv[3]).read_text())))
     print(run_id, flush=True)
     time.sleep(600)
 """
@@ -53,7 +58,9 @@ def test_the_training_child_stops_when_the_dashboard_is_killed(tmp_path):
     runs.mkdir()
     script = tmp_path / "parent.py"
     script.write_text(PARENT)
-    parent = subprocess.Popen([sys.executable, str(script), str(runs), str(REPO)], cwd=tmp_path,
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(small_train_config(tmp_path, max_steps=100_000).to_dict()))
+    parent = subprocess.Popen([sys.executable, str(script), str(runs), str(REPO), str(config)], cwd=tmp_path,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
     child_pid = None

@@ -26,7 +26,8 @@ SCREENSHOTS = REPO_ROOT / "artifacts" / "screenshots"
 
 # A tiny, quick config for the Train form: GRPO on builtin:tiny with short episodes (short completions keep a
 # step to about a second on 2 busy cores), metrics every step, a trace every 2 steps, no periodic eval, and a
-# two-question comparison at the end. No SFT: the tests check the dashboard, not learning. max_steps is far
+# two-question comparison at the end. No SFT, no validation panel or KL probe (64 questions before GRPO's first step,
+# which most tests wait for): the tests check the dashboard, not learning or its health. max_steps is far
 # beyond what a test waits for: the run must still be training when a test stops it, however fast the host.
 TEST_CONFIG = {
     "model": "builtin:tiny",
@@ -44,6 +45,8 @@ TEST_CONFIG = {
     "comparison_episodes": 2,
     "compare_base": False,
     "sft": False,
+    "validation_questions": 0,
+    "kl_probe_episodes": 0,
 }
 
 

@@ -16,11 +16,13 @@ from app_server import serve
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 PASSWORD = "a long owner password"
-# A tiny run (as in conftest.TEST_CONFIG): the test watches a few steps, then stops it long before max_steps.
+# A tiny run (as in conftest.TEST_CONFIG): the test watches a few steps, then stops it long before max_steps. No
+# validation panel and no KL probe (tests/test_validation.py's): the test reads the live run, not its health, and the
+# panel's 64 questions at GRPO's step 0 only delayed the first step it waits for.
 CONFIG = {"model": "builtin:tiny", "dataset": "builtin", "step_budget": 2, "num_generations": 2,
           "per_device_train_batch_size": 2, "max_steps": 5000, "max_completion_length": 48, "max_turn_tokens": 16,
           "plot_every": 1, "trace_every": 2, "eval_every": 0, "eval_episodes": 0, "comparison_episodes": 2,
-          "compare_base": False, "sft": False}
+          "compare_base": False, "sft": False, "validation_questions": 0, "kl_probe_episodes": 0}
 
 
 @pytest.fixture(scope="module")
