@@ -18,6 +18,9 @@ $(STAMP): pyproject.toml
 	# test-suite-sql-eval's own code, shipped unchanged in nl2sql360, labels the official-EX tests' query pairs; --no-deps
 	# skips its database drivers, which exec_eval.py does not import.
 	$(PY) -m pip install -q --no-deps nl2sql360==1.1.0
+	# The project's own modules compiled once: where PYTHONDONTWRITEBYTECODE is set (this CI's machines), no process
+	# writes bytecode, so every one that starts (servers, training children, CLIs) would compile them again.
+	$(PY) -m compileall -q app.py sqlenv training dashboard bench tests >/dev/null
 	touch $(STAMP)
 
 install: $(STAMP)
