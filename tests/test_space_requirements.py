@@ -75,8 +75,12 @@ def space_python():
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
-    """This environment without what would leak the project's own virtualenv into the Space's."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    """This environment without what would leak the project's own virtualenv into the Space's, and without
+    PYTHONDONTWRITEBYTECODE (set on CI's machines): the virtualenv is installed with --no-compile, so its first
+    process writes the bytecode of what it imports and the next reads it, where each would compile torch's, Gradio's
+    and transformers' ~4,000 modules again (~15-20 CPU-s)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE")}
     env["PYTHONNOUSERSITE"] = "1"
     env.update(extra)
     return env
